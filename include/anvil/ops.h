@@ -1,0 +1,97 @@
+#pragma once
+// Core ops with libtorch's names and argument order. Broadcasting and any strides everywhere.
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "anvil/tensor.h"
+
+namespace anvil {
+
+// ---- type promotion (torch.result_type): dimensioned tensors > 0-dim tensors > Scalars.
+ANVIL_API DType result_type(const Tensor& a, const Tensor& b);
+ANVIL_API DType result_type(const Tensor& a, const Scalar& b);
+ANVIL_API Shape broadcast_shapes(const Shape& a, const Shape& b);
+
+// ---- elementwise
+ANVIL_API Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+ANVIL_API Tensor add(const Tensor& a, const Scalar& b, const Scalar& alpha = 1);
+ANVIL_API Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+ANVIL_API Tensor sub(const Tensor& a, const Scalar& b, const Scalar& alpha = 1);
+ANVIL_API Tensor mul(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor mul(const Tensor& a, const Scalar& b);
+// rounding_mode: "" (true division, integers promote to float32), "trunc" or "floor".
+ANVIL_API Tensor div(const Tensor& a, const Tensor& b, const std::string& rounding_mode = "");
+ANVIL_API Tensor div(const Tensor& a, const Scalar& b, const std::string& rounding_mode = "");
+ANVIL_API Tensor pow(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor pow(const Tensor& a, const Scalar& b);
+ANVIL_API Tensor maximum(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor minimum(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor neg(const Tensor& x);
+ANVIL_API Tensor abs(const Tensor& x);
+ANVIL_API Tensor exp(const Tensor& x);
+ANVIL_API Tensor log(const Tensor& x);
+ANVIL_API Tensor sqrt(const Tensor& x);
+ANVIL_API Tensor rsqrt(const Tensor& x);
+ANVIL_API Tensor sigmoid(const Tensor& x);
+ANVIL_API Tensor silu(const Tensor& x);
+ANVIL_API Tensor gelu(const Tensor& x, const std::string& approximate = "none");  // "none" | "tanh"
+ANVIL_API Tensor tanh(const Tensor& x);
+ANVIL_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+ANVIL_API Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
+ANVIL_API Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+ANVIL_API Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
+ANVIL_API Tensor eq(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor ne(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor lt(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor le(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor gt(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor ge(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor eq(const Tensor& a, const Scalar& b);
+ANVIL_API Tensor ne(const Tensor& a, const Scalar& b);
+ANVIL_API Tensor lt(const Tensor& a, const Scalar& b);
+ANVIL_API Tensor le(const Tensor& a, const Scalar& b);
+ANVIL_API Tensor gt(const Tensor& a, const Scalar& b);
+ANVIL_API Tensor ge(const Tensor& a, const Scalar& b);
+ANVIL_API Tensor logical_and(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor logical_or(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor logical_not(const Tensor& x);
+
+ANVIL_API Tensor operator+(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor operator-(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor operator*(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor operator/(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor operator-(const Tensor& a);
+
+// ---- reductions. Empty `dims` reduces every dim. Low-precision floats accumulate in float32.
+ANVIL_API Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false, std::optional<DType> dtype = std::nullopt);
+ANVIL_API Tensor mean(const Tensor& x, const Shape& dims = {}, bool keepdim = false, std::optional<DType> dtype = std::nullopt);
+ANVIL_API Tensor prod(const Tensor& x, const Shape& dims = {}, bool keepdim = false, std::optional<DType> dtype = std::nullopt);
+ANVIL_API Tensor amax(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+ANVIL_API Tensor amin(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+ANVIL_API Tensor max(const Tensor& x);  // 0-dim, NaN propagates
+ANVIL_API Tensor min(const Tensor& x);
+// (values, indices); ties give the first index, a NaN wins and gives its index.
+ANVIL_API std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+ANVIL_API std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+ANVIL_API Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+ANVIL_API Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+ANVIL_API Tensor var(const Tensor& x, const Shape& dims = {}, double correction = 1, bool keepdim = false);
+ANVIL_API Tensor std(const Tensor& x, const Shape& dims = {}, double correction = 1, bool keepdim = false);
+
+// ---- indexing
+ANVIL_API Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+ANVIL_API Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+ANVIL_API Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+ANVIL_API Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Scalar& value);
+ANVIL_API Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+ANVIL_API Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
+ANVIL_API Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+// ---- matrix products (float32/64 via BLAS, bfloat16/float16 accumulate in float32)
+ANVIL_API Tensor mm(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor bmm(const Tensor& a, const Tensor& b);
+ANVIL_API Tensor matmul(const Tensor& a, const Tensor& b);
+
+}  // namespace anvil

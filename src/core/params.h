@@ -1,0 +1,128 @@
+#pragma once
+// POD parameter structs shared by the op front ends and the CPU / CUDA kernels.
+// Kernels never see a Tensor: they get pointers, element strides and these structs.
+#include <cstdint>
+
+#include "anvil/dtype.h"
+
+namespace anvil {
+
+inline constexpr int kMaxDims = 16;
+
+// A host number handed to a kernel: `f` for floating dtypes, `i` (two's complement bits, so
+// uint64 values above INT64_MAX survive) for integer and bool dtypes, `im` for complex.
+struct ScalarArg {
+  double f = 0;
+  int64_t i = 0;
+  double im = 0;
+};
+
+enum class UnaryOp : int8_t { Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sigmoid, Silu, Gelu, GeluTanh, Tanh, LogicalNot };
+enum class BinaryOp : int8_t {
+  Add,       // a + alpha * b
+  Sub,       // a - alpha * b
+  Mul,
+  Div,       // true division (floating / complex dtypes only)
+  DivTrunc,
+  DivFloor,
+  Pow,
+  Maximum,
+  Minimum,
+  Eq, Ne, Lt, Le, Gt, Ge,  // out dtype bool
+  LogicalAnd, LogicalOr,   // out dtype bool
+};
+inline constexpr bool is_compare(BinaryOp op) { return op >= BinaryOp::Eq; }
+
+// One elementwise launch over an iteration space of `ndim` dims (already broadcast and with
+// contiguous neighbouring dims merged). Slot 0 is the output, slots 1.. the inputs.
+//  copy:   out[dst_dtype] = in[src_dtype] converted
+//  fill:   out = scalar
+//  unary:  out = op(in1)                       (in and out dtype equal, or bool for LogicalNot)
+//  binary: out = op(in1, in2 [, alpha])        (inputs share `dtype`; out dtype or bool)
+//  where:  out = in1(bool) ? in2 : (has_b ? in3 : scalar0)
+//  clamp:  out = min(max(in1, lo), hi): lo/hi from in2/in3 tensors or scalar0/scalar1 when
+//          the matching has_* flag says so
+struct ElementwiseParams {
+  int ndim = 0;
+  int nargs = 0;
+  int64_t numel = 0;
+  int64_t sizes[kMaxDims] = {};
+  void* ptr[4] = {};
+  int64_t strides[4][kMaxDims] = {};
+  DType dtype = kFloat32;      // inputs
+  DType out_dtype = kFloat32;  // slot 0
+  int8_t op = 0;               // UnaryOp / BinaryOp value
+  bool contiguous = false;     // every slot dense with the same layout: index == offset
+  bool has_a = false, has_b = false;  // where / clamp operand flags (see above)
+  ScalarArg alpha, scalar0, scalar1;
+};
+
+enum class ReduceOp : int8_t { Sum, Prod, Mean, Amax, Amin, Max, Min, Argmax, Argmin, Var, Std };
+
+// Reduces `in` over the `red` dims for each point of the kept `out` dims. `out` (and
+// `out_index` for Max/Min/Argmax/Argmin) are contiguous with n_out elements in kept-dim order.
+struct ReduceParams {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t* out_index = nullptr;
+  DType in_dtype = kFloat32;
+  DType out_dtype = kFloat32;  // accumulation type follows out_dtype (float32 for low precision)
+  ReduceOp op = ReduceOp::Sum;
+  int64_t n_out = 1, n_red = 1;
+  int out_ndim = 0, red_ndim = 0;
+  int64_t out_sizes[kMaxDims] = {}, out_strides[kMaxDims] = {};  // input strides of kept dims
+  int64_t red_sizes[kMaxDims] = {}, red_strides[kMaxDims] = {};  // input strides of reduced dims
+  double correction = 1;  // Var / Std
+};
+
+// out[o, j, i] = in[o, index[j], i] over contiguous [outer, in_dim, inner] input and
+// [outer, n_index, inner] output; `index` is contiguous int64.
+struct IndexSelectParams {
+  const void* in = nullptr;
+  void* out = nullptr;
+  const int64_t* index = nullptr;
+  DType dtype = kFloat32;
+  int64_t outer = 0, in_dim = 0, inner = 0, n_index = 0;
+};
+
+// gather:  out[p] = self[p with p[dim] = index[p]]              (p over index's shape)
+// scatter: self[p with p[dim] = index[p]] = src[p] (or scalar0), accumulate adds
+struct GatherParams {
+  void* self = nullptr;
+  void* out_or_src = nullptr;  // gather: out; scatter: src (null when the scalar is used)
+  const int64_t* index = nullptr;
+  DType dtype = kFloat32;
+  int ndim = 0;
+  int dim = 0;
+  int64_t numel = 0;  // index elements
+  int64_t sizes[kMaxDims] = {};  // index's sizes
+  int64_t self_strides[kMaxDims] = {}, index_strides[kMaxDims] = {}, other_strides[kMaxDims] = {};
+  int64_t self_dim_size = 0;
+  bool accumulate = false;
+  ScalarArg scalar0;
+};
+
+// C[b] = A[b] @ B[b]; A is [m, k], B is [k, n], C is [m, n] contiguous. A and B have one unit
+// stride each (row- or column-major), batch strides may be 0 (broadcast).
+struct BmmParams {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  DType dtype = kFloat32;
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  int64_t stride_a_batch = 0, stride_a_row = 0, stride_a_col = 0;
+  int64_t stride_b_batch = 0, stride_b_row = 0, stride_b_col = 0;
+};
+
+enum class RandomKind : int8_t { Uniform, Normal, Int };
+// Contiguous output; element i draws from Philox(seed, counter = offset + i).
+struct RandomParams {
+  void* out = nullptr;
+  DType dtype = kFloat32;
+  int64_t numel = 0;
+  uint64_t seed = 0, offset = 0;
+  RandomKind kind = RandomKind::Uniform;
+  int64_t low = 0, high = 1;  // Int: [low, high)
+};
+
+}  // namespace anvil

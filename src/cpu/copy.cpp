@@ -1,0 +1,75 @@
+// CPU copy (dtype conversion over strides), fill and the Philox random fill.
+#include <cstring>
+
+#include "core/dispatch.h"
+#include "core/element.h"
+#include "core/kernels.h"
+#include "core/philox.h"
+#include "cpu/loop.h"
+#include "cpu/simd.h"
+
+namespace anvil::cpu {
+
+void copy(const ElementwiseParams& p) {
+  if (p.contiguous) {
+    if (p.out_dtype == p.dtype) {
+      const size_t bytes = static_cast<size_t>(p.numel) * element_size(p.dtype);
+      // memcpy per thread chunk: one thread does not saturate DRAM on this class of machine.
+      const int64_t chunk = 1 << 20;
+      const int64_t nchunks = (static_cast<int64_t>(bytes) + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+      for (int64_t c = 0; c < nchunks; ++c) {
+        size_t off = static_cast<size_t>(c) * chunk;
+        std::memcpy(static_cast<char*>(p.ptr[0]) + off, static_cast<const char*>(p.ptr[1]) + off,
+                    std::min<size_t>(chunk, bytes - off));
+      }
+      return;
+    }
+    if (simd::convert(p.out_dtype, p.dtype, p.ptr[0], p.ptr[1], p.numel)) return;
+  }
+  dispatch_all_types(p.out_dtype, "[copy_]", [&](auto out_tag) {
+    using To = typename decltype(out_tag)::type;
+    dispatch_all_types(p.dtype, "[copy_]", [&](auto in_tag) {
+      using From = typename decltype(in_tag)::type;
+      To* out = static_cast<To*>(p.ptr[0]);
+      const From* in = static_cast<const From*>(p.ptr[1]);
+      for_each_element(p, [&](int64_t o0, int64_t o1, int64_t, int64_t) { out[o0] = convert<To>(in[o1]); });
+    });
+  });
+}
+
+void fill(const ElementwiseParams& p) {
+  dispatch_all_types(p.out_dtype, "[fill_]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T v;
+    // Floating values go through double -> dtype like a copy; integers keep all 64 bits.
+    if constexpr (is_float_v<T> || is_complex_v<T>) v = scalar_as<T>(p.scalar0);
+    else if constexpr (std::is_same_v<T, bool>) v = p.scalar0.i != 0 || p.scalar0.f != 0;
+    else v = static_cast<T>(static_cast<uint64_t>(p.scalar0.i));
+    T* out = static_cast<T*>(p.ptr[0]);
+    for_each_element(p, [&](int64_t o0, int64_t, int64_t, int64_t) { out[o0] = v; });
+  });
+}
+
+void random(const RandomParams& p) {
+  dispatch_all_types(p.dtype, "[random]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* out = static_cast<T*>(p.out);
+    const int bits = random_bits_for(p.dtype);
+#pragma omp parallel for schedule(static) if (p.numel >= kParallelGrain)
+    for (int64_t i = 0; i < p.numel; ++i) {
+      uint64_t ctr = p.offset + static_cast<uint64_t>(i);
+      if constexpr (is_complex_v<T>) {
+        out[i] = T(0.f, 0.f);
+      } else if (p.kind == RandomKind::Uniform) {
+        out[i] = convert<T>(philox_uniform(p.seed, ctr, bits));
+      } else if (p.kind == RandomKind::Normal) {
+        out[i] = convert<T>(philox_normal(p.seed, ctr));
+      } else {
+        out[i] = convert<T>(philox_int(p.seed, ctr, p.low, p.high));
+      }
+    }
+  });
+}
+
+}  // namespace anvil::cpu

@@ -1,0 +1,84 @@
+// CPU unary / binary / where / clamp loops over element.h's per-element semantics.
+#include <atomic>
+
+#include "core/dispatch.h"
+#include "core/element.h"
+#include "core/kernels.h"
+#include "cpu/loop.h"
+#include "cpu/simd.h"
+
+namespace anvil::cpu {
+
+void unary(const ElementwiseParams& p) {
+  const UnaryOp op = static_cast<UnaryOp>(p.op);
+  dispatch_all_types(p.dtype, "[unary]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    T* out = static_cast<T*>(p.ptr[0]);
+    const T* in = static_cast<const T*>(p.ptr[1]);
+    for_each_element(p, [&](int64_t o0, int64_t o1, int64_t, int64_t) {
+      out[o0] = T(apply_unary<M>(op, static_cast<M>(in[o1])));
+    });
+  });
+}
+
+void binary(const ElementwiseParams& p) {
+  const BinaryOp op = static_cast<BinaryOp>(p.op);
+  if (p.contiguous && !is_compare(op) &&
+      simd::binary(op, p.dtype, p.ptr[0], p.ptr[1], p.ptr[2], p.alpha.f, p.numel))
+    return;
+  std::atomic<bool> div_by_zero{false};
+  dispatch_all_types(p.dtype, "[binary]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    const T* a = static_cast<const T*>(p.ptr[1]);
+    const T* b = static_cast<const T*>(p.ptr[2]);
+    if (is_compare(op)) {
+      bool* out = static_cast<bool*>(p.ptr[0]);
+      for_each_element(p, [&](int64_t o0, int64_t o1, int64_t o2, int64_t) {
+        out[o0] = apply_compare<M>(op, static_cast<M>(a[o1]), static_cast<M>(b[o2]));
+      });
+      return;
+    }
+    T* out = static_cast<T*>(p.ptr[0]);
+    const M alpha = scalar_op<T>(p.alpha);
+    for_each_element(p, [&](int64_t o0, int64_t o1, int64_t o2, int64_t) {
+      bool dz = false;
+      out[o0] = T(apply_binary<M>(op, static_cast<M>(a[o1]), static_cast<M>(b[o2]), alpha, &dz));
+      if (dz) div_by_zero.store(true, std::memory_order_relaxed);
+    });
+  });
+  if (div_by_zero.load())
+    throw Error("[div] ZeroDivisionError: integer division by zero");
+}
+
+void where(const ElementwiseParams& p) {
+  dispatch_all_types(p.dtype, "[where]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* out = static_cast<T*>(p.ptr[0]);
+    const bool* cond = static_cast<const bool*>(p.ptr[1]);
+    const T* a = static_cast<const T*>(p.ptr[2]);
+    if (p.has_b) {
+      const T* b = static_cast<const T*>(p.ptr[3]);
+      for_each_element(p, [&](int64_t o0, int64_t o1, int64_t o2, int64_t o3) { out[o0] = cond[o1] ? a[o2] : b[o3]; });
+    } else {
+      const T s = scalar_as<T>(p.scalar0);
+      for_each_element(p, [&](int64_t o0, int64_t o1, int64_t o2, int64_t) { out[o0] = cond[o1] ? a[o2] : s; });
+    }
+  });
+}
+
+void clamp(const ElementwiseParams& p) {
+  dispatch_real_types(p.dtype, "[clamp]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    T* out = static_cast<T*>(p.ptr[0]);
+    const T* x = static_cast<const T*>(p.ptr[1]);
+    const M lo = scalar_op<T>(p.scalar0), hi = scalar_op<T>(p.scalar1);
+    for_each_element(p, [&](int64_t o0, int64_t o1, int64_t, int64_t) {
+      out[o0] = T(apply_clamp<M>(static_cast<M>(x[o1]), p.has_a, lo, p.has_b, hi));
+    });
+  });
+}
+
+}  // namespace anvil::cpu

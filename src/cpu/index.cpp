@@ -1,0 +1,112 @@
+// CPU index_select / gather / scatter. Indices are validated while they are read; an
+// out-of-range index raises IndexError after the loop (no exception crosses OpenMP).
+#include <atomic>
+#include <cstring>
+
+#include "core/dispatch.h"
+#include "core/element.h"
+#include "core/kernels.h"
+#include "cpu/loop.h"
+
+namespace anvil::cpu {
+namespace {
+
+[[noreturn]] void throw_range(const char* op, int64_t bad, int64_t size) {
+  throw IndexError(detail::cat_message(op, " index ", bad, " is out of bounds for dimension with size ", size));
+}
+
+// Offsets of index element i (over the index's sizes) in the index, self and other tensors.
+inline void offsets(const GatherParams& p, int64_t i, int64_t& oi, int64_t& os, int64_t& oo) {
+  oi = os = oo = 0;
+  for (int d = p.ndim - 1; d >= 0; --d) {
+    int64_t idx = i % p.sizes[d];
+    i /= p.sizes[d];
+    oi += idx * p.index_strides[d];
+    oo += idx * p.other_strides[d];
+    if (d != p.dim) os += idx * p.self_strides[d];
+  }
+}
+
+}  // namespace
+
+void index_select(const IndexSelectParams& p) {
+  std::atomic<int64_t> bad{-1};  // an index can't be -1 legitimately: negatives are errors
+  const size_t es = element_size(p.dtype);
+  const size_t row = static_cast<size_t>(p.inner) * es;
+  const char* in = static_cast<const char*>(p.in);
+  char* out = static_cast<char*>(p.out);
+#pragma omp parallel for schedule(static) if (p.outer * p.n_index * p.inner >= kParallelGrain)
+  for (int64_t oj = 0; oj < p.outer * p.n_index; ++oj) {
+    int64_t o = oj / p.n_index, j = oj % p.n_index;
+    int64_t k = p.index[j];
+    if (k < 0 || k >= p.in_dim) {
+      bad.store(k);
+      std::memset(out + static_cast<size_t>(oj) * row, 0, row);
+      continue;
+    }
+    std::memcpy(out + static_cast<size_t>(oj) * row, in + (static_cast<size_t>(o * p.in_dim + k)) * row, row);
+  }
+  if (bad.load() != -1)
+    throw IndexError(detail::cat_message("[index_select] index out of range in self: index ", bad.load(),
+                                         " for a dimension of size ", p.in_dim));
+}
+
+void gather(const GatherParams& p) {
+  std::atomic<bool> bad{false};
+  std::atomic<int64_t> bad_value{0};
+  dispatch_all_types(p.dtype, "[gather]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* self = static_cast<const T*>(p.self);
+    T* out = static_cast<T*>(p.out_or_src);
+    const int64_t ds = p.self_strides[p.dim];
+#pragma omp parallel for schedule(static) if (p.numel >= kParallelGrain)
+    for (int64_t i = 0; i < p.numel; ++i) {
+      int64_t oi, os, oo;
+      offsets(p, i, oi, os, oo);
+      int64_t k = p.index[oi];
+      if (k < 0 || k >= p.self_dim_size) {
+        bad.store(true);
+        bad_value.store(k);
+        out[oo] = T{};
+        continue;
+      }
+      out[oo] = self[os + k * ds];
+    }
+  });
+  if (bad.load()) throw_range("[gather]", bad_value.load(), p.self_dim_size);
+}
+
+void scatter(const GatherParams& p) {
+  // Sequential: duplicate indices make the last write win (and sums deterministic), as PyTorch CPU.
+  bool bad = false;
+  int64_t bad_value = 0;
+  dispatch_all_types(p.dtype, "[scatter]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    T* self = static_cast<T*>(p.self);
+    const T* src = static_cast<const T*>(p.out_or_src);
+    const T value = scalar_as<T>(p.scalar0);
+    const int64_t ds = p.self_strides[p.dim];
+    for (int64_t i = 0; i < p.numel; ++i) {
+      int64_t oi, os, oo;
+      offsets(p, i, oi, os, oo);
+      int64_t k = p.index[oi];
+      if (k < 0 || k >= p.self_dim_size) {
+        bad = true;
+        bad_value = k;
+        continue;
+      }
+      T v = src ? src[oo] : value;
+      T& dst = self[os + k * ds];
+      if (p.accumulate) {
+        bool dz = false;
+        dst = T(apply_binary<M>(BinaryOp::Add, static_cast<M>(dst), static_cast<M>(v), M(1), &dz));
+      } else {
+        dst = v;
+      }
+    }
+  });
+  if (bad) throw_range(p.accumulate ? "[scatter_add]" : "[scatter]", bad_value, p.self_dim_size);
+}
+
+}  // namespace anvil::cpu

@@ -1,0 +1,162 @@
+// CPU reductions: one pass per output over the reduced dims (odometer), OpenMP over outputs,
+// or over chunks of the reduced range when there is a single output.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/element.h"
+#include "core/kernels.h"
+#include "cpu/loop.h"
+#include "cpu/simd.h"
+
+namespace anvil::cpu {
+namespace {
+
+template <typename T> struct Acc { using type = opmath_t<T>; };
+template <> struct Acc<bool> { using type = int64_t; };
+template <> struct Acc<uint8_t> { using type = int64_t; };
+template <> struct Acc<int8_t> { using type = int64_t; };
+template <> struct Acc<uint16_t> { using type = int64_t; };
+template <> struct Acc<int16_t> { using type = int64_t; };
+template <> struct Acc<uint32_t> { using type = int64_t; };
+template <> struct Acc<int32_t> { using type = int64_t; };
+template <> struct Acc<uint64_t> { using type = int64_t; };
+template <> struct Acc<float> { using type = float; };
+
+// Element offset of linear index i over (sizes, strides), innermost dim fastest.
+inline int64_t strided_offset(int ndim, const int64_t* sizes, const int64_t* strides, int64_t i) {
+  int64_t off = 0;
+  for (int d = ndim - 1; d >= 0; --d) {
+    off += (i % sizes[d]) * strides[d];
+    i /= sizes[d];
+  }
+  return off;
+}
+inline int64_t red_offset(const ReduceParams& p, int64_t r) { return strided_offset(p.red_ndim, p.red_sizes, p.red_strides, r); }
+inline int64_t out_offset(const ReduceParams& p, int64_t o) { return strided_offset(p.out_ndim, p.out_sizes, p.out_strides, o); }
+
+// Visits the reduced elements of one output in [r0, r1) in order: f(value, r).
+template <typename T, typename F>
+void visit(const ReduceParams& p, const T* base, int64_t r0, int64_t r1, F&& f) {
+  if (p.red_ndim <= 1) {
+    const int64_t s = p.red_ndim == 0 ? 0 : p.red_strides[0];
+    for (int64_t r = r0; r < r1; ++r) f(base[r * s], r);
+    return;
+  }
+  for (int64_t r = r0; r < r1; ++r) f(base[red_offset(p, r)], r);
+}
+
+template <typename T>
+void reduce_typed(const ReduceParams& p) {
+  using A = typename Acc<T>::type;
+  const T* in = static_cast<const T*>(p.in);
+  const ReduceOp op = p.op;
+  const int64_t n = p.n_red;
+
+  auto one_output = [&](int64_t o, const T* base) {
+    if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+      A acc = A(0);
+      visit(p, base, 0, n, [&](T v, int64_t) {
+        if constexpr (is_int_v<A>) acc = wrap_add(acc, static_cast<A>(v));
+        else acc = acc + static_cast<A>(v);
+      });
+      if (op == ReduceOp::Mean) {
+        if constexpr (!is_int_v<A> && !is_complex_v<A>) acc = acc / static_cast<A>(n);
+      }
+      if (p.out_dtype == DType::Int64) static_cast<int64_t*>(p.out)[o] = convert<int64_t>(acc);
+      else static_cast<T*>(p.out)[o] = convert<T>(acc);
+    } else if (op == ReduceOp::Prod) {
+      A acc = A(1);
+      visit(p, base, 0, n, [&](T v, int64_t) {
+        if constexpr (is_int_v<A>) acc = wrap_mul(acc, static_cast<A>(v));
+        else acc = acc * static_cast<A>(v);
+      });
+      if (p.out_dtype == DType::Int64) static_cast<int64_t*>(p.out)[o] = convert<int64_t>(acc);
+      else static_cast<T*>(p.out)[o] = convert<T>(acc);
+    } else if constexpr (!is_complex_v<T>) {
+      using M = opmath_t<T>;
+      if (op == ReduceOp::Var || op == ReduceOp::Std) {
+        // Two passes in float64: mean, then the centred sum of squares.
+        double mean = 0;
+        visit(p, base, 0, n, [&](T v, int64_t) { mean += static_cast<double>(static_cast<M>(v)); });
+        mean /= static_cast<double>(n);
+        double ss = 0;
+        visit(p, base, 0, n, [&](T v, int64_t) {
+          double d = static_cast<double>(static_cast<M>(v)) - mean;
+          ss += d * d;
+        });
+        double var = ss / std::max(0.0, static_cast<double>(n) - p.correction);
+        if (n == 0) var = std::numeric_limits<double>::quiet_NaN();
+        double r = op == ReduceOp::Std ? std::sqrt(var) : var;
+        static_cast<T*>(p.out)[o] = convert<T>(r);
+      } else {
+        // Amax/Amin/Max/Min/Argmax/Argmin: NaN wins at its first index; ties keep the first index.
+        bool is_max = op == ReduceOp::Amax || op == ReduceOp::Max || op == ReduceOp::Argmax;
+        M best = M(0);
+        int64_t best_i = -1;
+        bool best_nan = false;
+        visit(p, base, 0, n, [&](T tv, int64_t r) {
+          M v = static_cast<M>(tv);
+          if (best_nan) return;
+          if (is_nan(v)) {
+            best = v;
+            best_i = r;
+            best_nan = true;
+            return;
+          }
+          if (best_i < 0 || (is_max ? v > best : v < best)) {
+            best = v;
+            best_i = r;
+          }
+        });
+        if (op == ReduceOp::Argmax || op == ReduceOp::Argmin) {
+          static_cast<int64_t*>(p.out)[o] = best_i;
+        } else {
+          static_cast<T*>(p.out)[o] = T(best);
+          if (p.out_index) p.out_index[o] = best_i;
+        }
+      }
+    }
+  };
+
+  if (p.n_out == 1 && (op == ReduceOp::Sum || op == ReduceOp::Mean) && p.red_ndim == 1 && p.red_strides[0] == 1 &&
+      n >= kParallelGrain) {
+    // One long contiguous row: per-thread partial sums (SIMD where available), then combine.
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
+      const int64_t chunk = 1 << 16;
+      const int64_t nchunks = (n + chunk - 1) / chunk;
+      std::vector<double> partial(nchunks);
+#pragma omp parallel for schedule(static)
+      for (int64_t c = 0; c < nchunks; ++c) {
+        int64_t b = c * chunk, len = std::min(chunk, n - b);
+        float s = 0.f;
+        simd::sum(dtype_of_v<T>, in + b, len, &s);
+        partial[c] = s;
+      }
+      double total = 0;
+      for (double v : partial) total += v;
+      if (op == ReduceOp::Mean) total /= static_cast<double>(n);
+      static_cast<T*>(p.out)[0] = convert<T>(static_cast<float>(total));
+      return;
+    }
+  }
+#pragma omp parallel for schedule(static) if (p.n_out * std::max<int64_t>(n, 1) >= kParallelGrain && p.n_out > 1)
+  for (int64_t o = 0; o < p.n_out; ++o) one_output(o, in + out_offset(p, o));
+  if (p.n_out == 1 && p.n_out * std::max<int64_t>(n, 1) >= kParallelGrain) return;
+}
+
+}  // namespace
+
+void reduce(const ReduceParams& p) {
+  dispatch_all_types(p.in_dtype, "[reduce]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, Float8_e4m3fn> || std::is_same_v<T, Float8_e5m2>) {
+      throw DTypeError("[reduce] not implemented for float8");
+    } else {
+      reduce_typed<T>(p);
+    }
+  });
+}
+
+}  // namespace anvil::cpu

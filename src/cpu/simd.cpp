@@ -1,0 +1,226 @@
+// Highway kernels for contiguous hot paths, compiled for every x86 target Highway knows and
+// chosen at run time. Their results are bit-identical to element.h's scalar semantics.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/simd.cpp"
+#include <hwy/foreach_target.h>  // NOLINT: must precede highway.h
+#include <hwy/highway.h>
+
+#include <cstring>
+
+#include "core/element.h"
+#include "cpu/simd.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace anvil::cpu::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// float32 -> bfloat16 bits: round to nearest even, NaN -> 0x7FC0.
+void F32ToBF16(const float* HWY_RESTRICT in, uint16_t* HWY_RESTRICT out, int64_t n) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<uint16_t, decltype(du)> d16;
+  const hn::RebindToSigned<decltype(du)> di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto u = hn::BitCast(du, hn::LoadU(df, in + i));
+    auto is_nan = hn::Gt(hn::And(u, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u));
+    auto bias = hn::Add(hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)), hn::Set(du, 0x7FFFu));
+    auto r = hn::ShiftRight<16>(hn::Add(u, bias));
+    r = hn::IfThenElse(is_nan, hn::Set(du, 0x7FC0u), r);
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, out + i);
+  }
+  for (; i < n; ++i) out[i] = f32_to_bf16_bits(in[i]);
+}
+
+void BF16ToF32(const uint16_t* HWY_RESTRICT in, float* HWY_RESTRICT out, int64_t n) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<uint16_t, decltype(du)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto w = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, in + i)));
+    hn::StoreU(hn::BitCast(df, w), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = bf16_bits_to_f32(in[i]);
+}
+
+// float32 -> float8_e4m3fn, saturating: the integer rounding of element.h for normals, and
+// for subnormals an FP add of 2^14 (its ulp is 2^-9, the e4m3 subnormal step) which rounds
+// to nearest even exactly like the scalar path.
+void F32ToE4M3(const float* HWY_RESTRICT in, uint8_t* HWY_RESTRICT out, int64_t n) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(du)> di;
+  const hn::Rebind<uint8_t, decltype(du)> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto u = hn::BitCast(du, hn::LoadU(df, in + i));
+    auto a = hn::And(u, hn::Set(du, 0x7FFFFFFFu));
+    auto sign = hn::And(hn::ShiftRight<24>(u), hn::Set(du, 0x80u));
+    auto odd = hn::And(hn::ShiftRight<20>(a), hn::Set(du, 1u));
+    auto normal = hn::ShiftRight<20>(hn::Add(hn::Add(a, hn::Set(du, 0xC407FFFFu)), odd));
+    normal = hn::Min(normal, hn::Set(du, 0x7Eu));
+    auto magic = hn::Set(df, 16384.0f);
+    auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), magic)), hn::BitCast(du, magic));
+    auto big = hn::IfThenElse(hn::Gt(a, hn::Set(du, 0x7F800000u)), hn::Set(du, 0x7Fu), hn::Set(du, 0x7Eu));
+    auto r = hn::IfThenElse(hn::Lt(a, hn::Set(du, 0x3C800000u)), sub, normal);
+    r = hn::IfThenElse(hn::Gt(a, hn::Set(du, 0x43EFFFFFu)), big, r);
+    r = hn::Or(r, sign);
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, r)), d8, out + i);
+  }
+  for (; i < n; ++i) out[i] = f32_to_e4m3fn_bits(in[i]);
+}
+
+// Loads N float32 lanes from float32 or bfloat16 storage.
+template <typename T, class DF>
+HWY_INLINE hn::Vec<DF> LoadAsF32(DF df, const T* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(df, p);
+  } else {
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Rebind<uint16_t, decltype(du)> d16;
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p)))));
+  }
+}
+
+template <typename T>
+void BinaryF32(int op, T* HWY_RESTRICT out, const T* HWY_RESTRICT a, const T* HWY_RESTRICT b, float alpha, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto valpha = hn::Set(df, alpha);
+  auto load = [&](const T* p) { return LoadAsF32(df, p); };
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto x = load(a + i), y = load(b + i);
+    hn::Vec<decltype(df)> r;
+    if (op == 0) r = hn::Add(x, hn::Mul(valpha, y));
+    else if (op == 1) r = hn::Sub(x, hn::Mul(valpha, y));
+    else r = hn::Mul(x, y);
+    if constexpr (std::is_same_v<T, float>) {
+      hn::StoreU(r, df, out + i);
+    } else {
+      alignas(64) float tmp[64];
+      hn::Store(r, df, tmp);
+      F32ToBF16(tmp, reinterpret_cast<uint16_t*>(out + i), N);
+    }
+  }
+  for (; i < n; ++i) {
+    float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
+    float r = op == 0 ? x + alpha * y : op == 1 ? x - alpha * y : x * y;
+    out[i] = T(r);
+  }
+}
+void BinaryF32Float(int op, float* out, const float* a, const float* b, float alpha, int64_t n) { BinaryF32(op, out, a, b, alpha, n); }
+void BinaryBF16(int op, BFloat16* out, const BFloat16* a, const BFloat16* b, float alpha, int64_t n) { BinaryF32(op, out, a, b, alpha, n); }
+
+template <typename T>
+float SumImpl(const T* HWY_RESTRICT in, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
+  auto load = [&](const T* p) { return LoadAsF32(df, p); };
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    s0 = hn::Add(s0, load(in + i));
+    s1 = hn::Add(s1, load(in + i + N));
+    s2 = hn::Add(s2, load(in + i + 2 * N));
+    s3 = hn::Add(s3, load(in + i + 3 * N));
+  }
+  for (; i + N <= n; i += N) s0 = hn::Add(s0, load(in + i));
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+  for (; i < n; ++i) s += static_cast<float>(in[i]);
+  return s;
+}
+float SumF32(const float* in, int64_t n) { return SumImpl(in, n); }
+float SumBF16(const BFloat16* in, int64_t n) { return SumImpl(in, n); }
+
+}  // namespace anvil::cpu::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace anvil::cpu::simd {
+
+HWY_EXPORT(F32ToBF16);
+HWY_EXPORT(BF16ToF32);
+HWY_EXPORT(F32ToE4M3);
+HWY_EXPORT(BinaryF32Float);
+HWY_EXPORT(BinaryBF16);
+HWY_EXPORT(SumF32);
+HWY_EXPORT(SumBF16);
+
+namespace {
+// Splits a contiguous range over the OpenMP team in cache-friendly chunks.
+template <typename F>
+void parallel_chunks(int64_t n, F&& f) {
+  const int64_t chunk = 1 << 16;
+  const int64_t nchunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+  for (int64_t c = 0; c < nchunks; ++c) f(c * chunk, std::min(chunk, n - c * chunk));
+}
+}  // namespace
+
+bool convert(DType to, DType from, void* dst, const void* src, int64_t n) {
+  if (from == DType::Float32 && to == DType::BFloat16) {
+    parallel_chunks(n, [&](int64_t b, int64_t len) {
+      HWY_DYNAMIC_DISPATCH(F32ToBF16)(static_cast<const float*>(src) + b, static_cast<uint16_t*>(dst) + b, len);
+    });
+    return true;
+  }
+  if (from == DType::BFloat16 && to == DType::Float32) {
+    parallel_chunks(n, [&](int64_t b, int64_t len) {
+      HWY_DYNAMIC_DISPATCH(BF16ToF32)(static_cast<const uint16_t*>(src) + b, static_cast<float*>(dst) + b, len);
+    });
+    return true;
+  }
+  if (from == DType::Float32 && to == DType::Float8_e4m3fn) {
+    parallel_chunks(n, [&](int64_t b, int64_t len) {
+      HWY_DYNAMIC_DISPATCH(F32ToE4M3)(static_cast<const float*>(src) + b, static_cast<uint8_t*>(dst) + b, len);
+    });
+    return true;
+  }
+  return false;
+}
+
+bool binary(BinaryOp op, DType t, void* out, const void* a, const void* b, double alpha, int64_t n) {
+  int code = op == BinaryOp::Add ? 0 : op == BinaryOp::Sub ? 1 : op == BinaryOp::Mul ? 2 : -1;
+  if (code < 0) return false;
+  if (t == DType::Float32) {
+    parallel_chunks(n, [&](int64_t s, int64_t len) {
+      HWY_DYNAMIC_DISPATCH(BinaryF32Float)(code, static_cast<float*>(out) + s, static_cast<const float*>(a) + s,
+                                           static_cast<const float*>(b) + s, static_cast<float>(alpha), len);
+    });
+    return true;
+  }
+  if (t == DType::BFloat16) {
+    parallel_chunks(n, [&](int64_t s, int64_t len) {
+      HWY_DYNAMIC_DISPATCH(BinaryBF16)(code, static_cast<BFloat16*>(out) + s, static_cast<const BFloat16*>(a) + s,
+                                       static_cast<const BFloat16*>(b) + s, static_cast<float>(alpha), len);
+    });
+    return true;
+  }
+  return false;
+}
+
+bool sum(DType t, const void* in, int64_t n, float* out) {
+  if (t == DType::Float32) {
+    *out = HWY_DYNAMIC_DISPATCH(SumF32)(static_cast<const float*>(in), n);
+    return true;
+  }
+  if (t == DType::BFloat16) {
+    *out = HWY_DYNAMIC_DISPATCH(SumBF16)(static_cast<const BFloat16*>(in), n);
+    return true;
+  }
+  return false;
+}
+
+const char* target_name() {
+  // The best target this CPU supports among those compiled in: what HWY_DYNAMIC_DISPATCH picks.
+  int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;
+  return hwy::TargetName(supported & -supported);
+}
+
+}  // namespace anvil::cpu::simd
+#endif  // HWY_ONCE

@@ -1,0 +1,169 @@
+// Indexing: index_select, gather, scatter / scatter_add, masked_fill, embedding.
+#include "anvil/ops.h"
+#include "core/dispatch.h"
+#include "core/kernels.h"
+#include "core/util.h"
+#include "ops/iter.h"
+
+namespace anvil {
+namespace {
+
+Tensor as_index(const char* name, const Tensor& index, bool allow_int32) {
+  ANVIL_CHECK(index.defined(), Error, name, " undefined index tensor");
+  ANVIL_CHECK(index.dtype() == kInt64 || (allow_int32 && index.dtype() == kInt32), DTypeError, name,
+              " Expected dtype int64", allow_int32 ? " or int32" : "", " for index, got ", describe(index));
+  return index.to(kInt64).contiguous();
+}
+
+void fill_gather_params(const char* name, GatherParams& p, const Tensor& self, const Tensor& index, const Tensor* other,
+                        int64_t dim) {
+  ANVIL_CHECK(self.dim() <= kMaxDims, ShapeError, name, " too many dims");
+  ANVIL_CHECK(index.dim() == std::max<int64_t>(self.dim(), 1) || (self.dim() == 0 && index.dim() <= 1), ShapeError, name,
+              " Index tensor must have the same number of dimensions as input tensor: index ", describe(index),
+              ", input ", describe(self));
+  int64_t nd = std::max<int64_t>(self.dim(), 1);
+  p.ndim = static_cast<int>(nd);
+  p.dim = static_cast<int>(dim);
+  p.numel = index.numel();
+  p.dtype = self.dtype();
+  p.self_dim_size = self.dim() == 0 ? 1 : self.size(dim);
+  for (int64_t d = 0; d < nd; ++d) {
+    int64_t is = index.dim() == 0 ? 1 : index.size(d);
+    p.sizes[d] = is;
+    p.index_strides[d] = index.dim() == 0 ? 0 : index.stride(d);
+    p.self_strides[d] = self.dim() == 0 ? 0 : self.stride(d);
+    if (self.dim() > 0 && d != dim)
+      ANVIL_CHECK(is <= self.size(d), ShapeError, name, " Size does not match at dimension ", d,
+                  " expected index ", describe(index), " to be no larger than self ", describe(self),
+                  " apart from dimension ", dim);
+    if (other) {
+      p.other_strides[d] = other->dim() == 0 ? 0 : other->stride(d);
+      if (other->dim() > 0)
+        ANVIL_CHECK(is <= other->size(d), ShapeError, name, " Expected index ", describe(index),
+                    " to be no larger than src ", describe(*other), " in dimension ", d);
+    }
+  }
+}
+
+Tensor scatter_impl(const char* name, const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor* src,
+                    const Scalar* value, bool accumulate) {
+  ANVIL_CHECK(x.defined(), Error, name, " undefined tensor");
+  int64_t d = wrap_dim(dim, x.dim(), name);
+  Tensor index = as_index(name, index_in, false);
+  check_same_device(name, x, index);
+  Tensor out = x.clone();
+  dispatch_arith_types(x.dtype(), name, [](auto) {});
+  Tensor srcc;
+  if (src) {
+    check_same_device(name, x, *src);
+    ANVIL_CHECK(src->dtype() == x.dtype(), DTypeError, name, " Expected self.dtype to be equal to src.dtype: self ",
+                describe(x), ", src ", describe(*src));
+    srcc = *src;
+  }
+  if (index.numel() == 0) return out;
+  GatherParams p;
+  fill_gather_params(name, p, out, index, src ? &srcc : nullptr, d);
+  p.self = out.raw_data_ptr();
+  p.out_or_src = src ? srcc.raw_data_ptr() : nullptr;
+  p.index = static_cast<const int64_t*>(index.raw_data_ptr());
+  p.accumulate = accumulate;
+  if (value) p.scalar0 = to_scalar_arg(*value);
+  ANVIL_KERNEL(x.device(), scatter, p);
+  return out;
+}
+
+}  // namespace
+
+Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index_in) {
+  const char* name = "[index_select]";
+  ANVIL_CHECK(x_in.defined(), Error, name, " undefined tensor");
+  int64_t d = wrap_dim(dim, x_in.dim(), name);
+  ANVIL_CHECK(index_in.defined() && index_in.dim() <= 1, ShapeError, name,
+              " Index is supposed to be a vector, got ", describe(index_in));
+  Tensor index = as_index(name, index_in, true);
+  check_same_device(name, x_in, index);
+  Tensor x = x_in.dim() == 0 ? x_in.reshape({1}) : x_in.contiguous();
+  Shape out_shape = x.sizes();
+  out_shape[d] = index.numel();
+  if (x_in.dim() == 0) out_shape = index_in.dim() == 0 ? Shape{} : Shape{index.numel()};
+  Tensor out = empty(out_shape, TensorOptions(x.dtype()).device(x.device()));
+  IndexSelectParams p;
+  p.dtype = x.dtype();
+  p.in_dim = x.size(d);
+  p.n_index = index.numel();
+  p.outer = 1;
+  p.inner = 1;
+  for (int64_t i = 0; i < d; ++i) p.outer *= x.size(i);
+  for (int64_t i = d + 1; i < x.dim(); ++i) p.inner *= x.size(i);
+  if (out.numel() == 0 && p.n_index == 0) return out;
+  ANVIL_CHECK(p.in_dim > 0 || p.n_index == 0, IndexError, name, " index out of range in self: selecting from ",
+              describe(x_in), " along an empty dim ", d);
+  if (out.numel() == 0) return out;
+  p.in = x.raw_data_ptr();
+  p.out = out.raw_data_ptr();
+  p.index = static_cast<const int64_t*>(index.raw_data_ptr());
+  ANVIL_KERNEL(x.device(), index_select, p);
+  return out;
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
+  const char* name = "[gather]";
+  ANVIL_CHECK(x.defined(), Error, name, " undefined tensor");
+  int64_t d = wrap_dim(dim, x.dim(), name);
+  Tensor index = as_index(name, index_in, false);
+  check_same_device(name, x, index);
+  Tensor out = empty(index_in.sizes(), TensorOptions(x.dtype()).device(x.device()));
+  GatherParams p;
+  fill_gather_params(name, p, x, index, &out, d);
+  if (out.numel() == 0) return out;
+  p.self = x.raw_data_ptr();
+  p.out_or_src = out.raw_data_ptr();
+  p.index = static_cast<const int64_t*>(index.raw_data_ptr());
+  ANVIL_KERNEL(x.device(), gather, p);
+  return out;
+}
+
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return scatter_impl("[scatter]", x, dim, index, &src, nullptr, false);
+}
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Scalar& value) {
+  return scatter_impl("[scatter]", x, dim, index, nullptr, &value, false);
+}
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return scatter_impl("[scatter_add]", x, dim, index, &src, nullptr, true);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
+  const char* name = "[masked_fill]";
+  ANVIL_CHECK(x.defined() && mask.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(mask.dtype() == kBool, DTypeError, name, " expected mask dtype to be Bool but got ", dtype_name(mask.dtype()));
+  check_same_device(name, x, mask);
+  Shape shape = broadcast_shapes(x.sizes(), mask.sizes());
+  Tensor out = empty(shape, TensorOptions(x.dtype()).device(x.device()));
+  if (out.numel() == 0) return out;
+  // out = keep ? x : value, with keep = !mask: the where kernel's scalar operand is the "else".
+  Tensor keep = logical_not(mask);
+  ElementwiseParams p = make_elementwise(name, out, {&keep, &x});
+  p.dtype = x.dtype();
+  p.scalar0 = to_scalar_arg(value);
+  ANVIL_KERNEL(out.device(), where, p);
+  return out;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  ANVIL_CHECK(weight.defined() && weight.dim() == 2, ShapeError, "[embedding] weight must be 2-D, got ", describe(weight));
+  ANVIL_CHECK(indices.defined() && (indices.dtype() == kInt64 || indices.dtype() == kInt32), DTypeError,
+              "[embedding] Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got ",
+              describe(indices));
+  Shape out_shape = indices.sizes();
+  out_shape.push_back(weight.size(1));
+  Tensor flat = indices.reshape({-1});
+  try {
+    return index_select(weight, 0, flat).view(out_shape);
+  } catch (const IndexError& e) {
+    std::string msg = e.what();
+    throw IndexError("[embedding]" + msg.substr(msg.find(']') + 1));
+  }
+}
+
+}  // namespace anvil

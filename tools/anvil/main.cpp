@@ -1,0 +1,56 @@
+// anvil: the command-line front end (info, bench-ops; the runtime adds run/bench/logits).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <omp.h>
+
+#include "anvil/anvil.h"
+#include "bench_ops.h"
+
+namespace {
+
+int cmd_info() {
+  std::printf("%s\n", anvil::build_info().c_str());
+  std::printf("cpu: SIMD target %s, %d OpenMP threads\n", anvil::cpu_simd_target().c_str(), omp_get_max_threads());
+  auto cpu = anvil::memory_stats(anvil::kCPU);
+  std::printf("cpu memory: %s\n", anvil::memory_stats_str(anvil::kCPU).c_str());
+  (void)cpu;
+  if (!anvil::cuda::is_available()) {
+    std::printf("cuda: not available: %s\n", anvil::cuda::unavailable_reason().c_str());
+    return 0;
+  }
+  int n = anvil::cuda::device_count();
+  std::printf("cuda: %d device(s)\n", n);
+  for (int i = 0; i < n; ++i) {
+    auto p = anvil::cuda::get_device_properties(i);
+    std::printf("  cuda:%d %s, compute capability %d.%d, %d SMs, %.1f GiB, L2 %.1f MiB, driver %d, runtime %d\n", i,
+                p.name.c_str(), p.major, p.minor, p.multiprocessor_count, p.total_memory / 1073741824.0,
+                p.l2_cache_size / 1048576.0, p.driver_version, p.runtime_version);
+    std::printf("  cuda:%d memory: %s\n", i, anvil::memory_stats_str(anvil::Device(anvil::kCUDA, i)).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"anvil: tensor kernels and an MoE LLM runtime for x86-64 CPUs and NVIDIA GPUs"};
+  app.require_subcommand(1);
+  app.add_subcommand("info", "print devices, memory, SIMD target, build options");
+
+  anvil::bench::BenchOpsOptions bo;
+  auto* bench_ops = app.add_subcommand("bench-ops", "time op cases against a bandwidth ceiling measured in the same run");
+  bench_ops->add_option("--device", bo.device, "cpu | cuda | cuda:N")->capture_default_str();
+  bench_ops->add_option("--filter", bo.filter, "run only cases whose name contains this text");
+  bench_ops->add_option("--json", bo.json_path, "write results to this JSON file");
+  bench_ops->add_option("--reps", bo.reps, "timed repetitions per case (default: 15 cpu, 50 cuda)");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (app.got_subcommand("info")) return cmd_info();
+    if (app.got_subcommand("bench-ops")) return anvil::bench::run_bench_ops(bo);
+  } catch (const anvil::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
