@@ -5,6 +5,7 @@
 #include <hwy/foreach_target.h>  // NOLINT: must precede highway.h
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/element.h"
@@ -72,6 +73,85 @@ void F32ToE4M3(const float* HWY_RESTRICT in, uint8_t* HWY_RESTRICT out, int64_t 
     hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, r)), d8, out + i);
   }
   for (; i < n; ++i) out[i] = f32_to_e4m3fn_bits(in[i]);
+}
+
+// float32 -> float16 bits: F16C-class hardware rounding (nearest even, overflow to inf), with
+// NaN lanes rewritten to sign|0x7E00 like the scalar rule.
+void F32ToF16(const float* HWY_RESTRICT in, uint16_t* HWY_RESTRICT out, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const hn::Rebind<uint16_t, decltype(df)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto v = hn::LoadU(df, in + i);
+    auto h = hn::BitCast(d16, hn::DemoteTo(dh, v));  // NaN stays NaN with its sign
+    auto is_nan = hn::Gt(hn::And(h, hn::Set(d16, uint16_t{0x7FFF})), hn::Set(d16, uint16_t{0x7C00}));
+    auto nan16 = hn::Or(hn::And(h, hn::Set(d16, uint16_t{0x8000})), hn::Set(d16, uint16_t{0x7E00}));
+    hn::StoreU(hn::IfThenElse(is_nan, nan16, h), d16, out + i);
+  }
+  for (; i < n; ++i) out[i] = f32_to_f16_bits(in[i]);
+}
+
+// float16 bits -> float32: hardware widening (exact), NaN lanes rebuilt bit for bit like the
+// scalar rule (the hardware would set the quiet bit of signalling NaNs).
+void F16ToF32(const uint16_t* HWY_RESTRICT in, float* HWY_RESTRICT out, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const hn::Rebind<uint16_t, decltype(df)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto h16 = hn::LoadU(d16, in + i);
+    auto f = hn::PromoteTo(df, hn::BitCast(dh, h16));
+    auto h = hn::PromoteTo(du, h16);
+    auto is_nan = hn::Gt(hn::And(h, hn::Set(du, 0x7FFFu)), hn::Set(du, 0x7C00u));
+    auto nan = hn::Or(hn::Or(hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u))), hn::Set(du, 0x7F800000u)),
+                      hn::ShiftLeft<13>(hn::And(h, hn::Set(du, 0x3FFu))));
+    hn::StoreU(hn::BitCast(df, hn::IfThenElse(is_nan, nan, hn::BitCast(du, f))), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = f16_bits_to_f32(in[i]);
+}
+
+// float8 bytes -> float32 through a 256-entry table built from the scalar decoder.
+void F8ToF32(const uint8_t* HWY_RESTRICT in, float* HWY_RESTRICT out, int64_t n, const float* HWY_RESTRICT table) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(df)> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto idx = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(df)>(), hn::LoadU(d8, in + i)));
+    hn::StoreU(hn::GatherIndex(df, table, idx), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = table[in[i]];
+}
+
+// float32 -> float8_e5m2 (overflow to inf), same construction as F32ToE4M3 with the e5m2
+// constants: subnormal step 2^-16 is the ulp of 2^7.
+void F32ToE5M2(const float* HWY_RESTRICT in, uint8_t* HWY_RESTRICT out, int64_t n) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(du)> di;
+  const hn::Rebind<uint8_t, decltype(du)> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto u = hn::BitCast(du, hn::LoadU(df, in + i));
+    auto a = hn::And(u, hn::Set(du, 0x7FFFFFFFu));
+    auto sign = hn::And(hn::ShiftRight<24>(u), hn::Set(du, 0x80u));
+    auto odd = hn::And(hn::ShiftRight<21>(a), hn::Set(du, 1u));
+    auto normal = hn::ShiftRight<21>(hn::Add(hn::Add(a, hn::Set(du, 0xC80FFFFFu)), odd));
+    auto magic = hn::Set(df, 128.0f);
+    auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), magic)), hn::BitCast(du, magic));
+    auto big = hn::IfThenElse(hn::Gt(a, hn::Set(du, 0x7F800000u)), hn::Set(du, 0x7Fu), hn::Set(du, 0x7Cu));
+    auto r = hn::IfThenElse(hn::Lt(a, hn::Set(du, 0x38800000u)), sub, normal);
+    r = hn::IfThenElse(hn::Gt(a, hn::Set(du, 0x477FFFFFu)), big, r);
+    r = hn::Or(r, sign);
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, r)), d8, out + i);
+  }
+  for (; i < n; ++i) out[i] = f32_to_e5m2_bits(in[i]);
 }
 
 // Loads N float32 lanes from float32 or bfloat16 storage.
@@ -146,6 +226,10 @@ namespace anvil::cpu::simd {
 HWY_EXPORT(F32ToBF16);
 HWY_EXPORT(BF16ToF32);
 HWY_EXPORT(F32ToE4M3);
+HWY_EXPORT(F32ToE5M2);
+HWY_EXPORT(F32ToF16);
+HWY_EXPORT(F16ToF32);
+HWY_EXPORT(F8ToF32);
 HWY_EXPORT(BinaryF32Float);
 HWY_EXPORT(BinaryBF16);
 HWY_EXPORT(SumF32);
@@ -162,26 +246,61 @@ void parallel_chunks(int64_t n, F&& f) {
 }
 }  // namespace
 
+// The five float storage types convert through float32 (exact for every pair: c10 rounds
+// into the narrow types from float32 too). One SIMD decoder and one encoder per type.
+bool is_simd_float(DType t) {
+  return t == DType::Float32 || t == DType::BFloat16 || t == DType::Float16 || t == DType::Float8_e4m3fn ||
+         t == DType::Float8_e5m2;
+}
+
+const float* f8_table(DType t) {
+  static const auto make = [](bool e4m3) {
+    auto* table = new float[256];
+    for (int b = 0; b < 256; ++b)
+      table[b] = e4m3 ? e4m3fn_bits_to_f32(static_cast<uint8_t>(b)) : e5m2_bits_to_f32(static_cast<uint8_t>(b));
+    return table;
+  };
+  static const float* e4m3 = make(true);
+  static const float* e5m2 = make(false);
+  return t == DType::Float8_e4m3fn ? e4m3 : e5m2;
+}
+
+void decode_f32(DType from, const void* src, float* out, int64_t n) {
+  switch (from) {
+    case DType::Float32: std::memcpy(out, src, static_cast<size_t>(n) * 4); break;
+    case DType::BFloat16: HWY_DYNAMIC_DISPATCH(BF16ToF32)(static_cast<const uint16_t*>(src), out, n); break;
+    case DType::Float16: HWY_DYNAMIC_DISPATCH(F16ToF32)(static_cast<const uint16_t*>(src), out, n); break;
+    default: HWY_DYNAMIC_DISPATCH(F8ToF32)(static_cast<const uint8_t*>(src), out, n, f8_table(from)); break;
+  }
+}
+
+void encode_f32(DType to, const float* in, void* dst, int64_t n) {
+  switch (to) {
+    case DType::Float32: std::memcpy(dst, in, static_cast<size_t>(n) * 4); break;
+    case DType::BFloat16: HWY_DYNAMIC_DISPATCH(F32ToBF16)(in, static_cast<uint16_t*>(dst), n); break;
+    case DType::Float16: HWY_DYNAMIC_DISPATCH(F32ToF16)(in, static_cast<uint16_t*>(dst), n); break;
+    case DType::Float8_e4m3fn: HWY_DYNAMIC_DISPATCH(F32ToE4M3)(in, static_cast<uint8_t*>(dst), n); break;
+    default: HWY_DYNAMIC_DISPATCH(F32ToE5M2)(in, static_cast<uint8_t*>(dst), n); break;
+  }
+}
+
 bool convert(DType to, DType from, void* dst, const void* src, int64_t n) {
-  if (from == DType::Float32 && to == DType::BFloat16) {
-    parallel_chunks(n, [&](int64_t b, int64_t len) {
-      HWY_DYNAMIC_DISPATCH(F32ToBF16)(static_cast<const float*>(src) + b, static_cast<uint16_t*>(dst) + b, len);
-    });
-    return true;
-  }
-  if (from == DType::BFloat16 && to == DType::Float32) {
-    parallel_chunks(n, [&](int64_t b, int64_t len) {
-      HWY_DYNAMIC_DISPATCH(BF16ToF32)(static_cast<const uint16_t*>(src) + b, static_cast<float*>(dst) + b, len);
-    });
-    return true;
-  }
-  if (from == DType::Float32 && to == DType::Float8_e4m3fn) {
-    parallel_chunks(n, [&](int64_t b, int64_t len) {
-      HWY_DYNAMIC_DISPATCH(F32ToE4M3)(static_cast<const float*>(src) + b, static_cast<uint8_t*>(dst) + b, len);
-    });
-    return true;
-  }
-  return false;
+  if (!is_simd_float(to) || !is_simd_float(from) || to == from) return false;
+  const size_t in_es = element_size(from), out_es = element_size(to);
+  parallel_chunks(n, [&](int64_t b, int64_t len) {
+    const char* in = static_cast<const char*>(src) + b * in_es;
+    char* out = static_cast<char*>(dst) + b * out_es;
+    if (from == DType::Float32) return encode_f32(to, reinterpret_cast<const float*>(in), out, len);
+    if (to == DType::Float32) return decode_f32(from, in, reinterpret_cast<float*>(out), len);
+    // Neither side is float32: through a float32 buffer that stays in L1.
+    alignas(64) float buf[2048];
+    for (int64_t k = 0; k < len; k += 2048) {
+      int64_t m = std::min<int64_t>(2048, len - k);
+      decode_f32(from, in + k * in_es, buf, m);
+      encode_f32(to, buf, out + k * out_es, m);
+    }
+  });
+  return true;
 }
 
 bool binary(BinaryOp op, DType t, void* out, const void* a, const void* b, double alpha, int64_t n) {
