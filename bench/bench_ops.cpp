@@ -36,8 +36,8 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Median microseconds of one call.
-double time_eager(Device dev, const Case& c, int reps) {
+// Median (or, for ceilings, minimum) microseconds of one call.
+double time_eager(Device dev, const Case& c, int reps, bool best = false) {
   for (int w = 0; w < 2; ++w) c.run(w % c.rotations);
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
@@ -55,7 +55,7 @@ double time_eager(Device dev, const Case& c, int reps) {
       t.push_back(a.elapsed_time(b) * 1000.0);
     }
   }
-  return median(t);
+  return best ? *std::min_element(t.begin(), t.end()) : median(t);
 }
 
 // CUDA kernel time: capture 20 calls in a graph, replay, divide (no launch gaps).
@@ -92,6 +92,9 @@ std::vector<Case> make_cases(Device dev, int64_t n) {
   std::vector<Case> cases;
   auto opts = [&](DType t) { return TensorOptions(t).device(dev); };
   const double f32 = 4.0 * n;
+  // CPU fractions are of the read bandwidth (stores cost DRAM bandwidth too, so read is the
+  // strict ceiling); CUDA fractions are of device-to-device copy bandwidth, as PyTorch quotes.
+  const std::string ceil = dev.is_cpu() ? "read" : "copy";
   int rot = rotations_for(dev, f32);
 
   auto inputs = [&](DType t, int count) {
@@ -102,38 +105,38 @@ std::vector<Case> make_cases(Device dev, int64_t n) {
   {
     auto src = inputs(kFloat32, rot);
     Tensor dst = empty({n}, opts(kFloat32));
-    cases.push_back({"copy f32 " + std::to_string(n), 2 * f32, "copy", [=](int r) mutable { dst.copy_(src[r]); }, rot});
+    cases.push_back({"copy f32 " + std::to_string(n), 2 * f32, ceil, [=](int r) mutable { dst.copy_(src[r]); }, rot});
   }
   {
     auto src = inputs(kFloat32, rot);
     Tensor dst = empty({n}, opts(kBFloat16));
-    cases.push_back({"cast f32->bf16 " + std::to_string(n), f32 + 2.0 * n, "copy", [=](int r) mutable { dst.copy_(src[r]); }, rot});
+    cases.push_back({"cast f32->bf16 " + std::to_string(n), f32 + 2.0 * n, ceil, [=](int r) mutable { dst.copy_(src[r]); }, rot});
   }
   {
     auto src = inputs(kFloat32, rot);
     Tensor dst = empty({n}, opts(kFloat8_e4m3fn));
-    cases.push_back({"cast f32->fp8e4m3 " + std::to_string(n), f32 + 1.0 * n, "copy", [=](int r) mutable { dst.copy_(src[r]); }, rot});
+    cases.push_back({"cast f32->fp8e4m3 " + std::to_string(n), f32 + 1.0 * n, ceil, [=](int r) mutable { dst.copy_(src[r]); }, rot});
   }
   {
     auto src = inputs(kBFloat16, rot);
     Tensor dst = empty({n}, opts(kFloat32));
-    cases.push_back({"cast bf16->f32 " + std::to_string(n), 2.0 * n + f32, "copy", [=](int r) mutable { dst.copy_(src[r]); }, rot});
+    cases.push_back({"cast bf16->f32 " + std::to_string(n), 2.0 * n + f32, ceil, [=](int r) mutable { dst.copy_(src[r]); }, rot});
   }
   {
     auto a = inputs(kFloat32, rot), b = inputs(kFloat32, rot);
-    cases.push_back({"add f32 " + std::to_string(n), 3 * f32, "copy", [=](int r) { (void)add(a[r], b[r]); }, rot});
+    cases.push_back({"add f32 " + std::to_string(n), 3 * f32, ceil, [=](int r) { (void)add(a[r], b[r]); }, rot});
   }
   {
     auto a = inputs(kBFloat16, rot), b = inputs(kBFloat16, rot);
-    cases.push_back({"add bf16 " + std::to_string(n), 3 * 2.0 * n, "copy", [=](int r) { (void)add(a[r], b[r]); }, rot});
+    cases.push_back({"add bf16 " + std::to_string(n), 3 * 2.0 * n, ceil, [=](int r) { (void)add(a[r], b[r]); }, rot});
   }
   {
     auto a = inputs(kFloat32, rot);
-    cases.push_back({"sum f32 " + std::to_string(n), f32, "read", [=](int r) { (void)sum(a[r]); }, rot});
+    cases.push_back({"sum f32 " + std::to_string(n), f32, ceil, [=](int r) { (void)sum(a[r]); }, rot});
   }
   {
     auto a = inputs(kBFloat16, rot);
-    cases.push_back({"sum bf16 " + std::to_string(n), 2.0 * n, "read", [=](int r) { (void)sum(a[r]); }, rot});
+    cases.push_back({"sum bf16 " + std::to_string(n), 2.0 * n, ceil, [=](int r) { (void)sum(a[r]); }, rot});
   }
   return cases;
 }
@@ -158,13 +161,13 @@ int run_bench_ops(const BenchOpsOptions& o) {
     Tensor a = rand({ceil_n}, TensorOptions(kFloat32).device(dev));
     Tensor b = empty({ceil_n}, TensorOptions(kFloat32).device(dev));
     Case copy{"ceiling copy", 8.0 * ceil_n, "copy", [&](int) { b.copy_(a); }, 1};
-    double us = time_eager(dev, copy, dev.is_cpu() ? 7 : 20);
+    double us = time_eager(dev, copy, dev.is_cpu() ? 9 : 20, true);
     copy_gbps = copy.bytes / us * 1e-3;
     Case read{"ceiling read", 4.0 * ceil_n, "read", [&](int) { (void)sum(a); }, 1};
-    us = time_eager(dev, read, dev.is_cpu() ? 7 : 20);
+    us = time_eager(dev, read, dev.is_cpu() ? 9 : 20, true);
     read_gbps = read.bytes / us * 1e-3;
   }
-  std::printf("ceiling: copy %.1f GB/s (read+write), read %.1f GB/s (float32 sum)\n\n", copy_gbps, read_gbps);
+  std::printf("ceiling (best of 9): copy %.1f GB/s (read+write), read %.1f GB/s (float32 sum)\n\n", copy_gbps, read_gbps);
 
   const int64_t n = dev.is_cpu() ? (int64_t{1} << 26) : (int64_t{1} << 28);
   std::vector<Case> cases = make_cases(dev, n);

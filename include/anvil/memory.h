@@ -21,7 +21,7 @@ struct MemoryStats {
 
 ANVIL_API MemoryStats memory_stats(Device device);
 ANVIL_API void reset_peak_memory_stats(Device device);
-// Returns cached, unused blocks to the system (CUDA); no-op on CPU, whose allocator does not cache.
+// Returns cached, unused blocks to the system (CUDA; on CPU the cache of blocks >= 1 MiB).
 ANVIL_API void empty_cache(Device device = Device(kCUDA, 0));
 ANVIL_API std::string memory_stats_str(Device device);
 

@@ -1,8 +1,12 @@
 // CPU allocator: 64-byte aligned (one cache line, the widest AVX-512 vector), with stats.
-// It does not cache: the system allocator already does, and CPU memory is not the scarce kind.
+// Blocks of 1 MiB and more are rounded to 2 MiB and kept in a bounded cache on free: the
+// system returns such blocks to the kernel, and faulting a fresh 256 MiB output back in cost
+// 60% of an fp32 add's time on the 2-core Zen 5 dev machine. Small blocks go to malloc.
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <vector>
 
 #include "anvil/memory.h"
 #include "core/kernels.h"
@@ -11,9 +15,15 @@
 namespace anvil {
 namespace {
 
+constexpr size_t kLargeBlock = size_t{1} << 20;
+constexpr size_t kLargeRound = size_t{2} << 20;
+constexpr int64_t kCacheLimit = int64_t{2} << 30;  // cached (free) bytes kept at most
+
 struct CpuStats {
   std::mutex mu;
   MemoryStats s;
+  std::multimap<size_t, void*> cache;  // free large blocks by size
+  int64_t cached_bytes = 0;
 };
 CpuStats& cpu_stats() {
   static CpuStats* stats = new CpuStats;  // leaked on purpose: storages may die during exit
@@ -21,13 +31,37 @@ CpuStats& cpu_stats() {
 }
 
 void cpu_free(void* p, size_t nbytes) {
-  std::free(p);
   auto& st = cpu_stats();
   std::lock_guard<std::mutex> lock(st.mu);
   st.s.allocated_bytes -= static_cast<int64_t>(nbytes);
-  st.s.reserved_bytes -= static_cast<int64_t>(nbytes);
   st.s.num_frees += 1;
+  if (nbytes >= kLargeBlock && static_cast<int64_t>(nbytes) <= kCacheLimit) {
+    // Keep the most recently freed block: evict the largest cached ones until it fits.
+    while (st.cached_bytes + static_cast<int64_t>(nbytes) > kCacheLimit) {
+      auto victim = std::prev(st.cache.end());
+      std::free(victim->second);
+      st.cached_bytes -= static_cast<int64_t>(victim->first);
+      st.s.reserved_bytes -= static_cast<int64_t>(victim->first);
+      st.s.num_segments -= 1;
+      st.cache.erase(victim);
+    }
+    st.cache.emplace(nbytes, p);
+    st.cached_bytes += static_cast<int64_t>(nbytes);
+    return;
+  }
+  std::free(p);
+  st.s.reserved_bytes -= static_cast<int64_t>(nbytes);
   st.s.num_segments -= 1;
+}
+
+void release_cache(CpuStats& st) {
+  for (auto& [size, p] : st.cache) {
+    std::free(p);
+    st.s.reserved_bytes -= static_cast<int64_t>(size);
+    st.s.num_segments -= 1;
+  }
+  st.cache.clear();
+  st.cached_bytes = 0;
 }
 
 }  // namespace
@@ -36,8 +70,28 @@ std::shared_ptr<StorageImpl> allocate_storage(Device device, size_t nbytes) {
   if (device.is_cuda()) return cuda_backend::allocate(device, nbytes);
   size_t rounded = (nbytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
-  void* p = std::aligned_alloc(64, rounded);
+  if (rounded >= kLargeBlock) rounded = (rounded + kLargeRound - 1) / kLargeRound * kLargeRound;
   auto& st = cpu_stats();
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    auto it = st.cache.find(rounded);
+    if (it != st.cache.end()) {
+      void* p = it->second;
+      st.cache.erase(it);
+      st.cached_bytes -= static_cast<int64_t>(rounded);
+      st.s.allocated_bytes += static_cast<int64_t>(rounded);
+      st.s.peak_allocated_bytes = std::max(st.s.peak_allocated_bytes, st.s.allocated_bytes);
+      st.s.num_allocs += 1;
+      st.s.num_cache_hits += 1;
+      return std::make_shared<StorageImpl>(p, nbytes, device, [rounded](void* q) { cpu_free(q, rounded); });
+    }
+  }
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p && !st.cache.empty()) {
+    std::lock_guard<std::mutex> lock(st.mu);
+    release_cache(st);
+    p = std::aligned_alloc(64, rounded);
+  }
   if (!p) {
     std::lock_guard<std::mutex> lock(st.mu);
     st.s.num_ooms += 1;
@@ -72,7 +126,10 @@ void reset_peak_memory_stats(Device device) {
 }
 
 void empty_cache(Device device) {
-  if (device.is_cuda()) cuda_backend::empty_cache(device.index);
+  if (device.is_cuda()) return cuda_backend::empty_cache(device.index);
+  auto& st = cpu_stats();
+  std::lock_guard<std::mutex> lock(st.mu);
+  release_cache(st);
 }
 
 std::string memory_stats_str(Device device) {

@@ -1,4 +1,7 @@
 // CPU copy (dtype conversion over strides), fill and the Philox random fill.
+#include <omp.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "core/dispatch.h"
@@ -14,8 +17,9 @@ void copy(const ElementwiseParams& p) {
   if (p.contiguous) {
     if (p.out_dtype == p.dtype) {
       const size_t bytes = static_cast<size_t>(p.numel) * element_size(p.dtype);
-      // memcpy per thread chunk: one thread does not saturate DRAM on this class of machine.
-      const int64_t chunk = 1 << 20;
+      // One large memcpy per thread: one thread does not saturate DRAM here, and large calls
+      // let glibc use non-temporal stores (no read-for-ownership of the destination).
+      const int64_t chunk = std::max<int64_t>(1 << 20, static_cast<int64_t>(bytes) / omp_get_max_threads() + 4096);
       const int64_t nchunks = (static_cast<int64_t>(bytes) + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (nchunks > 1)
       for (int64_t c = 0; c < nchunks; ++c) {
