@@ -132,6 +132,10 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
 // computeStride: chunks of dims that are contiguous among themselves can be regrouped).
 bool view_strides(const Shape& sizes, const Shape& strides, const Shape& shape, Shape& out) {
   out.assign(shape.size(), 0);
+  if (sizes.empty()) {  // a 0-dim tensor views as any all-ones shape
+    out.assign(shape.size(), 1);
+    return true;
+  }
   if (shape_numel(sizes) == 0) {
     out = contiguous_strides(shape);
     return true;
@@ -160,7 +164,25 @@ bool view_strides(const Shape& sizes, const Shape& strides, const Shape& shape, 
 }  // namespace
 
 Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, std::optional<int64_t> offset) const {
-  return Tensor(storage_, sizes, strides, offset.value_or(offset_), dtype_);
+  return as_op("[as_strided]", [&] {
+    int64_t off = offset.value_or(offset_);
+    ANVIL_CHECK(sizes.size() == strides.size(), ShapeError, "[as_strided] mismatch in length of strides and shape: sizes ",
+                shape_str(sizes), ", strides ", shape_str(strides));
+    // The furthest element must lie inside the storage.
+    int64_t last = off;
+    bool empty = false;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      ANVIL_CHECK(strides[i] >= 0, ShapeError, "[as_strided] negative strides are not supported: ", shape_str(strides));
+      if (sizes[i] == 0) empty = true;
+      else last += (sizes[i] - 1) * strides[i];
+    }
+    ANVIL_CHECK(off >= 0, ShapeError, "[as_strided] negative storage offset ", off);
+    size_t need = empty ? 0 : static_cast<size_t>(last + 1) * element_size();
+    ANVIL_CHECK(!storage_ || need <= storage_->nbytes, ShapeError, "[as_strided] sizes ", shape_str(sizes), ", strides ",
+                shape_str(strides), ", storage offset ", off, " and itemsize ", element_size(),
+                " require a storage of ", need, " bytes, out of bounds for storage of ", storage_->nbytes, " bytes");
+    return Tensor(storage_, sizes, strides, off, dtype_);
+  });
 }
 
 Tensor Tensor::view(const Shape& shape) const {

@@ -30,7 +30,8 @@ inline void offsets(const GatherParams& p, int64_t i, int64_t& oi, int64_t& os, 
 }  // namespace
 
 void index_select(const IndexSelectParams& p) {
-  std::atomic<int64_t> bad{-1};  // an index can't be -1 legitimately: negatives are errors
+  std::atomic<bool> bad{false};
+  std::atomic<int64_t> bad_value{0};
   const size_t es = element_size(p.dtype);
   const size_t row = static_cast<size_t>(p.inner) * es;
   const char* in = static_cast<const char*>(p.in);
@@ -40,14 +41,15 @@ void index_select(const IndexSelectParams& p) {
     int64_t o = oj / p.n_index, j = oj % p.n_index;
     int64_t k = p.index[j];
     if (k < 0 || k >= p.in_dim) {
-      bad.store(k);
+      bad.store(true);
+      bad_value.store(k);
       std::memset(out + static_cast<size_t>(oj) * row, 0, row);
       continue;
     }
     std::memcpy(out + static_cast<size_t>(oj) * row, in + (static_cast<size_t>(o * p.in_dim + k)) * row, row);
   }
-  if (bad.load() != -1)
-    throw IndexError(detail::cat_message("[index_select] index out of range in self: index ", bad.load(),
+  if (bad.load())
+    throw IndexError(detail::cat_message("[index_select] index out of range in self: index ", bad_value.load(),
                                          " for a dimension of size ", p.in_dim));
 }
 

@@ -196,26 +196,32 @@ void BinaryF32(int op, T* HWY_RESTRICT out, const T* HWY_RESTRICT a, const T* HW
 void BinaryF32Float(int op, float* out, const float* a, const float* b, float alpha, int64_t n) { BinaryF32(op, out, a, b, alpha, n); }
 void BinaryBF16(int op, BFloat16* out, const BFloat16* a, const BFloat16* b, float alpha, int64_t n) { BinaryF32(op, out, a, b, alpha, n); }
 
+// Float32 lanes over blocks of 4096 elements (each lane adds at most 64 values), block totals
+// in double: error near a pairwise sum's at the speed of a plain vector loop.
 template <typename T>
-float SumImpl(const T* HWY_RESTRICT in, int64_t n) {
+double SumImpl(const T* HWY_RESTRICT in, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  auto s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
+  constexpr int64_t kBlock = 4096;
   auto load = [&](const T* p) { return LoadAsF32(df, p); };
+  double total = 0;
   int64_t i = 0;
-  for (; i + 4 * N <= n; i += 4 * N) {
-    s0 = hn::Add(s0, load(in + i));
-    s1 = hn::Add(s1, load(in + i + N));
-    s2 = hn::Add(s2, load(in + i + 2 * N));
-    s3 = hn::Add(s3, load(in + i + 3 * N));
+  while (i + 4 * N <= n) {
+    auto s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
+    const int64_t end = std::min(n, i + kBlock);
+    for (; i + 4 * N <= end; i += 4 * N) {
+      s0 = hn::Add(s0, load(in + i));
+      s1 = hn::Add(s1, load(in + i + N));
+      s2 = hn::Add(s2, load(in + i + 2 * N));
+      s3 = hn::Add(s3, load(in + i + 3 * N));
+    }
+    total += static_cast<double>(hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3)))));
   }
-  for (; i + N <= n; i += N) s0 = hn::Add(s0, load(in + i));
-  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
-  for (; i < n; ++i) s += static_cast<float>(in[i]);
-  return s;
+  for (; i < n; ++i) total += static_cast<double>(static_cast<float>(in[i]));
+  return total;
 }
-float SumF32(const float* in, int64_t n) { return SumImpl(in, n); }
-float SumBF16(const BFloat16* in, int64_t n) { return SumImpl(in, n); }
+double SumF32(const float* in, int64_t n) { return SumImpl(in, n); }
+double SumBF16(const BFloat16* in, int64_t n) { return SumImpl(in, n); }
 
 }  // namespace anvil::cpu::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -323,7 +329,7 @@ bool binary(BinaryOp op, DType t, void* out, const void* a, const void* b, doubl
   return false;
 }
 
-bool sum(DType t, const void* in, int64_t n, float* out) {
+bool sum(DType t, const void* in, int64_t n, double* out) {
   if (t == DType::Float32) {
     *out = HWY_DYNAMIC_DISPATCH(SumF32)(static_cast<const float*>(in), n);
     return true;

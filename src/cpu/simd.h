@@ -9,8 +9,8 @@ namespace anvil::cpu::simd {
 
 bool convert(DType to, DType from, void* dst, const void* src, int64_t n);
 bool binary(BinaryOp op, DType t, void* out, const void* a, const void* b, double alpha, int64_t n);
-// Sum of n contiguous float32 / bfloat16 values, accumulated in float32 lanes.
-bool sum(DType t, const void* in, int64_t n, float* out);
+// Sum of n contiguous float32 / bfloat16 values: float32 lanes per 4096-element block, blocks in double.
+bool sum(DType t, const void* in, int64_t n, double* out);
 const char* target_name();
 
 }  // namespace anvil::cpu::simd

@@ -285,7 +285,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
 
 Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
   // Tensor bounds: exactly torch's minimum(maximum(x, min), max), NaN-propagating.
-  return minimum(maximum(x, lo), hi);
+  return as_op("[clamp]", [&] { return minimum(maximum(x, lo), hi); });
 }
 
 }  // namespace anvil

@@ -87,7 +87,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
       M step = steps > 1 ? (b - a) / static_cast<M>(steps - 1) : M(0);
       int64_t half = steps / 2;
       for (int64_t i = 0; i < steps; ++i)
-        out[i] = T(i < half ? a + step * static_cast<M>(i) : b - step * static_cast<M>(steps - 1 - i));
+        out[i] = steps == 1 ? T(a) : T(i < half ? a + step * static_cast<M>(i) : b - step * static_cast<M>(steps - 1 - i));
     } else {
       double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
       for (int64_t i = 0; i < steps; ++i) out[i] = convert<T>(start + step * static_cast<double>(i));
@@ -188,7 +188,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     for (int64_t k = 0; k < t.dim(); ++k)
       ANVIL_CHECK(k == d || t.size(k) == ref.size(k), ShapeError, "[cat] Sizes of tensors must match except in dimension ",
                   d, ". Expected size ", ref.size(k), " but got size ", t.size(k), " for tensor number ", i, " in the list");
-    if (t.dtype() != out_dtype) out_dtype = promote_types(out_dtype, t.dtype());
+    if (t.dtype() != out_dtype) out_dtype = as_op("[cat]", [&] { return promote_types(out_dtype, t.dtype()); });
     total += t.size(d);
   }
   Shape s = ref.sizes();

@@ -138,7 +138,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   ANVIL_CHECK(x.defined() && mask.defined(), Error, name, " undefined tensor");
   ANVIL_CHECK(mask.dtype() == kBool, DTypeError, name, " expected mask dtype to be Bool but got ", dtype_name(mask.dtype()));
   check_same_device(name, x, mask);
-  Shape shape = broadcast_shapes(x.sizes(), mask.sizes());
+  Shape shape = as_op(name, [&] { return broadcast_shapes(x.sizes(), mask.sizes()); });
   Tensor out = empty(shape, TensorOptions(x.dtype()).device(x.device()));
   if (out.numel() == 0) return out;
   // out = keep ? x : value, with keep = !mask: the where kernel's scalar operand is the "else".

@@ -35,8 +35,8 @@ struct Reduced {
 };
 
 Reduced reduce(ReduceOp op, const Tensor& x_in, const Shape& dims_in, bool keepdim, std::optional<DType> dtype,
-               double correction = 1) {
-  const char* name = reduce_name(op);
+               double correction = 1, const char* name_override = nullptr) {
+  const char* name = name_override ? name_override : reduce_name(op);
   ANVIL_CHECK(x_in.defined(), Error, name, " undefined tensor");
   Tensor x = x_in;
   if (dtype) x = x.to(*dtype);
@@ -118,8 +118,8 @@ Tensor prod(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DTyp
 }
 Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) { return reduce(ReduceOp::Amax, x, dims, keepdim, {}).values; }
 Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) { return reduce(ReduceOp::Amin, x, dims, keepdim, {}).values; }
-Tensor max(const Tensor& x) { return reduce(ReduceOp::Amax, x, {}, false, {}).values; }
-Tensor min(const Tensor& x) { return reduce(ReduceOp::Amin, x, {}, false, {}).values; }
+Tensor max(const Tensor& x) { return reduce(ReduceOp::Amax, x, {}, false, {}, 1, "[max]").values; }
+Tensor min(const Tensor& x) { return reduce(ReduceOp::Amin, x, {}, false, {}, 1, "[min]").values; }
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   Reduced r = reduce(ReduceOp::Max, x, {dim}, keepdim, {});
   return {r.values, r.indices};

@@ -1,0 +1,215 @@
+// index_select, gather and scatter (with and without accumulation) on CUDA. An index outside
+// [0, size) is never followed: gather-like ops write 0 in its place, scatter skips it, and the
+// kernel sets the sticky device-side flag that the next synchronisation turns into IndexError.
+#include <cstring>
+#include <type_traits>
+
+#include "core/dispatch.h"
+#include "core/element.h"
+#include "core/kernels.h"
+#include "cuda/device/atomic.cuh"
+#include "cuda/device/strided.cuh"
+#include "cuda/runtime.h"
+
+namespace anvil::cuda_backend {
+namespace {
+
+using cuda_device::divmod;
+constexpr int kThreads = KernelLaunch::kThreads;
+
+__device__ __forceinline__ int64_t global_thread() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// ---- index_select: in [outer, in_dim, inner] -> out [outer, n_index, inner], moved in units
+// U of up to 16 bytes (inner counted in units).
+template <typename U>
+__global__ void __launch_bounds__(kThreads) index_select_kernel(const U* in, U* out, const int64_t* index, int64_t outer,
+                                                                int64_t in_dim, int64_t n_index, int64_t inner, int* error) {
+  const int64_t n = outer * n_index * inner, stride = grid_threads();
+  for (int64_t idx = global_thread(); idx < n; idx += stride) {
+    int64_t t, i, o, j;
+    divmod(idx, inner, t, i);
+    divmod(t, n_index, o, j);
+    const int64_t k = index[j];
+    if (k < 0 || k >= in_dim) {
+      *error = 1;
+      out[idx] = U{};
+      continue;
+    }
+    out[idx] = in[(o * in_dim + k) * inner + i];
+  }
+}
+
+// ---- gather / scatter: p runs over index's shape.
+struct GatherOffsets {
+  int64_t self = 0;  // without the `dim` term, which comes from the index value
+  int64_t index = 0;
+  int64_t other = 0;  // gather: out, scatter: src
+};
+
+__device__ __forceinline__ GatherOffsets gather_offsets(const GatherParams& p, int64_t i) {
+  GatherOffsets g;
+  for (int d = p.ndim - 1; d >= 0; --d) {
+    int64_t q = 0, r = i;
+    if (d > 0) divmod(i, p.sizes[d], q, r);
+    g.index += r * p.index_strides[d];
+    g.other += r * p.other_strides[d];
+    if (d != p.dim) g.self += r * p.self_strides[d];
+    i = q;
+  }
+  return g;
+}
+
+template <typename U>
+__global__ void __launch_bounds__(kThreads) gather_kernel(const __grid_constant__ GatherParams p, int* error) {
+  const U* self = static_cast<const U*>(p.self);
+  U* out = static_cast<U*>(p.out_or_src);
+  const int64_t stride = grid_threads();
+  for (int64_t i = global_thread(); i < p.numel; i += stride) {
+    GatherOffsets g = gather_offsets(p, i);
+    const int64_t k = p.index[g.index];
+    if (k < 0 || k >= p.self_dim_size) {
+      *error = 1;
+      out[g.other] = U{};
+      continue;
+    }
+    out[g.other] = self[g.self + k * p.self_strides[p.dim]];
+  }
+}
+
+// Plain scatter moves bits; with duplicate indices one of the writes wins (as in PyTorch).
+template <typename U>
+__global__ void __launch_bounds__(kThreads) scatter_kernel(const __grid_constant__ GatherParams p, U scalar, int* error) {
+  U* self = static_cast<U*>(p.self);
+  const U* src = static_cast<const U*>(p.out_or_src);
+  const int64_t stride = grid_threads();
+  for (int64_t i = global_thread(); i < p.numel; i += stride) {
+    GatherOffsets g = gather_offsets(p, i);
+    const int64_t k = p.index[g.index];
+    if (k < 0 || k >= p.self_dim_size) {
+      *error = 1;
+      continue;
+    }
+    self[g.self + k * p.self_strides[p.dim]] = src ? src[g.other] : scalar;
+  }
+}
+
+template <typename T>
+struct AddFn {
+  T v;
+  __device__ T operator()(T old) const {
+    using M = opmath_t<T>;
+    bool div_by_zero = false;
+    return static_cast<T>(apply_binary<M>(BinaryOp::Add, static_cast<M>(old), static_cast<M>(v), M(1), &div_by_zero));
+  }
+};
+
+// Hardware atomics where they exist; complex adds its two parts separately (each is atomic
+// and addition is per component, so the sum is exact to the same rounding).
+template <typename T>
+__device__ __forceinline__ void atomic_add(T* addr, T v) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    atomicAdd(addr, v);
+  } else if constexpr (std::is_same_v<T, Complex64>) {
+    atomicAdd(&addr->re, v.re);
+    atomicAdd(&addr->im, v.im);
+  } else if constexpr (sizeof(T) == 4) {
+    atomicAdd(reinterpret_cast<unsigned int*>(addr), static_cast<unsigned int>(v));  // wraps as two's complement
+  } else if constexpr (sizeof(T) == 8) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(addr), static_cast<unsigned long long>(v));
+  } else {
+    cuda_device::atomic_update_narrow(addr, AddFn<T>{v});
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) scatter_add_kernel(const __grid_constant__ GatherParams p, T scalar, int* error) {
+  T* self = static_cast<T*>(p.self);
+  const T* src = static_cast<const T*>(p.out_or_src);
+  const int64_t stride = grid_threads();
+  for (int64_t i = global_thread(); i < p.numel; i += stride) {
+    GatherOffsets g = gather_offsets(p, i);
+    const int64_t k = p.index[g.index];
+    if (k < 0 || k >= p.self_dim_size) {
+      *error = 1;
+      continue;
+    }
+    atomic_add(self + g.self + k * p.self_strides[p.dim], src ? src[g.other] : scalar);
+  }
+}
+
+// The widest unit (16, 8, 4, 2 or 1 bytes) that divides a row and aligns both pointers.
+int index_select_unit(const IndexSelectParams& p, size_t row_bytes) {
+  for (int unit : {16, 8, 4, 2}) {
+    if (row_bytes % unit == 0 && reinterpret_cast<uintptr_t>(p.in) % unit == 0 &&
+        reinterpret_cast<uintptr_t>(p.out) % unit == 0)
+      return unit;
+  }
+  return 1;
+}
+
+template <typename U>
+void launch_index_select(const IndexSelectParams& p, int64_t inner_units, const KernelLaunch& launch) {
+  const int64_t n = p.outer * p.n_index * inner_units;
+  index_select_kernel<U><<<launch.blocks(n), kThreads, 0, launch.stream()>>>(
+      static_cast<const U*>(p.in), static_cast<U*>(p.out), p.index, p.outer, p.in_dim, p.n_index, inner_units,
+      index_error_flag());
+}
+
+}  // namespace
+
+void index_select(const IndexSelectParams& p) {
+  if (p.outer == 0 || p.n_index == 0 || p.inner == 0) return;
+  KernelLaunch launch(p.out);
+  const size_t row_bytes = static_cast<size_t>(p.inner) * element_size(p.dtype);
+  const int unit = index_select_unit(p, row_bytes);
+  const int64_t inner_units = static_cast<int64_t>(row_bytes / unit);
+  switch (unit) {
+    case 16: launch_index_select<uint4>(p, inner_units, launch); break;
+    case 8: launch_index_select<uint2>(p, inner_units, launch); break;
+    case 4: launch_index_select<uint32_t>(p, inner_units, launch); break;
+    case 2: launch_index_select<uint16_t>(p, inner_units, launch); break;
+    default: launch_index_select<uint8_t>(p, inner_units, launch); break;
+  }
+  launch.check("[index_select]");
+}
+
+void gather(const GatherParams& p) {
+  if (p.numel == 0) return;
+  KernelLaunch launch(p.self);
+  dispatch_element_size(element_size(p.dtype), "[gather]", [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    gather_kernel<U><<<launch.blocks(p.numel), kThreads, 0, launch.stream()>>>(p, index_error_flag());
+  });
+  launch.check("[gather]");
+}
+
+void scatter(const GatherParams& p) {
+  if (p.numel == 0) return;
+  KernelLaunch launch(p.self);
+  if (p.accumulate) {
+    dispatch_arith_types(p.dtype, "[scatter_add]", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (is_arith_v<T>)
+        scatter_add_kernel<T><<<launch.blocks(p.numel), kThreads, 0, launch.stream()>>>(p, scalar_as<T>(p.scalar0),
+                                                                                    index_error_flag());
+    });
+    launch.check("[scatter_add]");
+    return;
+  }
+  // Plain scatter moves bits: the scalar is encoded on the host in the element's bit pattern.
+  uint64_t bits = dispatch_all_types(p.dtype, "[scatter]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T v = scalar_as<T>(p.scalar0);
+    uint64_t b = 0;
+    std::memcpy(&b, &v, sizeof(T));
+    return b;
+  });
+  dispatch_element_size(element_size(p.dtype), "[scatter]", [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    scatter_kernel<U><<<launch.blocks(p.numel), kThreads, 0, launch.stream()>>>(p, static_cast<U>(bits), index_error_flag());
+  });
+  launch.check("[scatter]");
+}
+
+}  // namespace anvil::cuda_backend
