@@ -74,7 +74,8 @@ ANVIL_HD float f16_bits_to_f32(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t e = (h >> 10) & 0x1Fu;
   uint32_t m = h & 0x3FFu;
-  if (e == 0x1F) return bits::to_f32(sign | 0x7F800000u | (m << 13));
+  // NaN comes out quiet with its payload, as c10's conversion (an FP multiply) leaves it.
+  if (e == 0x1F) return bits::to_f32(sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0u));
   if (e == 0) {
     if (m == 0) return bits::to_f32(sign);
     // subnormal: m * 2^-24, exact in float32

@@ -59,7 +59,7 @@ ANVIL_HD To float_to_int(double v) {
     if (v >= 9223372036854775808.0) return static_cast<uint64_t>(trunc_to_i64(v - 9223372036854775808.0)) ^ (uint64_t{1} << 63);
     return static_cast<uint64_t>(trunc_to_i64(v));
   } else if constexpr (std::is_same_v<To, uint32_t>) {
-    return static_cast<uint32_t>(trunc_to_i64(v));  // 64-bit truncation, low 32 bits
+    return static_cast<uint32_t>(trunc_to_i64(v));  // 64-bit truncation, low 32 bits (torch's scalar path)
   } else {
     return static_cast<To>(trunc_to_i32(v));  // int32 and narrower: 32-bit truncation, wrapped
   }

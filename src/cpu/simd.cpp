@@ -93,8 +93,8 @@ void F32ToF16(const float* HWY_RESTRICT in, uint16_t* HWY_RESTRICT out, int64_t 
   for (; i < n; ++i) out[i] = f32_to_f16_bits(in[i]);
 }
 
-// float16 bits -> float32: hardware widening (exact), NaN lanes rebuilt bit for bit like the
-// scalar rule (the hardware would set the quiet bit of signalling NaNs).
+// float16 bits -> float32: hardware widening (exact), NaN lanes rebuilt like the scalar rule
+// (quiet bit set, payload and sign kept).
 void F16ToF32(const uint16_t* HWY_RESTRICT in, float* HWY_RESTRICT out, int64_t n) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
@@ -107,7 +107,7 @@ void F16ToF32(const uint16_t* HWY_RESTRICT in, float* HWY_RESTRICT out, int64_t 
     auto f = hn::PromoteTo(df, hn::BitCast(dh, h16));
     auto h = hn::PromoteTo(du, h16);
     auto is_nan = hn::Gt(hn::And(h, hn::Set(du, 0x7FFFu)), hn::Set(du, 0x7C00u));
-    auto nan = hn::Or(hn::Or(hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u))), hn::Set(du, 0x7F800000u)),
+    auto nan = hn::Or(hn::Or(hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u))), hn::Set(du, 0x7FC00000u)),
                       hn::ShiftLeft<13>(hn::And(h, hn::Set(du, 0x3FFu))));
     hn::StoreU(hn::BitCast(df, hn::IfThenElse(is_nan, nan, hn::BitCast(du, f))), df, out + i);
   }

@@ -106,8 +106,10 @@ void unary(const ElementwiseParams& p) {
   if (op == UnaryOp::LogicalNot) {
     dispatch_all_types(p.dtype, "[logical_not]", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if (p.out_dtype == kBool) cuda_device::launch_map1<bool, T>(p, LogicalNotFn<bool, T>{}, launch.stream(), launch.sm_count());
-      else cuda_device::launch_map1<T, T>(p, LogicalNotFn<T, T>{}, launch.stream(), launch.sm_count());
+      if (p.out_dtype == kBool)
+        cuda_device::launch_map1<bool, T>(p, LogicalNotFn<bool, T>{}, launch.stream(), launch.sm_count());
+      else
+        cuda_device::launch_map1<T, T>(p, LogicalNotFn<T, T>{}, launch.stream(), launch.sm_count());
     });
   } else {
     dispatch_arith_types(p.dtype, "[unary]", [&](auto tag) {
@@ -159,7 +161,8 @@ void clamp(const ElementwiseParams& p) {
     if constexpr (is_real_arith_v<T>) {
       auto lo = scalar_op<T>(p.scalar0), hi = scalar_op<T>(p.scalar1);
       if (p.ptr[2] == nullptr && p.ptr[3] == nullptr) {
-        cuda_device::launch_map1<T, T>(p, ClampScalarFn<T>{p.has_a, p.has_b, lo, hi}, launch.stream(), launch.sm_count());
+        cuda_device::launch_map1<T, T>(p, ClampScalarFn<T>{p.has_a, p.has_b, lo, hi}, launch.stream(),
+                                       launch.sm_count());
       } else {
         cuda_device::launch_map_slots<4>(p, ClampTensorFn<T>{p.has_a, p.has_b, lo, hi}, launch.stream(),
                                          launch.sm_count());

@@ -8,6 +8,7 @@
 #include "core/element.h"
 #include "core/kernels.h"
 #include "cuda/device/atomic.cuh"
+#include "cuda/device/map.cuh"
 #include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
@@ -17,14 +18,15 @@ namespace {
 using cuda_device::divmod;
 constexpr int kThreads = KernelLaunch::kThreads;
 
-__device__ __forceinline__ int64_t global_thread() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
-__device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+using cuda_device::global_thread;
+using cuda_device::grid_threads;
 
 // ---- index_select: in [outer, in_dim, inner] -> out [outer, n_index, inner], moved in units
 // U of up to 16 bytes (inner counted in units).
 template <typename U>
-__global__ void __launch_bounds__(kThreads) index_select_kernel(const U* in, U* out, const int64_t* index, int64_t outer,
-                                                                int64_t in_dim, int64_t n_index, int64_t inner, int* error) {
+__global__ void __launch_bounds__(kThreads) index_select_kernel(const U* in, U* out, const int64_t* index,
+                                                                int64_t outer, int64_t in_dim, int64_t n_index,
+                                                                int64_t inner, int* error) {
   const int64_t n = outer * n_index * inner, stride = grid_threads();
   for (int64_t idx = global_thread(); idx < n; idx += stride) {
     int64_t t, i, o, j;
@@ -79,7 +81,8 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const __grid_constant_
 
 // Plain scatter moves bits; with duplicate indices one of the writes wins (as in PyTorch).
 template <typename U>
-__global__ void __launch_bounds__(kThreads) scatter_kernel(const __grid_constant__ GatherParams p, U scalar, int* error) {
+__global__ void __launch_bounds__(kThreads)
+    scatter_kernel(const __grid_constant__ GatherParams p, U scalar, int* error) {
   U* self = static_cast<U*>(p.self);
   const U* src = static_cast<const U*>(p.out_or_src);
   const int64_t stride = grid_threads();
@@ -123,7 +126,8 @@ __device__ __forceinline__ void atomic_add(T* addr, T v) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) scatter_add_kernel(const __grid_constant__ GatherParams p, T scalar, int* error) {
+__global__ void __launch_bounds__(kThreads)
+    scatter_add_kernel(const __grid_constant__ GatherParams p, T scalar, int* error) {
   T* self = static_cast<T*>(p.self);
   const T* src = static_cast<const T*>(p.out_or_src);
   const int64_t stride = grid_threads();
@@ -207,7 +211,8 @@ void scatter(const GatherParams& p) {
   });
   dispatch_element_size(element_size(p.dtype), "[scatter]", [&](auto tag) {
     using U = typename decltype(tag)::type;
-    scatter_kernel<U><<<launch.blocks(p.numel), kThreads, 0, launch.stream()>>>(p, static_cast<U>(bits), index_error_flag());
+    scatter_kernel<U><<<launch.blocks(p.numel), kThreads, 0, launch.stream()>>>(p, static_cast<U>(bits),
+                                                                               index_error_flag());
   });
   launch.check("[scatter]");
 }

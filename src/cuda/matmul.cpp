@@ -57,7 +57,8 @@ template <> struct LtTraits<Complex64> {
 void check_lt(cublasStatus_t s) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
   cudaGetLastError();
-  throw DeviceError(detail::cat_message("[bmm] cuBLASLt error: ", cublasLtGetStatusName(s), ": ", cublasLtGetStatusString(s)));
+  throw DeviceError(
+      detail::cat_message("[bmm] cuBLASLt error: ", cublasLtGetStatusName(s), ": ", cublasLtGetStatusString(s)));
 }
 
 // A row-major [rows, cols] matrix X with element strides, seen by cuBLASLt as X^T (cols x rows).
@@ -69,10 +70,11 @@ struct Operand {
 
 // The stride of a dim of size 1 is never followed, so it does not decide the layout.
 Operand transposed_view(int64_t rows, int64_t cols, int64_t stride_row, int64_t stride_col) {
+  const auto r = static_cast<uint64_t>(rows), c = static_cast<uint64_t>(cols);
   if ((stride_col == 1 || cols <= 1) && (rows <= 1 || stride_row >= cols))
-    return {CUBLAS_OP_N, static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), rows <= 1 ? std::max<int64_t>(cols, 1) : stride_row};
+    return {CUBLAS_OP_N, c, r, rows <= 1 ? std::max<int64_t>(cols, 1) : stride_row};
   if ((stride_row == 1 || rows <= 1) && (cols <= 1 || stride_col >= rows))
-    return {CUBLAS_OP_T, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), cols <= 1 ? std::max<int64_t>(rows, 1) : stride_col};
+    return {CUBLAS_OP_T, r, c, cols <= 1 ? std::max<int64_t>(rows, 1) : stride_col};
   throw DeviceError(detail::cat_message("[bmm] cuBLASLt needs one unit stride per matrix, got strides (", stride_row,
                                         ", ", stride_col, ") for a [", rows, ", ", cols, "] operand"));
 }
@@ -159,10 +161,13 @@ Plan make_plan(cublasLtHandle_t handle, const BmmParams& p, const Operand& first
   check_lt(cublasLtMatmulPreferenceCreate(&pref));
   uint64_t ws = kWorkspaceBytes;
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[0], sizeof(uint32_t)));
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], sizeof(uint32_t)));
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], sizeof(uint32_t)));
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[2], sizeof(uint32_t)));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]}};
+  for (const auto& [attr, bytes] : alignments)
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.first, plan.second, plan.out, plan.out,
@@ -174,8 +179,8 @@ Plan make_plan(cublasLtHandle_t handle, const BmmParams& p, const Operand& first
     cublasLtMatrixLayoutDestroy(plan.second);
     cublasLtMatrixLayoutDestroy(plan.out);
     check_lt(st);
-    throw DeviceError(detail::cat_message("[bmm] cuBLASLt has no algorithm for ", dtype_name(p.dtype), " batch ", p.batch,
-                                          ", m ", p.m, ", n ", p.n, ", k ", p.k));
+    throw DeviceError(detail::cat_message("[bmm] cuBLASLt has no algorithm for ", dtype_name(p.dtype), " batch ",
+                                          p.batch, ", m ", p.m, ", n ", p.n, ", k ", p.k));
   }
   plan.algo = result.algo;
   return plan;

@@ -164,7 +164,8 @@ __device__ __forceinline__ int64_t reduced_offset(const ReduceParams& p, int64_t
 // `group` threads (32 or 256) per output; blockIdx.y takes the reduced range [y*chunk, ...).
 template <typename In, typename R>
 __global__ void __launch_bounds__(kThreads)
-    reduce_rows_kernel(const __grid_constant__ ReduceParams p, R r, int group, int64_t chunk, typename R::acc_t* partial) {
+    reduce_rows_kernel(const __grid_constant__ ReduceParams p, R r, int group, int64_t chunk,
+                       typename R::acc_t* partial) {
   using Acc = typename R::acc_t;
   __shared__ alignas(16) unsigned char smem_raw[sizeof(Acc) * (kThreads / 32)];
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
@@ -227,7 +228,8 @@ __global__ void __launch_bounds__(kThreads)
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
   const In* in = static_cast<const In*>(p.in);
   const int64_t r_begin = blockIdx.y * chunk, r_end = min(p.n_red, r_begin + chunk);
-  for (int64_t o0 = static_cast<int64_t>(blockIdx.x) * kColsX; o0 < p.n_out; o0 += static_cast<int64_t>(gridDim.x) * kColsX) {
+  for (int64_t o0 = static_cast<int64_t>(blockIdx.x) * kColsX; o0 < p.n_out;
+       o0 += static_cast<int64_t>(gridDim.x) * kColsX) {
     const int64_t o = o0 + threadIdx.x;
     Acc acc = r.init();
     if (o < p.n_out) {
@@ -293,7 +295,8 @@ void launch_reduce(const ReduceParams& p, const R& r, const KernelLaunch& launch
   }
   if (splits > 1) {
     launch.check("[reduce]");
-    reduce_finish_kernel<R><<<launch.blocks(p.n_out), kThreads, 0, launch.stream()>>>(p, r, partial, static_cast<int>(splits));
+    reduce_finish_kernel<R><<<launch.blocks(p.n_out), kThreads, 0, launch.stream()>>>(p, r, partial,
+                                                                                      static_cast<int>(splits));
   }
 }
 
@@ -333,7 +336,8 @@ void reduce_extremum(const ReduceParams& p, const KernelLaunch& launch) {
   int64_t* more_indices = arg && p.out_index != indices ? p.out_index : nullptr;
   dispatch_real_types(p.in_dtype, op_name(p.op), [&](auto tag) {
     using In = typename decltype(tag)::type;
-    if constexpr (is_real_arith_v<In>) launch_reduce<In>(p, Extremum<In>{is_max, values, indices, more_indices, p.out_dtype}, launch);
+    if constexpr (is_real_arith_v<In>)
+      launch_reduce<In>(p, Extremum<In>{is_max, values, indices, more_indices, p.out_dtype}, launch);
   });
 }
 

@@ -42,7 +42,8 @@ const Availability& availability() {
     } else if (err == cudaSuccess || err == cudaErrorNoDevice) {
       r.reason = "no CUDA device found (driver " + version_str(driver) + ")";
     } else if (err == cudaErrorInsufficientDriver && driver > 0) {
-      r.reason = "driver too old for this build (driver " + version_str(driver) + ", runtime " + version_str(runtime) + ")";
+      r.reason = "driver too old for this build (driver " + version_str(driver) + ", runtime " +
+                 version_str(runtime) + ")";
     } else if (err == cudaErrorInsufficientDriver || err == cudaErrorStubLibrary || driver == 0) {
       r.reason = "no NVIDIA driver found (libcuda.so.1 could not be loaded or is the toolkit's stub)";
     } else {

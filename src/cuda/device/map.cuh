@@ -28,7 +28,9 @@ constexpr int pack_width() {
   return w < 4 ? 4 : w;
 }
 
-__device__ __forceinline__ int64_t global_thread() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
+__device__ __forceinline__ int64_t global_thread() {
+  return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+}
 __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 template <typename Out, typename In, typename F, typename P>
@@ -50,7 +52,8 @@ __global__ void __launch_bounds__(kThreads) map1_kernel(const __grid_constant__ 
     const int64_t npack = n / V;
     const Pack<In, V>* in_packs = reinterpret_cast<const Pack<In, V>*>(a);
     Pack<Out, V>* out_packs = reinterpret_cast<Pack<Out, V>*>(out);
-    // Two packs in flight per thread: one leaves a plain copy at 3.7 TB/s on H200 (4.2 with two).
+    // Two packs in flight per thread (H200, 2 GiB float32 copy: 3.73 TB/s with one pack per
+    // iteration, 3.96 TB/s with two and a one-wave grid).
     for (int64_t j = tid; j < npack; j += 2 * nthreads) {
       const bool second = j + nthreads < npack;
       Pack<In, V> x0 = in_packs[j], x1;

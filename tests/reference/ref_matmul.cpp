@@ -1,0 +1,88 @@
+#include "reference/ref_matmul.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "reference/ref_elementwise.h"
+
+namespace ref {
+
+Array mm(const Array& a, const Array& b) {
+  if (a.dim() != 2 || b.dim() != 2 || a.sizes[1] != b.sizes[0]) throw std::invalid_argument("ref::mm");
+  int64_t m = a.sizes[0], k = a.sizes[1], n = b.sizes[1];
+  Array c({m, n});
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int64_t p = 0; p < k; ++p) s += a.v[static_cast<size_t>(i * k + p)] * b.v[static_cast<size_t>(p * n + j)];
+      c.v[static_cast<size_t>(i * n + j)] = s;
+    }
+  return c;
+}
+
+Array bmm(const Array& a, const Array& b) {
+  if (a.dim() != 3 || b.dim() != 3 || a.sizes[0] != b.sizes[0] || a.sizes[2] != b.sizes[1]) throw std::invalid_argument("ref::bmm");
+  int64_t B = a.sizes[0], m = a.sizes[1], k = a.sizes[2], n = b.sizes[2];
+  Array c({B, m, n});
+  for (int64_t q = 0; q < B; ++q)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0.0;
+        for (int64_t p = 0; p < k; ++p)
+          s += a.v[static_cast<size_t>((q * m + i) * k + p)] * b.v[static_cast<size_t>((q * k + p) * n + j)];
+        c.v[static_cast<size_t>((q * m + i) * n + j)] = s;
+      }
+  return c;
+}
+
+Array matmul(const Array& a0, const Array& b0) {
+  if (a0.dim() == 0 || b0.dim() == 0) throw std::invalid_argument("ref::matmul: 0-dim");
+  Shape as = a0.sizes, bs = b0.sizes;
+  bool a_vec = as.size() == 1, b_vec = bs.size() == 1;
+  if (a_vec) as.insert(as.begin(), 1);
+  if (b_vec) bs.push_back(1);
+  int64_t m = as[as.size() - 2], k = as.back();
+  int64_t k2 = bs[bs.size() - 2], n = bs.back();
+  if (k != k2) throw std::invalid_argument("ref::matmul: inner dims");
+  Shape a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
+  Shape batch = broadcast_shapes(a_batch, b_batch);
+  Shape out_sizes = batch;
+  out_sizes.push_back(m);
+  out_sizes.push_back(n);
+  Array c(out_sizes);
+  // Offsets of each broadcast batch matrix in a and b (row-major, size-1 dims broadcast).
+  auto batch_offset = [&](const Shape& own, const Shape& idx) {
+    size_t lead = idx.size() - own.size();
+    int64_t off = 0;
+    for (size_t d = 0; d < own.size(); ++d) off = off * own[d] + (own[d] == 1 ? 0 : idx[lead + d]);
+    return off;
+  };
+  int64_t q = 0;
+  auto one = [&](const Shape& bi) {
+    const double* pa = a0.v.data() + batch_offset(a_batch, bi) * m * k;
+    const double* pb = b0.v.data() + batch_offset(b_batch, bi) * k * n;
+    double* pc = c.v.data() + q * m * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0.0;
+        for (int64_t p = 0; p < k; ++p) s += pa[i * k + p] * pb[p * n + j];
+        pc[i * n + j] = s;
+      }
+    ++q;
+  };
+  if (batch.empty()) one(Shape{});
+  else for_each_index(batch, one);
+  // Drop the dims that were added for 1-D operands.
+  Shape final_sizes = batch;
+  if (!a_vec) final_sizes.push_back(m);
+  if (!b_vec) final_sizes.push_back(n);
+  c.sizes = final_sizes;
+  return c;
+}
+
+Array matmul_abs(const Array& a, const Array& b) {
+  auto absf = [](double x) { return std::fabs(x); };
+  return matmul(map(a, absf), map(b, absf));
+}
+
+}  // namespace ref
