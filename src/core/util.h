@@ -43,6 +43,10 @@ decltype(auto) as_op(const char* op, F&& f) {
     throw DTypeError(retag(e.what()));
   } catch (const ShapeError& e) {
     throw ShapeError(retag(e.what()));
+  } catch (const DeviceError& e) {
+    throw DeviceError(retag(e.what()));
+  } catch (const IndexError& e) {
+    throw IndexError(retag(e.what()));
   }
 }
 

@@ -158,12 +158,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Shape out_shape = indices.sizes();
   out_shape.push_back(weight.size(1));
   Tensor flat = indices.reshape({-1});
-  try {
-    return index_select(weight, 0, flat).view(out_shape);
-  } catch (const IndexError& e) {
-    std::string msg = e.what();
-    throw IndexError("[embedding]" + msg.substr(msg.find(']') + 1));
-  }
+  return as_op("[embedding]", [&] { return index_select(weight, 0, flat).view(out_shape); });
 }
 
 }  // namespace anvil
