@@ -1,4 +1,5 @@
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +25,10 @@ struct DeviceProperties {
   int driver_version = 0, runtime_version = 0;
 };
 ANVIL_API DeviceProperties get_device_properties(int device);
+
+// Raw device-to-device byte copy with the driver's copy engine path (cudaMemcpyAsync) on the
+// current stream of `device`: what bench-ops measures the copy ceiling with.
+ANVIL_API void memcpy_device(void* dst, const void* src, size_t nbytes, Device device);
 
 // CUDA graph capture of the current stream, replayed later. Allocations made during capture come
 // from a private pool that stays reserved for the graph's life, so replays reuse the same memory.

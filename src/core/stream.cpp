@@ -27,6 +27,11 @@ Stream current_stream(Device device) {
 void set_stream(const Stream& stream) {
   if (stream.device().is_cuda()) cuda_backend::set_current_stream(stream);
 }
+void cuda::memcpy_device(void* dst, const void* src, size_t nbytes, Device device) {
+  ANVIL_CHECK(device.is_cuda(), DeviceError, "[cuda::memcpy_device] expected a CUDA device, got ", device.str());
+  cuda_backend::memcpy_device_to_device(dst, src, nbytes, device);
+}
+
 void synchronize(Device device) {
   if (device.is_cuda()) cuda_backend::device_synchronize(device.index);
 }
