@@ -20,6 +20,26 @@ struct ConvertOp {
   __device__ To operator()(From x) const { return convert<To>(x); }
 };
 
+// float32 -> e4m3fn in one instruction where the GPU has it (sm_89+): cvt.rn.satfinite rounds to
+// nearest even and saturates finite overflow and +-inf to +-448 exactly as the scalar rule; only
+// NaN differs (the instruction gives 0x7F for both signs), so NaN keeps its sign here. The
+// integer emulation ran the H200 cast at 0.76 of copy bandwidth. LargeConvertExhaustive checks
+// all 2^32 inputs against the scalar rule.
+template <>
+struct ConvertOp<Float8_e4m3fn, float> {
+  __device__ Float8_e4m3fn operator()(float x) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    unsigned short pair;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.f), "f"(x));
+    uint8_t b = static_cast<uint8_t>(pair & 0xFFu);
+    if (x != x) b = static_cast<uint8_t>(0x7Fu | ((__float_as_uint(x) >> 24) & 0x80u));
+    return Float8_e4m3fn::from_bits(b);
+#else
+    return convert<Float8_e4m3fn>(x);
+#endif
+  }
+};
+
 template <typename U>
 struct IdentityOp {
   __device__ U operator()(U x) const { return x; }
