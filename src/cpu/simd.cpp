@@ -47,10 +47,31 @@ void BF16ToF32(const uint16_t* HWY_RESTRICT in, float* HWY_RESTRICT out, int64_t
   for (; i < n; ++i) out[i] = bf16_bits_to_f32(in[i]);
 }
 
-// float32 -> float8_e4m3fn, saturating: the integer rounding of element.h for normals, and
-// for subnormals an FP add of 2^14 (its ulp is 2^-9, the e4m3 subnormal step) which rounds
-// to nearest even exactly like the scalar path.
-void F32ToE4M3(const float* HWY_RESTRICT in, uint8_t* HWY_RESTRICT out, int64_t n) {
+// float32 -> float8, bit-identical to element.h: the integer rounding for normals, and for
+// subnormals an FP add of a power of two whose ulp is the format's subnormal step (2^14 for
+// e4m3fn's 2^-9, 2^7 for e5m2's 2^-16), which rounds to nearest even exactly like the scalar
+// path. e4m3fn saturates (+-inf and |x| >= 480 -> +-448); e5m2 overflows to inf.
+struct E4M3Consts {
+  static constexpr int kShift = 20;
+  static constexpr uint32_t kRebias = 0xC407FFFFu;    // ((7 - 127) << 23) + 0x7FFFF
+  static constexpr float kMagic = 16384.0f;
+  static constexpr uint32_t kMinNormal = 0x3C800000u;  // 2^-6
+  static constexpr uint32_t kLastFinite = 0x43EFFFFFu; // below 480
+  static constexpr uint32_t kOverflow = 0x7Eu;         // saturate to 448
+  static constexpr uint32_t kMaxNormal = 0x7Eu;        // 0x7F would be NaN: clamp
+};
+struct E5M2Consts {
+  static constexpr int kShift = 21;
+  static constexpr uint32_t kRebias = 0xC80FFFFFu;    // ((15 - 127) << 23) + 0xFFFFF
+  static constexpr float kMagic = 128.0f;
+  static constexpr uint32_t kMinNormal = 0x38800000u;  // 2^-14
+  static constexpr uint32_t kLastFinite = 0x477FFFFFu; // below 65536
+  static constexpr uint32_t kOverflow = 0x7Cu;         // inf
+  static constexpr uint32_t kMaxNormal = 0x7Cu;        // rounding up to inf is the format's rule
+};
+
+template <class C>
+void F32ToF8(const float* HWY_RESTRICT in, uint8_t* HWY_RESTRICT out, int64_t n) {
   const hn::ScalableTag<uint32_t> du;
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(du)> di;
@@ -61,19 +82,21 @@ void F32ToE4M3(const float* HWY_RESTRICT in, uint8_t* HWY_RESTRICT out, int64_t 
     auto u = hn::BitCast(du, hn::LoadU(df, in + i));
     auto a = hn::And(u, hn::Set(du, 0x7FFFFFFFu));
     auto sign = hn::And(hn::ShiftRight<24>(u), hn::Set(du, 0x80u));
-    auto odd = hn::And(hn::ShiftRight<20>(a), hn::Set(du, 1u));
-    auto normal = hn::ShiftRight<20>(hn::Add(hn::Add(a, hn::Set(du, 0xC407FFFFu)), odd));
-    normal = hn::Min(normal, hn::Set(du, 0x7Eu));
-    auto magic = hn::Set(df, 16384.0f);
+    auto odd = hn::And(hn::ShiftRight<C::kShift>(a), hn::Set(du, 1u));
+    auto normal = hn::ShiftRight<C::kShift>(hn::Add(hn::Add(a, hn::Set(du, C::kRebias)), odd));
+    normal = hn::Min(normal, hn::Set(du, C::kMaxNormal));
+    auto magic = hn::Set(df, C::kMagic);
     auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), magic)), hn::BitCast(du, magic));
-    auto big = hn::IfThenElse(hn::Gt(a, hn::Set(du, 0x7F800000u)), hn::Set(du, 0x7Fu), hn::Set(du, 0x7Eu));
-    auto r = hn::IfThenElse(hn::Lt(a, hn::Set(du, 0x3C800000u)), sub, normal);
-    r = hn::IfThenElse(hn::Gt(a, hn::Set(du, 0x43EFFFFFu)), big, r);
+    auto big = hn::IfThenElse(hn::Gt(a, hn::Set(du, 0x7F800000u)), hn::Set(du, 0x7Fu), hn::Set(du, C::kOverflow));
+    auto r = hn::IfThenElse(hn::Lt(a, hn::Set(du, C::kMinNormal)), sub, normal);
+    r = hn::IfThenElse(hn::Gt(a, hn::Set(du, C::kLastFinite)), big, r);
     r = hn::Or(r, sign);
     hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, r)), d8, out + i);
   }
-  for (; i < n; ++i) out[i] = f32_to_e4m3fn_bits(in[i]);
+  for (; i < n; ++i) out[i] = C::kShift == 20 ? f32_to_e4m3fn_bits(in[i]) : f32_to_e5m2_bits(in[i]);
 }
+void F32ToE4M3(const float* HWY_RESTRICT in, uint8_t* HWY_RESTRICT out, int64_t n) { F32ToF8<E4M3Consts>(in, out, n); }
+void F32ToE5M2(const float* HWY_RESTRICT in, uint8_t* HWY_RESTRICT out, int64_t n) { F32ToF8<E5M2Consts>(in, out, n); }
 
 // float32 -> float16 bits: F16C-class hardware rounding (nearest even, overflow to inf), with
 // NaN lanes rewritten to sign|0x7E00 like the scalar rule.
@@ -126,32 +149,6 @@ void F8ToF32(const uint8_t* HWY_RESTRICT in, float* HWY_RESTRICT out, int64_t n,
     hn::StoreU(hn::GatherIndex(df, table, idx), df, out + i);
   }
   for (; i < n; ++i) out[i] = table[in[i]];
-}
-
-// float32 -> float8_e5m2 (overflow to inf), same construction as F32ToE4M3 with the e5m2
-// constants: subnormal step 2^-16 is the ulp of 2^7.
-void F32ToE5M2(const float* HWY_RESTRICT in, uint8_t* HWY_RESTRICT out, int64_t n) {
-  const hn::ScalableTag<uint32_t> du;
-  const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(du)> di;
-  const hn::Rebind<uint8_t, decltype(du)> d8;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    auto u = hn::BitCast(du, hn::LoadU(df, in + i));
-    auto a = hn::And(u, hn::Set(du, 0x7FFFFFFFu));
-    auto sign = hn::And(hn::ShiftRight<24>(u), hn::Set(du, 0x80u));
-    auto odd = hn::And(hn::ShiftRight<21>(a), hn::Set(du, 1u));
-    auto normal = hn::ShiftRight<21>(hn::Add(hn::Add(a, hn::Set(du, 0xC80FFFFFu)), odd));
-    auto magic = hn::Set(df, 128.0f);
-    auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), magic)), hn::BitCast(du, magic));
-    auto big = hn::IfThenElse(hn::Gt(a, hn::Set(du, 0x7F800000u)), hn::Set(du, 0x7Fu), hn::Set(du, 0x7Cu));
-    auto r = hn::IfThenElse(hn::Lt(a, hn::Set(du, 0x38800000u)), sub, normal);
-    r = hn::IfThenElse(hn::Gt(a, hn::Set(du, 0x477FFFFFu)), big, r);
-    r = hn::Or(r, sign);
-    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, r)), d8, out + i);
-  }
-  for (; i < n; ++i) out[i] = f32_to_e5m2_bits(in[i]);
 }
 
 // Loads N float32 lanes from float32 or bfloat16 storage.
