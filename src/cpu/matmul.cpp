@@ -1,5 +1,5 @@
-// CPU GEMM: float32/float64 through OpenBLAS; bfloat16/float16 widened to float32 panels,
-// multiplied by sgemm (float32 accumulation, like PyTorch CPU), and rounded once on store.
+// CPU GEMM: float32/float64 through OpenBLAS; bfloat16/float16 through our own packed-panel
+// kernel (Highway micro-kernel, float32 accumulation like PyTorch CPU, one rounding on store).
 #include <cblas.h>
 
 #include <vector>
@@ -8,6 +8,7 @@
 #include "core/element.h"
 #include "core/kernels.h"
 #include "cpu/loop.h"
+#include "cpu/simd.h"
 
 namespace anvil::cpu {
 namespace {
@@ -22,10 +23,32 @@ BlasOperand blas_layout(int64_t stride_row, int64_t stride_col, int64_t cols) {
   return {CblasTrans, stride_col};
 }
 
+// bfloat16 / float16 GEMM of one batch: A widened to float32 once, B packed panel by panel
+// (widened, zero-padded to the panel width) by the thread that owns the panel, a Highway
+// micro-kernel over each panel, one rounding per output element.
 template <typename T>
-void widen(const T* src, float* dst, int64_t rows, int64_t cols, int64_t stride_row, int64_t stride_col) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = static_cast<float>(src[r * stride_row + c * stride_col]);
+void gemm_lowp(const BmmParams& p, const T* A, const T* B, T* C) {
+  const int64_t m = p.m, n = p.n, k = p.k;
+  const int64_t width = simd::gemm_panel_width();
+  std::vector<float> a32(static_cast<size_t>(m * k)), c32(static_cast<size_t>(m * n));
+#pragma omp parallel for schedule(static) if (m * k >= kParallelGrain)
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t q = 0; q < k; ++q) a32[i * k + q] = static_cast<float>(A[i * p.stride_a_row + q * p.stride_a_col]);
+  const int64_t npanels = (n + width - 1) / width;
+#pragma omp parallel if (m * n * k >= kParallelGrain)
+  {
+    std::vector<float> panel(static_cast<size_t>(k * width));
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < npanels; ++blk) {
+      const int64_t j0 = blk * width, w = std::min(width, n - j0);
+      for (int64_t q = 0; q < k; ++q)
+        for (int64_t j = 0; j < width; ++j)
+          panel[q * width + j] = j < w ? static_cast<float>(B[q * p.stride_b_row + (j0 + j) * p.stride_b_col]) : 0.f;
+      simd::gemm_panel(a32.data(), m, k, panel.data(), c32.data() + j0, n, w);
+    }
+  }
+#pragma omp parallel for schedule(static) if (m * n >= kParallelGrain)
+  for (int64_t i = 0; i < m * n; ++i) C[i] = T(c32[i]);
 }
 
 }  // namespace
@@ -53,14 +76,9 @@ void bmm(const BmmParams& p) {
   dispatch_float_types(p.dtype, "[bmm]", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      std::vector<float> a(static_cast<size_t>(m * k)), bw(static_cast<size_t>(k * n)), c(static_cast<size_t>(m * n));
-      for (int64_t b = 0; b < p.batch; ++b) {
-        widen(static_cast<const T*>(p.a) + b * p.stride_a_batch, a.data(), m, k, p.stride_a_row, p.stride_a_col);
-        widen(static_cast<const T*>(p.b) + b * p.stride_b_batch, bw.data(), k, n, p.stride_b_row, p.stride_b_col);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.f, a.data(), k, bw.data(), n, 0.f, c.data(), n);
-        T* C = static_cast<T*>(p.c) + b * m * n;
-        for (int64_t i = 0; i < m * n; ++i) C[i] = T(c[i]);
-      }
+      for (int64_t b = 0; b < p.batch; ++b)
+        gemm_lowp(p, static_cast<const T*>(p.a) + b * p.stride_a_batch, static_cast<const T*>(p.b) + b * p.stride_b_batch,
+                  static_cast<T*>(p.c) + b * m * n);
     }
   });
 }

@@ -193,6 +193,51 @@ void BinaryF32(int op, T* HWY_RESTRICT out, const T* HWY_RESTRICT a, const T* HW
 void BinaryF32Float(int op, float* out, const float* a, const float* b, float alpha, int64_t n) { BinaryF32(op, out, a, b, alpha, n); }
 void BinaryBF16(int op, BFloat16* out, const BFloat16* a, const BFloat16* b, float alpha, int64_t n) { BinaryF32(op, out, a, b, alpha, n); }
 
+// GEMM micro-kernel on a packed panel of B: c[i, 0:w] = sum_p a[i, p] * panel[p, 0:2N], four
+// rows of A at a time, each row's two accumulator vectors fed by one broadcast of a[i, p].
+int64_t PanelWidth() { return 2 * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
+
+void GemmPanel(const float* HWY_RESTRICT a, int64_t m, int64_t k, const float* HWY_RESTRICT panel,
+               float* HWY_RESTRICT c, int64_t ldc, int64_t w) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  alignas(64) float tmp[4 * 2 * (HWY_MAX_BYTES / sizeof(float))];
+  for (int64_t i = 0; i < m; i += 4) {
+    const int64_t rows = std::min<int64_t>(4, m - i);
+    // Rows past m read row i again; their sums are discarded.
+    const float* a0 = a + i * k;
+    const float* a1 = rows > 1 ? a0 + k : a0;
+    const float* a2 = rows > 2 ? a0 + 2 * k : a0;
+    const float* a3 = rows > 3 ? a0 + 3 * k : a0;
+    auto c00 = hn::Zero(df), c01 = hn::Zero(df), c10 = hn::Zero(df), c11 = hn::Zero(df);
+    auto c20 = hn::Zero(df), c21 = hn::Zero(df), c30 = hn::Zero(df), c31 = hn::Zero(df);
+    for (int64_t p = 0; p < k; ++p) {
+      const auto b0 = hn::LoadU(df, panel + p * 2 * N), b1 = hn::LoadU(df, panel + p * 2 * N + N);
+      auto v = hn::Set(df, a0[p]);
+      c00 = hn::MulAdd(v, b0, c00);
+      c01 = hn::MulAdd(v, b1, c01);
+      v = hn::Set(df, a1[p]);
+      c10 = hn::MulAdd(v, b0, c10);
+      c11 = hn::MulAdd(v, b1, c11);
+      v = hn::Set(df, a2[p]);
+      c20 = hn::MulAdd(v, b0, c20);
+      c21 = hn::MulAdd(v, b1, c21);
+      v = hn::Set(df, a3[p]);
+      c30 = hn::MulAdd(v, b0, c30);
+      c31 = hn::MulAdd(v, b1, c31);
+    }
+    hn::Store(c00, df, tmp);
+    hn::Store(c01, df, tmp + N);
+    hn::Store(c10, df, tmp + 2 * N);
+    hn::Store(c11, df, tmp + 3 * N);
+    hn::Store(c20, df, tmp + 4 * N);
+    hn::Store(c21, df, tmp + 5 * N);
+    hn::Store(c30, df, tmp + 6 * N);
+    hn::Store(c31, df, tmp + 7 * N);
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(c + (i + r) * ldc, tmp + r * 2 * N, static_cast<size_t>(w) * sizeof(float));
+  }
+}
+
 // Float32 lanes over blocks of 4096 elements (each lane adds at most 64 values), block totals
 // in double: error near a pairwise sum's at the speed of a plain vector loop.
 template <typename T>
@@ -236,6 +281,8 @@ HWY_EXPORT(F8ToF32);
 HWY_EXPORT(BinaryF32Float);
 HWY_EXPORT(BinaryBF16);
 HWY_EXPORT(SumF32);
+HWY_EXPORT(PanelWidth);
+HWY_EXPORT(GemmPanel);
 HWY_EXPORT(SumBF16);
 
 namespace {
@@ -336,6 +383,12 @@ bool sum(DType t, const void* in, int64_t n, double* out) {
     return true;
   }
   return false;
+}
+
+int64_t gemm_panel_width() { return HWY_DYNAMIC_DISPATCH(PanelWidth)(); }
+
+void gemm_panel(const float* a, int64_t m, int64_t k, const float* panel, float* c, int64_t ldc, int64_t w) {
+  HWY_DYNAMIC_DISPATCH(GemmPanel)(a, m, k, panel, c, ldc, w);
 }
 
 const char* target_name() {

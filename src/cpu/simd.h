@@ -11,6 +11,11 @@ bool convert(DType to, DType from, void* dst, const void* src, int64_t n);
 bool binary(BinaryOp op, DType t, void* out, const void* a, const void* b, double alpha, int64_t n);
 // Sum of n contiguous float32 / bfloat16 values: float32 lanes per 4096-element block, blocks in double.
 bool sum(DType t, const void* in, int64_t n, double* out);
+// Columns of one packed panel of B for gemm_panel: two vectors of the dispatched target.
+int64_t gemm_panel_width();
+// c[i, 0:w] = sum_p a[i, p] * panel[p, 0:width] for i < m, accumulated in float32: a is
+// row-major [m, k], panel is [k, gemm_panel_width()] (zero-padded past w), c has row stride ldc.
+void gemm_panel(const float* a, int64_t m, int64_t k, const float* panel, float* c, int64_t ldc, int64_t w);
 const char* target_name();
 
 }  // namespace anvil::cpu::simd
