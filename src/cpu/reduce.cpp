@@ -147,7 +147,6 @@ void reduce_typed(const ReduceParams& p) {
   }
 #pragma omp parallel for schedule(static) if (p.n_out * std::max<int64_t>(n, 1) >= kParallelGrain && p.n_out > 1)
   for (int64_t o = 0; o < p.n_out; ++o) one_output(o, in + out_offset(p, o));
-  if (p.n_out == 1 && p.n_out * std::max<int64_t>(n, 1) >= kParallelGrain) return;
 }
 
 }  // namespace
