@@ -79,24 +79,6 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const __grid_constant_
   }
 }
 
-// Plain scatter moves bits; with duplicate indices one of the writes wins (as in PyTorch).
-template <typename U>
-__global__ void __launch_bounds__(kThreads)
-    scatter_kernel(const __grid_constant__ GatherParams p, U scalar, int* error) {
-  U* self = static_cast<U*>(p.self);
-  const U* src = static_cast<const U*>(p.out_or_src);
-  const int64_t stride = grid_threads();
-  for (int64_t i = global_thread(); i < p.numel; i += stride) {
-    GatherOffsets g = gather_offsets(p, i);
-    const int64_t k = p.index[g.index];
-    if (k < 0 || k >= p.self_dim_size) {
-      *error = 1;
-      continue;
-    }
-    self[g.self + k * p.self_strides[p.dim]] = src ? src[g.other] : scalar;
-  }
-}
-
 template <typename T>
 struct AddFn {
   T v;
@@ -125,9 +107,11 @@ __device__ __forceinline__ void atomic_add(T* addr, T v) {
   }
 }
 
-template <typename T>
+// One kernel for both scatters: plain scatter moves bits (T is an unsigned word of the element's
+// size; with duplicate indices one of the writes wins, as in PyTorch), scatter_add adds atomically.
+template <typename T, bool kAdd>
 __global__ void __launch_bounds__(kThreads)
-    scatter_add_kernel(const __grid_constant__ GatherParams p, T scalar, int* error) {
+    scatter_kernel(const __grid_constant__ GatherParams p, T scalar, int* error) {
   T* self = static_cast<T*>(p.self);
   const T* src = static_cast<const T*>(p.out_or_src);
   const int64_t stride = grid_threads();
@@ -138,7 +122,10 @@ __global__ void __launch_bounds__(kThreads)
       *error = 1;
       continue;
     }
-    atomic_add(self + g.self + k * p.self_strides[p.dim], src ? src[g.other] : scalar);
+    T* dst = self + g.self + k * p.self_strides[p.dim];
+    const T v = src ? src[g.other] : scalar;
+    if constexpr (kAdd) atomic_add(dst, v);
+    else *dst = v;
   }
 }
 
@@ -195,7 +182,7 @@ void scatter(const GatherParams& p) {
     dispatch_arith_types(p.dtype, "[scatter_add]", [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (is_arith_v<T>)
-        scatter_add_kernel<T><<<launch.blocks(p.numel), kThreads, 0, launch.stream()>>>(p, scalar_as<T>(p.scalar0),
+        scatter_kernel<T, true><<<launch.blocks(p.numel), kThreads, 0, launch.stream()>>>(p, scalar_as<T>(p.scalar0),
                                                                                     index_error_flag());
     });
     launch.check("[scatter_add]");
@@ -211,7 +198,7 @@ void scatter(const GatherParams& p) {
   });
   dispatch_element_size(element_size(p.dtype), "[scatter]", [&](auto tag) {
     using U = typename decltype(tag)::type;
-    scatter_kernel<U><<<launch.blocks(p.numel), kThreads, 0, launch.stream()>>>(p, static_cast<U>(bits),
+    scatter_kernel<U, false><<<launch.blocks(p.numel), kThreads, 0, launch.stream()>>>(p, static_cast<U>(bits),
                                                                                index_error_flag());
   });
   launch.check("[scatter]");
