@@ -64,6 +64,10 @@ for b in "${bins[@]}"; do
   done < <(ldd "$b")
 done
 
+# The PyTorch comparison script reads the bench JSON there (scripts/gpu-check.sh runs it).
+mkdir -p "$out_dir/scripts"
+cp -f "$(dirname "${BASH_SOURCE[0]}")/torch_bench_ops.py" "$out_dir/scripts/"
+
 cat > "$out_dir/run.sh" <<'EOF'
 #!/usr/bin/env bash
 # Runs a bundled binary with the bundled libraries:  ./run.sh anvil_tests --gtest_filter='*cuda*'

@@ -4,11 +4,13 @@
 #   REPORT_DIR/<test binary>.xml / .log                 GoogleTest results of every test binary
 #   REPORT_DIR/memcheck.log                             compute-sanitizer memcheck of the CUDA tests
 #   REPORT_DIR/bench-cuda.json / .log                   anvil bench-ops --device cuda
+#   REPORT_DIR/torch-cuda.json / .log                   the same cases in PyTorch (when python3 has torch)
 #   REPORT_DIR/summary.txt                              pass / fail / skip counts and every step's status
 # Every step runs even when an earlier one fails; the exit status is 1 if anything failed.
 #   scripts/gpu-check.sh BUNDLE_DIR REPORT_DIR
 # Time limits (seconds) from the environment: TEST_TIMEOUT (3600), MEMCHECK_TIMEOUT (1800),
-# BENCH_TIMEOUT (1200). MEMCHECK_FILTER overrides the gtest filter of the memcheck run.
+# BENCH_TIMEOUT (1200). MEMCHECK_FILTER overrides the gtest filter of the memcheck run;
+# BENCH_FILTER limits the benchmark cases (bench-ops --filter).
 set -euo pipefail
 
 if [[ $# -ne 2 ]]; then
@@ -107,8 +109,17 @@ fi
 
 # ---- benchmarks
 step "anvil bench-ops --device cuda" "$report/bench-cuda.log" \
-  timeout "${BENCH_TIMEOUT:-1200}" "$run" anvil bench-ops --device cuda --json "$report/bench-cuda.json"
-grep -E '^(ceiling|copy|cast|add|sum)' "$report/bench-cuda.log" | sed 's/^/      /' >> "$summary" || true
+  timeout "${BENCH_TIMEOUT:-1200}" "$run" anvil bench-ops --device cuda --filter "${BENCH_FILTER:-}" \
+  --json "$report/bench-cuda.json"
+sed -n '/^ceiling (best/,$p' "$report/bench-cuda.log" | sed 's/^/      /' >> "$summary" || true
+if [[ -f "$report/bench-cuda.json" ]] && python3 -c 'import torch' 2>/dev/null; then
+  step "PyTorch on the same cases" "$report/torch-cuda.log" \
+    timeout "${BENCH_TIMEOUT:-1200}" python3 "$bundle/scripts/torch_bench_ops.py" "$report/bench-cuda.json" \
+    --json "$report/torch-cuda.json"
+  grep -E 'geometric|^torch' "$report/torch-cuda.log" | sed 's/^/      /' >> "$summary" || true
+else
+  note "SKIP  PyTorch comparison: no bench JSON or no torch in python3"
+fi
 
 note ""
 note "tests: $total_tests, passed $(( total_tests - total_failed - total_skipped )), failed $total_failed, skipped $total_skipped"

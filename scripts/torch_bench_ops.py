@@ -1,28 +1,44 @@
 #!/usr/bin/env python3
-"""PyTorch's numbers for the bench-ops foundation cases, on the same GPU, for comparison.
+"""PyTorch on the same machine for the cases of an `anvil bench-ops --json` run, side by side.
 
-Same cases and sizes as `anvil bench-ops --device cuda` (2^28 elements): eager = one call
-between two CUDA events (median of 50), graph = a CUDA graph of 20 calls replayed (median of
-12) divided by 20. Bytes as anvil counts them; the ceiling is the best of torch's copy_ and
-a plain device-to-device copy measured in the same run.
-    python3 scripts/torch_bench_ops.py
+Reads the JSON that anvil wrote (each case carries a "spec" recipe), builds the same case in
+PyTorch on the same device, times it the same way and prints anvil's time, PyTorch's time and
+the speed-up, with a geometric mean per case group (e.g. the decode-linear suite).
+  CUDA: eager = one call between two CUDA events (median of 50); kernel = a CUDA graph of 20
+        calls replayed (median of 12) / 20; inputs rotated over copies like anvil does.
+  CPU:  median wall time of 15 calls with torch.set_num_threads(anvil's thread count).
+    build/tools/anvil/anvil bench-ops --device cuda --json anvil.json
+    python3 scripts/torch_bench_ops.py anvil.json [--filter TEXT] [--json torch.json]
 """
+import argparse
+import json
+import math
 import statistics
+import time
 
 import torch
+import torch.nn.functional as F
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "float64": torch.float64, "float8_e4m3fn": torch.float8_e4m3fn}
 
 
-def eager_us(fn, reps=50):
-    for _ in range(3):
-        fn()
+def eager_us(fn, cuda, reps):
+    for i in range(3):
+        fn(i)
     times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
+    for i in range(reps):
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn(i)
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1000.0)
+        else:
+            t0 = time.perf_counter()
+            fn(i)
+            times.append((time.perf_counter() - t0) * 1e6)
     return statistics.median(times)
 
 
@@ -30,13 +46,13 @@ def graph_us(fn, calls=20, reps=12):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
+        for i in range(3):
+            fn(i)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
+        for i in range(calls):
+            fn(i)
     g.replay()
     times = []
     for _ in range(reps):
@@ -49,31 +65,107 @@ def graph_us(fn, calls=20, reps=12):
     return statistics.median(times)
 
 
+def rotations(dev, nbytes):
+    cache = 2.0 * torch.cuda.get_device_properties(dev).L2_cache_size if dev.type == "cuda" else 3.0 * 32 * 2**20
+    return max(1, math.ceil(cache / max(nbytes, 1.0)))
+
+
+def rotate_hf_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def build(spec, dev):
+    """Returns fn(i) for call i, the PyTorch composition of the anvil op the spec names."""
+    op = spec["op"]
+    t = DTYPES[spec["dtype"]]
+    if op == "copy":
+        n, out_t = spec["n"], DTYPES[spec["out_dtype"]]
+        rot = rotations(dev, n * torch.empty(0, dtype=t).element_size())
+        src = [torch.rand(n, device=dev).to(t) for _ in range(rot)]
+        dst = torch.empty(n, device=dev, dtype=out_t)
+        return lambda i: dst.copy_(src[i % rot])
+    if op in ("add", "sum"):
+        n = spec["n"]
+        rot = rotations(dev, n * torch.empty(0, dtype=t).element_size())
+        a = [torch.rand(n, device=dev).to(t) for _ in range(rot)]
+        b = [torch.rand(n, device=dev).to(t) for _ in range(rot)]
+        return (lambda i: torch.add(a[i % rot], b[i % rot])) if op == "add" else (lambda i: torch.sum(a[i % rot]))
+    if op == "linear":
+        m, k, n = spec["m"], spec["k"], spec["n"]
+        rot = rotations(dev, n * k * torch.empty(0, dtype=t).element_size())
+        w = [torch.randn(n, k, device=dev, dtype=t) * 0.05 for _ in range(rot)]
+        x = torch.randn(m, k, device=dev, dtype=t)
+        b = torch.randn(n, device=dev, dtype=t) if spec["bias"] else None
+        return lambda i: F.linear(x, w[i % rot], b)
+    shape = spec["shape"]
+    numel = math.prod(shape)
+    rot = rotations(dev, numel * 4)
+    xs = [torch.randn(*shape, device=dev, dtype=t) * 3 for _ in range(rot)]
+    if op == "softmax":
+        return lambda i: torch.softmax(xs[i % rot], -1)
+    if op == "log_softmax":
+        return lambda i: torch.log_softmax(xs[i % rot], -1)
+    cols = shape[-1]
+    w = torch.randn(cols, device=dev, dtype=t)
+    if op == "rms_norm":
+        return lambda i: F.rms_norm(xs[i % rot], (cols,), w, 1e-6)
+    if op == "add_rms_norm":
+        def add_norm(i):
+            h = xs[i % rot] + xs[(i + 1) % rot]
+            return F.rms_norm(h, (cols,), w, 1e-6), h
+        return add_norm
+    if op == "silu_mul":
+        half = cols // 2
+        return lambda i: F.silu(xs[i % rot][..., :half]) * xs[i % rot][..., half:]
+    if op == "rope":
+        # Hugging Face's apply_rotary_pos_emb with cos/sin computed once (shared by all layers).
+        seq, hd = shape[1], shape[-1]
+        inv_freq = 1.0 / (1e6 ** (torch.arange(0, hd, 2, dtype=torch.int64, device=dev).float() / hd))
+        pos = torch.arange(seq, device=dev).float() + 1000
+        emb = torch.cat((pos[:, None] * inv_freq[None, :],) * 2, dim=-1)
+        cos, sin = emb.cos().to(t)[None, :, None, :], emb.sin().to(t)[None, :, None, :]
+        return lambda i: xs[i % rot] * cos + rotate_hf_half(xs[i % rot]) * sin
+    raise ValueError(f"unknown op {op}")
+
+
 def main():
-    n = 1 << 28
-    dev = "cuda"
-    a32, b32 = torch.rand(n, device=dev), torch.rand(n, device=dev)
-    a16, b16 = a32.bfloat16(), b32.bfloat16()
-    out32 = torch.empty(n, device=dev)
-    out16 = torch.empty(n, device=dev, dtype=torch.bfloat16)
-    out8 = torch.empty(n, device=dev, dtype=torch.float8_e4m3fn)
-    ceil = 8.0 * n / min(eager_us(lambda: out32.copy_(a32), 20), graph_us(lambda: out32.copy_(a32))) * 1e-3
-    cases = [
-        ("copy f32", 8.0 * n, lambda: out32.copy_(a32)),
-        ("cast f32->bf16", 6.0 * n, lambda: out16.copy_(a32)),
-        ("cast f32->fp8e4m3", 5.0 * n, lambda: out8.copy_(a32)),
-        ("cast bf16->f32", 6.0 * n, lambda: out32.copy_(a16)),
-        ("add f32", 12.0 * n, lambda: torch.add(a32, b32)),
-        ("add bf16", 6.0 * n, lambda: torch.add(a16, b16)),
-        ("sum f32", 4.0 * n, lambda: torch.sum(a32)),
-        ("sum bf16", 2.0 * n, lambda: torch.sum(a16)),
-    ]
-    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}: copy ceiling {ceil:.1f} GB/s")
-    print(f"{'case':<24}{'eager us':>10}{'graph us':>10}{'GB/s':>9}{'of ceil':>9}")
-    for name, nbytes, fn in cases:
-        e, g = eager_us(fn), graph_us(fn)
-        gbps = nbytes / g * 1e-3
-        print(f"{name:<24}{e:>10.1f}{g:>10.1f}{gbps:>9.1f}{gbps / ceil:>9.2f}")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("anvil_json")
+    ap.add_argument("--filter", default="")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    with open(args.anvil_json) as f:
+        run = json.load(f)
+    dev = torch.device(run["device"])
+    cuda = dev.type == "cuda"
+    if not cuda:
+        torch.set_num_threads(run.get("threads", torch.get_num_threads()))
+    where = torch.cuda.get_device_name(dev) if cuda else f"cpu, {torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__} on {where}; anvil numbers from {args.anvil_json}")
+    print(f"{'case':<52}{'anvil us':>10}{'torch us':>10}{'speed-up':>9}{'torch eager':>12}")
+    rows, groups = [], {}
+    for c in run["cases"]:
+        if args.filter not in c["name"]:
+            continue
+        fn = build(c["spec"], dev)
+        t_eager = eager_us(fn, cuda, 50 if cuda else 15)
+        t_kernel = graph_us(fn) if cuda else t_eager
+        a_kernel = c["graph_us"] if cuda else c["eager_us"]
+        speedup = t_kernel / a_kernel
+        print(f"{c['name']:<52}{a_kernel:>10.2f}{t_kernel:>10.2f}{speedup:>9.2f}{t_eager:>12.2f}", flush=True)
+        rows.append({"name": c["name"], "anvil_us": a_kernel, "torch_us": t_kernel, "torch_eager_us": t_eager,
+                     "speedup": speedup})
+        if c.get("group"):
+            groups.setdefault(c["group"], []).append(speedup)
+        del fn
+        if cuda:
+            torch.cuda.empty_cache()
+    for g, v in groups.items():
+        print(f"\n{g}: {len(v)} cases, geometric-mean speed-up over torch {math.exp(sum(map(math.log, v)) / len(v)):.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "device": str(dev), "cases": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include "anvil/dtype.h"
 #include "anvil/error.h"
 #include "anvil/memory.h"
+#include "anvil/nn.h"
 #include "anvil/numeric.h"
 #include "anvil/ops.h"
 #include "anvil/scalar.h"

@@ -8,4 +8,7 @@ ANVIL_API const char* version();
 // Build options and the SIMD target Highway chose on this CPU, for `anvil info`.
 ANVIL_API std::string build_info();
 ANVIL_API std::string cpu_simd_target();
+// Threads of the CPU backend's OpenMP team (torch.get_num_threads / set_num_threads).
+ANVIL_API int get_num_threads();
+ANVIL_API void set_num_threads(int n);
 }  // namespace anvil

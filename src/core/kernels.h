@@ -14,18 +14,23 @@
 #include "core/params.h"
 
 #define ANVIL_BACKEND_KERNELS(X)                       \
-  X(copy, const ElementwiseParams&)                    \
-  X(fill, const ElementwiseParams&)                    \
-  X(unary, const ElementwiseParams&)                   \
-  X(binary, const ElementwiseParams&)                  \
-  X(where, const ElementwiseParams&)                   \
-  X(clamp, const ElementwiseParams&)                   \
-  X(reduce, const ReduceParams&)                       \
-  X(index_select, const IndexSelectParams&)            \
-  X(gather, const GatherParams&)                       \
-  X(scatter, const GatherParams&)                      \
-  X(bmm, const BmmParams&)                             \
-  X(random, const RandomParams&)
+  X(copy, const ElementwiseParams&)                  \
+  X(fill, const ElementwiseParams&)                  \
+  X(unary, const ElementwiseParams&)                 \
+  X(binary, const ElementwiseParams&)                \
+  X(where, const ElementwiseParams&)                 \
+  X(clamp, const ElementwiseParams&)                 \
+  X(reduce, const ReduceParams&)                     \
+  X(index_select, const IndexSelectParams&)          \
+  X(gather, const GatherParams&)                     \
+  X(scatter, const GatherParams&)                    \
+  X(bmm, const BmmParams&)                           \
+  X(random, const RandomParams&)                     \
+  X(gemv, const GemvParams&)                         \
+  X(softmax, const SoftmaxParams&)                   \
+  X(rms_norm, const RmsNormParams&)                  \
+  X(silu_mul, const SiluMulParams&)                  \
+  X(rope, const RopeParams&)
 
 namespace anvil {
 

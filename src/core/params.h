@@ -125,4 +125,71 @@ struct RandomParams {
   int64_t low = 0, high = 1;  // Int: [low, high)
 };
 
+// ---- decode hot path (linear, softmax, norms, RoPE, SwiGLU). Row-major matrices whose last
+// dim is unit-stride; `stride_*_row` is the row stride in elements.
+
+// y[i, j] = sum_q x[i, q] * w[j, q] (+ bias[j]) for i < m, j < n: x [m, k], w [n, k], y [m, n].
+// float32 accumulation (float64 for float64), bias added before the one rounding to `dtype`.
+// Used for the few-row (decode) case; many rows go to the GEMM.
+struct GemvParams {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;  // [n] contiguous or null
+  void* y = nullptr;
+  DType dtype = kFloat32;  // x, w, bias and y
+  int64_t m = 0, n = 0, k = 0;
+  int64_t stride_x_row = 0, stride_w_row = 0, stride_y_row = 0;
+};
+
+// Softmax over the middle dim of a contiguous [outer, dim_size, inner] input; out has the same
+// layout. Loads convert in_dtype -> float32 (float64 for float64), stores round to out_dtype.
+struct SoftmaxParams {
+  const void* in = nullptr;
+  void* out = nullptr;
+  DType in_dtype = kFloat32, out_dtype = kFloat32;
+  int64_t outer = 0, dim_size = 0, inner = 0;
+  bool log = false;  // log_softmax
+};
+
+// out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight[:] over rows x cols.
+// With `residual`: h = round(x + residual) is written to residual_out and normalised instead.
+struct RmsNormParams {
+  const void* x = nullptr;
+  const void* residual = nullptr;  // null: plain rms_norm
+  const void* weight = nullptr;    // [cols] contiguous or null
+  void* out = nullptr;
+  void* residual_out = nullptr;
+  DType dtype = kFloat32, weight_dtype = kFloat32;
+  int64_t rows = 0, cols = 0;
+  int64_t stride_x_row = 0, stride_residual_row = 0, stride_out_row = 0, stride_residual_out_row = 0;
+  double eps = 0;
+};
+
+// out[r, c] = silu(gate[r, c]) * up[r, c] computed in float32, one rounding.
+struct SiluMulParams {
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  void* out = nullptr;
+  DType dtype = kFloat32;
+  int64_t rows = 0, cols = 0;
+  int64_t stride_gate_row = 0, stride_up_row = 0, stride_out_row = 0;
+};
+
+// Neox-style rotary embedding over the last dim (head_dim) of x, one position per row:
+//   a = x[.., c], b = x[.., c + half] for c < half = rotary_dim / 2,
+//   angle = float(pos) * inv_freq[c], out = (a cos - b sin, b cos + a sin) in float32;
+//   columns >= rotary_dim are copied. Rows are the points of the leading `ndim` dims; positions
+//   (int32 or int64) are read on the device through their (broadcast, maybe 0) strides.
+struct RopeParams {
+  const void* x = nullptr;
+  void* out = nullptr;
+  const void* positions = nullptr;
+  const float* inv_freq = nullptr;  // [rotary_dim / 2] float32 on x's device
+  DType dtype = kFloat32, pos_dtype = kInt64;
+  int ndim = 0;
+  int64_t rows = 0, head_dim = 0, rotary_dim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t stride_x[kMaxDims] = {}, stride_out[kMaxDims] = {}, stride_pos[kMaxDims] = {};
+};
+
 }  // namespace anvil

@@ -29,6 +29,14 @@ std::shared_ptr<StorageImpl> allocate_storage(Device device, size_t nbytes);
 std::string describe(const Tensor& t);  // "float32[2, 3] on cpu"
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 
+// t as [rows, cols] with unit-stride cols and one row stride: a view when the layout allows,
+// else a contiguous copy. row_stride() gives the row stride for kernels (cols when rows <= 1).
+inline Tensor as_rows(const Tensor& t, int64_t rows, int64_t cols) {
+  Tensor r = t.reshape({rows, cols});
+  return cols > 1 && r.stride(1) != 1 ? r.contiguous() : r;
+}
+inline int64_t row_stride(const Tensor& r) { return r.size(0) <= 1 ? r.size(1) : r.stride(0); }
+
 // Calls f(); an anvil error it throws is re-thrown with `op` as its "[op]" prefix (for errors
 // raised by shared helpers such as type promotion on behalf of an op).
 template <typename F>

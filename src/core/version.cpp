@@ -1,5 +1,7 @@
 #include "anvil/version.h"
 
+#include <omp.h>
+
 #include "anvil/cuda.h"
 #include "core/util.h"
 #include "cpu/simd.h"
@@ -9,6 +11,13 @@ namespace anvil {
 const char* version() { return "0.1.0"; }
 
 std::string cpu_simd_target() { return cpu::simd::target_name(); }
+
+int get_num_threads() { return omp_get_max_threads(); }
+
+void set_num_threads(int n) {
+  ANVIL_CHECK(n > 0, Error, "[set_num_threads] expected a positive number of threads, got ", n);
+  omp_set_num_threads(n);
+}
 
 std::string build_info() {
   return detail::cat_message("anvil ", version(), "; cuda backend: ", cuda::built_with_cuda() ? "on (sm_90 + PTX)" : "off",

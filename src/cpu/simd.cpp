@@ -10,6 +10,7 @@
 
 #include "core/element.h"
 #include "cpu/simd.h"
+#include "cpu/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace anvil::cpu::simd::HWY_NAMESPACE {
@@ -149,18 +150,6 @@ void F8ToF32(const uint8_t* HWY_RESTRICT in, float* HWY_RESTRICT out, int64_t n,
     hn::StoreU(hn::GatherIndex(df, table, idx), df, out + i);
   }
   for (; i < n; ++i) out[i] = table[in[i]];
-}
-
-// Loads N float32 lanes from float32 or bfloat16 storage.
-template <typename T, class DF>
-HWY_INLINE hn::Vec<DF> LoadAsF32(DF df, const T* HWY_RESTRICT p) {
-  if constexpr (std::is_same_v<T, float>) {
-    return hn::LoadU(df, p);
-  } else {
-    const hn::RebindToUnsigned<DF> du;
-    const hn::Rebind<uint16_t, decltype(du)> d16;
-    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p)))));
-  }
 }
 
 template <typename T>

@@ -1,0 +1,60 @@
+// Foundation cases: copy, casts, add and sum over 2^28 (CUDA) or 2^26 (CPU) elements.
+#include <algorithm>
+#include <cmath>
+
+#include "cases.h"
+
+namespace anvil::bench {
+
+int rotations_for(Device dev, double bytes_per_input) {
+  const double cache = dev.is_cpu() ? 3.0 * 32 * 1024 * 1024
+                                    : 2.0 * static_cast<double>(cuda::get_device_properties(dev.index).l2_cache_size);
+  return std::max(1, static_cast<int>(std::ceil(cache / std::max(bytes_per_input, 1.0))));
+}
+
+std::vector<Case> core_cases(Device dev) {
+  const int64_t n = dev.is_cpu() ? (int64_t{1} << 26) : (int64_t{1} << 28);
+  std::vector<Case> cases;
+  auto opts = [dev](DType t) { return TensorOptions(t).device(dev); };
+  const double f32 = 4.0 * n;
+  const std::string ceil = ceiling_for(dev);
+  const int rot = rotations_for(dev, f32);
+  auto inputs = [=](DType t) {
+    std::vector<Tensor> v;
+    for (int i = 0; i < rot; ++i) v.push_back(rand({n}, TensorOptions(t).device(dev)));
+    return v;
+  };
+  auto spec = [&](const char* op, DType in, DType out) {
+    return nlohmann::json{{"op", op}, {"n", n}, {"dtype", dtype_name(in)}, {"out_dtype", dtype_name(out)}};
+  };
+  const std::string sn = " " + std::to_string(n);
+  auto cast_case = [&](const char* label, DType from, DType to) {
+    const double bytes = static_cast<double>(n) * static_cast<double>(element_size(from) + element_size(to));
+    cases.push_back({label + sn, bytes, ceil, [=]() -> Runner {
+                       auto src = inputs(from);
+                       Tensor dst = empty({n}, opts(to));
+                       return [=](int i) mutable { dst.copy_(src[i % rot]); };
+                     }, "", spec("copy", from, to)});
+  };
+  cast_case("copy f32", kFloat32, kFloat32);
+  cast_case("cast f32->bf16", kFloat32, kBFloat16);
+  cast_case("cast f32->fp8e4m3", kFloat32, kFloat8_e4m3fn);
+  cast_case("cast bf16->f32", kBFloat16, kFloat32);
+  for (DType t : {kFloat32, kBFloat16}) {
+    const std::string label = t == kFloat32 ? "add f32" : "add bf16";
+    cases.push_back({label + sn, 3.0 * n * element_size(t), ceil, [=]() -> Runner {
+                       auto a = inputs(t), b = inputs(t);
+                       return [=](int i) { (void)add(a[i % rot], b[i % rot]); };
+                     }, "", spec("add", t, t)});
+  }
+  for (DType t : {kFloat32, kBFloat16}) {
+    const std::string label = t == kFloat32 ? "sum f32" : "sum bf16";
+    cases.push_back({label + sn, 1.0 * n * element_size(t), ceil, [=]() -> Runner {
+                       auto a = inputs(t);
+                       return [=](int i) { (void)sum(a[i % rot]); };
+                     }, "", spec("sum", t, t)});
+  }
+  return cases;
+}
+
+}  // namespace anvil::bench

@@ -1,0 +1,102 @@
+// rms_norm and the fused residual add + rms_norm: validation, x as [rows, cols] with unit-stride cols.
+#include <limits>
+
+#include "anvil/nn.h"
+#include "anvil/ops.h"
+#include "core/dispatch.h"
+#include "core/kernels.h"
+#include "core/util.h"
+
+namespace anvil {
+namespace {
+
+// torch.finfo(dtype).eps, rms_norm's default eps.
+double default_eps(DType t) {
+  return dispatch_float_types(t, "[rms_norm]", [](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, Half>) return 0x1p-10;
+    else if constexpr (std::is_same_v<T, BFloat16>) return 0x1p-7;
+    else return static_cast<double>(std::numeric_limits<T>::epsilon());
+  });
+}
+
+// Checks x against normalized_shape and weight; returns cols = prod(normalized_shape).
+int64_t check_rms_norm(const char* name, const Tensor& x, const Shape& normalized_shape, const Tensor& weight) {
+  ANVIL_CHECK(x.defined(), Error, name, " undefined tensor");
+  dispatch_float_types(x.dtype(), name, [](auto) {});
+  const int64_t nd = static_cast<int64_t>(normalized_shape.size());
+  bool ok = nd <= x.dim();
+  for (int64_t i = 0; ok && i < nd; ++i) ok = x.size(x.dim() - nd + i) == normalized_shape[i];
+  ANVIL_CHECK(ok, ShapeError, name, " Given normalized_shape=", shape_str(normalized_shape),
+              ", expected input with shape [*, ", shape_str(normalized_shape).substr(1), ", but got input of size",
+              shape_str(x.sizes()));
+  if (weight.defined()) {
+    check_same_device(name, x, weight);
+    ANVIL_CHECK(weight.sizes() == normalized_shape, ShapeError, name,
+                " Expected weight to be of same shape as normalized_shape, but got weight of shape ",
+                shape_str(weight.sizes()), " and normalized_shape = ", shape_str(normalized_shape));
+    ANVIL_CHECK(weight.dtype() == x.dtype() || weight.dtype() == kFloat32, DTypeError, name, " weight dtype ",
+                dtype_name(weight.dtype()), " must be the input's (", dtype_name(x.dtype()), ") or float32");
+  }
+  return shape_numel(normalized_shape);
+}
+
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, std::optional<double> eps) {
+  const int64_t cols = check_rms_norm("[rms_norm]", x, normalized_shape, weight);
+  Tensor out = empty(x.sizes(), TensorOptions(x.dtype()).device(x.device()));
+  if (out.numel() == 0) return out;
+  const int64_t rows = x.numel() / cols;
+  Tensor xr = as_rows(x, rows, cols);
+  Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  RmsNormParams p;
+  p.x = xr.raw_data_ptr();
+  p.weight = w.defined() ? w.raw_data_ptr() : nullptr;
+  p.out = out.raw_data_ptr();
+  p.dtype = x.dtype();
+  p.weight_dtype = w.defined() ? w.dtype() : x.dtype();
+  p.rows = rows;
+  p.cols = cols;
+  p.stride_x_row = row_stride(xr);
+  p.stride_out_row = cols;
+  p.eps = eps.value_or(default_eps(x.dtype()));
+  ANVIL_KERNEL(x.device(), rms_norm, p);
+  return out;
+}
+
+std::tuple<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,
+                                        const Tensor& weight, std::optional<double> eps) {
+  const int64_t cols = check_rms_norm("[add_rms_norm]", x, normalized_shape, weight);
+  ANVIL_CHECK(residual.defined(), Error, "[add_rms_norm] undefined tensor");
+  check_same_device("[add_rms_norm]", x, residual);
+  ANVIL_CHECK(residual.sizes() == x.sizes(), ShapeError, "[add_rms_norm] residual ", describe(residual),
+              " must have the shape of x ", describe(x));
+  ANVIL_CHECK(residual.dtype() == x.dtype(), DTypeError, "[add_rms_norm] residual ", describe(residual),
+              " must have the dtype of x ", describe(x));
+  const TensorOptions opts = TensorOptions(x.dtype()).device(x.device());
+  Tensor out = empty(x.sizes(), opts), h = empty(x.sizes(), opts);
+  if (out.numel() == 0) return {out, h};
+  const int64_t rows = x.numel() / cols;
+  Tensor xr = as_rows(x, rows, cols), rr = as_rows(residual, rows, cols);
+  Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  RmsNormParams p;
+  p.x = xr.raw_data_ptr();
+  p.residual = rr.raw_data_ptr();
+  p.weight = w.defined() ? w.raw_data_ptr() : nullptr;
+  p.out = out.raw_data_ptr();
+  p.residual_out = h.raw_data_ptr();
+  p.dtype = x.dtype();
+  p.weight_dtype = w.defined() ? w.dtype() : x.dtype();
+  p.rows = rows;
+  p.cols = cols;
+  p.stride_x_row = row_stride(xr);
+  p.stride_residual_row = row_stride(rr);
+  p.stride_out_row = cols;
+  p.stride_residual_out_row = cols;
+  p.eps = eps.value_or(default_eps(x.dtype()));
+  ANVIL_KERNEL(x.device(), rms_norm, p);
+  return {out, h};
+}
+
+}  // namespace anvil
