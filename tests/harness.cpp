@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -195,6 +196,7 @@ const char* layout_name(Layout l) {
     case Layout::Strided: return "strided";
     case Layout::Offset: return "offset";
     case Layout::Broadcast: return "broadcast";
+    case Layout::RowPadded: return "row-padded";
   }
   return "?";
 }
@@ -231,6 +233,7 @@ Tensor make_tensor(const ref::Array& a, DType t, Device dev, Layout l) {
     case Layout::Strided: base_sizes.back() = 2 * sizes.back() + 1; break;
     case Layout::Offset: base_sizes = {a.numel() + 1}; break;
     case Layout::Broadcast: base_sizes[0] = 1; break;
+    case Layout::RowPadded: base_sizes.back() = sizes.back() + 3; break;
     default: break;
   }
   Tensor base = anvil::empty(base_sizes, anvil::TensorOptions(t));
@@ -259,6 +262,12 @@ Tensor make_tensor(const ref::Array& a, DType t, Device dev, Layout l) {
         off = base_index.offset(b);
         break;
       }
+      case Layout::RowPadded: {
+        Shape b = idx;
+        b.back() = 1 + idx.back();
+        off = base_index.offset(b);
+        break;
+      }
     }
     store_element(p + off * es, t, a.v[static_cast<size_t>(k)]);
     ++k;
@@ -274,6 +283,7 @@ Tensor make_tensor(const ref::Array& a, DType t, Device dev, Layout l) {
     case Layout::Strided: return base.slice(nd - 1, 1, base_sizes.back(), 2);
     case Layout::Offset: return base.slice(0, 1, a.numel() + 1).view(sizes);
     case Layout::Broadcast: return base.expand(sizes);
+    case Layout::RowPadded: return base.slice(nd - 1, 1, 1 + sizes.back());
   }
   return base;
 }
@@ -471,6 +481,33 @@ Guarded make_guarded(const Shape& sizes, DType t, Device dev, Layout l, uint8_t 
   }
   if (bad) return ::testing::AssertionFailure() << bad << " guard bytes overwritten" << os.str();
   return ::testing::AssertionSuccess();
+}
+
+// ---- inputs unchanged -------------------------------------------------------------------------
+std::vector<uint64_t> storage_bits(const Tensor& t) {
+  const int64_t es = static_cast<int64_t>(t.element_size());
+  const int64_t n = static_cast<int64_t>(t.storage()->nbytes) / es;
+  return to_bits(t.as_strided({n}, {1}, 0));
+}
+
+::testing::AssertionResult storage_unchanged(const Tensor& t, const std::vector<uint64_t>& before) {
+  std::vector<uint64_t> now = storage_bits(t);
+  if (now.size() != before.size()) return ::testing::AssertionFailure() << "storage size changed";
+  int bad = 0;
+  std::ostringstream os;
+  for (size_t i = 0; i < now.size(); ++i) {
+    if (now[i] == before[i]) continue;
+    if (bad < 5) os << "\n  storage slot " << i << ": 0x" << std::hex << before[i] << " -> 0x" << now[i] << std::dec;
+    ++bad;
+  }
+  if (bad) return ::testing::AssertionFailure() << bad << " input storage slots modified" << os.str();
+  return ::testing::AssertionSuccess();
+}
+
+double underflow_atol(DType out) {
+  const double half_subnormal = out == anvil::kFloat16 ? std::ldexp(1.0, -25) : 0.0;
+  const double min_normal = compute_dtype(out) == anvil::kFloat64 ? std::ldexp(1.0, -1022) : std::ldexp(1.0, -126);
+  return std::max(half_subnormal, min_normal);
 }
 
 // ---- case tables ------------------------------------------------------------------------------

@@ -99,6 +99,8 @@ enum class Layout {
   Strided,     // last dim sliced with step 2 from start 1
   Offset,      // contiguous but starting one element into its buffer (misaligned)
   Broadcast,   // dim 0 expanded from size 1 (stride 0)
+  RowPadded,   // last dim inside rows 3 elements wider, starting one in: unit last stride,
+               // padded and misaligned rows (not in all_layouts(); make_guarded ignores it)
 };
 inline const std::vector<Layout>& all_layouts() {
   static const std::vector<Layout> v = {Layout::Contiguous, Layout::Transposed, Layout::Strided, Layout::Offset,
@@ -164,6 +166,17 @@ struct Guarded {
 };
 Guarded make_guarded(const Shape& sizes, DType t, Device dev, Layout l, uint8_t sentinel = 0xA5);
 ::testing::AssertionResult guards_intact(const Guarded& g, uint8_t sentinel = 0xA5);
+
+// ---- inputs unchanged -------------------------------------------------------------------------
+// Every element slot of t's whole storage (the poison slots a view skips included), as bits:
+// take it before an op and compare after, to check that the op wrote nothing into its inputs.
+std::vector<uint64_t> storage_bits(const Tensor& t);
+::testing::AssertionResult storage_unchanged(const Tensor& t, const std::vector<uint64_t>& before);
+
+// Absolute slack for results near underflow: the larger of half the output's smallest
+// subnormal step (float16 2^-25) and the compute type's smallest normal (float32 2^-126: a
+// kernel may flush subnormal intermediates); relative bounds do not hold there.
+double underflow_atol(DType out);
 
 // ---- case tables ------------------------------------------------------------------------------
 // Sizes of every table: empty, one, odd tails, 2^16 +- 1, above 2^16, multi-dim.

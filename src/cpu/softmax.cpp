@@ -71,16 +71,19 @@ float RowExpSum(const float* HWY_RESTRICT x, float* HWY_RESTRICT e, int64_t n, f
   return s;
 }
 
-// y = y * scale (softmax) or y = x - shift (log_softmax: shift = max + log(sum)).
-void RowFinish(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n, float scale, float shift, bool log) {
+// y = y * scale (softmax) or y = (x - max) - log_sum (log_softmax: subtracting max first keeps
+// the result exact to float32 for large |x|, as PyTorch does).
+void RowFinish(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n, float scale, float max, float log_sum,
+               bool log) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto vs = hn::Set(df, log ? shift : scale);
   int64_t i = 0;
   if (log) {
-    for (; i + N <= n; i += N) hn::StoreU(hn::Sub(hn::LoadU(df, x + i), vs), df, y + i);
-    for (; i < n; ++i) y[i] = x[i] - shift;
+    const auto vm = hn::Set(df, max), vl = hn::Set(df, log_sum);
+    for (; i + N <= n; i += N) hn::StoreU(hn::Sub(hn::Sub(hn::LoadU(df, x + i), vm), vl), df, y + i);
+    for (; i < n; ++i) y[i] = (x[i] - max) - log_sum;
   } else {
+    const auto vs = hn::Set(df, scale);
     for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, y + i), vs), df, y + i);
     for (; i < n; ++i) y[i] *= scale;
   }
@@ -104,15 +107,15 @@ constexpr int64_t kSplitRowElements = 16384;
 
 float row_max(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(simd::RowMax)(x, n); }
 float row_exp_sum(const float* x, float* e, int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(simd::RowExpSum)(x, e, n, m); }
-void row_finish(const float* x, float* y, int64_t n, float scale, float shift, bool log) {
-  HWY_DYNAMIC_DISPATCH(simd::RowFinish)(x, y, n, scale, shift, log);
+void row_finish(const float* x, float* y, int64_t n, float scale, float max, float log_sum, bool log) {
+  HWY_DYNAMIC_DISPATCH(simd::RowFinish)(x, y, n, scale, max, log_sum, log);
 }
 
 // One float32 row; x and y may alias (the low-precision path converts into y first).
 void softmax_row(const float* x, float* y, int64_t n, bool log) {
   const float m = row_max(x, n);
   const float s = row_exp_sum(x, log ? nullptr : y, n, m);
-  row_finish(x, y, n, 1.0f / s, m + std::log(s), log);
+  row_finish(x, y, n, 1.0f / s, m, std::log(s), log);
 }
 
 // Converts `n` values between float dtypes through float32 scratch when needed.
@@ -154,7 +157,7 @@ void softmax_rows(const SoftmaxParams& p) {
 #pragma omp barrier
         float s = 0;
         for (int u = 0; u < nt; ++u) s += part_sum[u];
-        row_finish(x + i0, y + i0, i1 - i0, 1.0f / s, m + std::log(s), p.log);
+        row_finish(x + i0, y + i0, i1 - i0, 1.0f / s, m, std::log(s), p.log);
         if (!direct) from_f32(p.out_dtype, y + i0, out + (r * n + i0) * os, i1 - i0);
 #pragma omp barrier
       }
@@ -207,7 +210,7 @@ void softmax_strided(const SoftmaxParams& p) {
           for (int64_t j = 0; j < d; ++j)
             for (int64_t i = 0; i < inner; ++i) {
               const A v = static_cast<A>(x[j * inner + i]);
-              y[j * inner + i] = convert<TO>(p.log ? v - m[i] - std::log(s[i]) : std::exp(v - m[i]) / s[i]);
+              y[j * inner + i] = convert<TO>(p.log ? (v - m[i]) - std::log(s[i]) : std::exp(v - m[i]) / s[i]);
             }
         }
       }

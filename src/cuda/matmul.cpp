@@ -168,6 +168,11 @@ Plan make_plan(cublasLtHandle_t handle, const BmmParams& p, const Operand& first
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]}};
   for (const auto& [attr, bytes] : alignments)
     check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
+  // Split-k partials must be added in the compute type: the in-place and output-type schemes add
+  // them in bf16 (H200: bf16 [4, 1000] x [1000, 127] with row-major B was off by 5e-2).
+  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+                                                sizeof(reduction)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.first, plan.second, plan.out, plan.out,

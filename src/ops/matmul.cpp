@@ -9,11 +9,13 @@ namespace {
 bool is_gemm_dtype(DType t) { return t == kFloat32 || t == kFloat64 || t == kBFloat16 || t == kFloat16; }
 
 // A [batch, rows, cols] operand with one unit stride among (rows, cols); copies otherwise.
+// A dim of size > 1 with stride 0 (an expanded operand) has no valid BLAS leading dimension.
 Tensor gemm_operand(const Tensor& t) {
   int64_t rs = t.stride(1), cs = t.stride(2);
   bool row_major = cs == 1 || t.size(2) == 1;
   bool col_major = rs == 1 || t.size(1) == 1;
-  if ((row_major || col_major) && t.stride(1) >= 0) return t;
+  bool expanded = (t.size(1) > 1 && rs == 0) || (t.size(2) > 1 && cs == 0);
+  if ((row_major || col_major) && !expanded) return t;
   return t.contiguous();
 }
 

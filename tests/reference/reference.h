@@ -5,4 +5,5 @@
 #include "reference/ref_float.h"
 #include "reference/ref_index.h"
 #include "reference/ref_matmul.h"
+#include "reference/ref_nn.h"
 #include "reference/ref_reduce.h"

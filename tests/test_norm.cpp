@@ -1,0 +1,282 @@
+// rms_norm and the fused residual add + rms_norm: one case table (shape x normalized dims x
+// weight kind x eps x layout x dtype) against the float64 reference, the default eps, h of
+// add_rms_norm bit for bit against add(), 65536+ rows, errors, and CUDA graph replay.
+#include <cmath>
+#include <optional>
+
+#include "harness.h"
+
+namespace {
+
+using namespace anvil;
+using th::Layout;
+
+struct NormCase {
+  Shape x;
+  int64_t norm_dims;  // normalized_shape = the last norm_dims sizes of x
+};
+
+Shape normalized_shape(const NormCase& c) { return Shape(c.x.end() - c.norm_dims, c.x.end()); }
+
+// cols 1, 7, 128, 2048, 4099 (odd: vector tails), one and many rows, 1-D x, two normalized dims,
+// empty inputs.
+const std::vector<NormCase>& norm_cases() {
+  static const std::vector<NormCase> v = {
+      {{1, 1}, 1},     {{3, 7}, 1},        {{1, 128}, 1},   {{7, 128}, 1},      {{5, 2048}, 1},  {{3, 4099}, 1},
+      {{33, 65}, 1},   {{128}, 1},         {{2, 1, 64}, 1}, {{4, 6, 8}, 2},     {{2, 3, 5, 7}, 2}, {{300, 1}, 1},
+      {{65, 17}, 1},   {{0, 128}, 1},      {{3, 0}, 1},     {{2, 3, 4099}, 1},
+  };
+  return v;
+}
+
+// torch.finfo(dtype).eps, rms_norm's default.
+double finfo_eps(DType t) {
+  switch (t) {
+    case kBFloat16: return 0.0078125;
+    case kFloat16: return 0.0009765625;
+    case kFloat64: return 2.220446049250313e-16;
+    default: return 1.1920928955078125e-07;
+  }
+}
+
+enum class Weight { None, Same, Float32 };
+const char* weight_name(Weight w) { return w == Weight::None ? "no weight" : w == Weight::Same ? "weight" : "float32 weight"; }
+
+ref::Prec prec_of(DType t) {
+  switch (t) {
+    case kFloat64: return ref::Prec::F64;
+    case kBFloat16: return ref::Prec::BF16;
+    case kFloat16: return ref::Prec::F16;
+    default: return ref::Prec::F32;
+  }
+}
+
+// The float32 value is within e u_C of the exact one, e = 8 (rsqrt) + 2 (the two products) +
+// 4 (sqrt(n) + 1) (the sum of n squares, halved by the square root, with a factor 2 to spare);
+// the one rounding to the output adds u_O: rtol = u_O + 2 e u_C.
+th::Tol norm_tol(DType t, int64_t cols) {
+  const double uc = th::unit_roundoff(th::compute_dtype(t));
+  const double e = 10.0 + 4.0 * (std::sqrt(static_cast<double>(cols)) + 1.0);
+  return th::Tol{th::underflow_atol(t), th::unit_roundoff(t) + 2.0 * e * uc};
+}
+
+std::string norm_name(const NormCase& c, DType t, Layout l, Weight w, std::optional<double> eps, Device d) {
+  return th::case_name(c.x, t, l, d) + " normalized " + ref::shape_to_string(normalized_shape(c)) + ", " + weight_name(w) +
+         ", eps " + (eps ? std::to_string(*eps) : std::string("default"));
+}
+
+const std::vector<Layout> kFewLayouts = {Layout::Contiguous, Layout::RowPadded, Layout::Transposed};
+const std::vector<Layout> kAllLayouts = {Layout::Contiguous, Layout::Transposed, Layout::Strided,
+                                         Layout::Offset,     Layout::RowPadded,  Layout::Broadcast};
+
+class Norm : public th::DeviceTest {};
+
+TEST_P(Norm, RmsNormTable) {
+  th::CaseLoop loop;
+  th::Gen g(6000);
+  int k = 0;
+  for (const NormCase& c : norm_cases()) {
+    const Shape ns = normalized_shape(c);
+    const int64_t cols = ref::numel_of(ns);
+    for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+      for (Layout l : t == kFloat32 ? kAllLayouts : kFewLayouts) {
+        const Weight wk = static_cast<Weight>(k % 3);
+        const std::optional<double> eps = k % 4 == 0 ? std::optional<double>(1e-6) : k % 4 == 1 ? std::optional<double>(0.25) : std::nullopt;
+        ++k;
+        if (!loop.run(norm_name(c, t, l, wk, eps, dev()), [&] {
+          th::Input x = th::make_input(c.x, t, dev(), l, g, -2, 2);
+          th::Input w;
+          if (wk != Weight::None) w = th::make_input(ns, wk == Weight::Same ? t : kFloat32, dev(), Layout::Contiguous, g, -2, 2);
+          const auto before = th::storage_bits(x.t);
+          Tensor y = rms_norm(x.t, ns, w.t, eps);
+          ASSERT_TRUE(th::expect_shape(y, c.x, t));
+          ASSERT_EQ(y.device(), dev());
+          const ref::Array want = ref::rms_norm(x.a, c.norm_dims, w.t.defined() ? &w.a : nullptr, eps.value_or(finfo_eps(t)));
+          ASSERT_TRUE(th::expect_close(y, want, norm_tol(t, cols)));
+          ASSERT_TRUE(th::storage_unchanged(x.t, before));
+        }))
+          return;
+      }
+    }
+  }
+}
+
+// Values with mean square equal to the default eps (torch.finfo(dtype).eps): the result must
+// match the reference with that eps and not the one without it.
+TEST_P(Norm, DefaultEpsIsFinfoEps) {
+  th::Gen g(6001);
+  for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+    SCOPED_TRACE(th::dtype_str(t));
+    const double eps = finfo_eps(t), a = std::sqrt(3.0 * eps);  // uniform in [-a, a]: mean square eps
+    th::Input x = th::make_input({4, 256}, t, dev(), Layout::Contiguous, g, -a, a);
+    Tensor y = rms_norm(x.t, {256});
+    EXPECT_TRUE(th::expect_close(y, ref::rms_norm(x.a, 1, nullptr, eps), norm_tol(t, 256)));
+    EXPECT_FALSE(th::expect_close(y, ref::rms_norm(x.a, 1, nullptr, 0.0), norm_tol(t, 256))) << "eps ignored";
+    EXPECT_FALSE(th::expect_close(y, ref::rms_norm(x.a, 1, nullptr, 1e-6), norm_tol(t, 256))) << "a fixed 1e-6";
+    auto [out, h] = add_rms_norm(x.t, zeros_like(x.t), {256});
+    EXPECT_TRUE(th::expect_close(out, ref::rms_norm(x.a, 1, nullptr, eps), norm_tol(t, 256))) << "add_rms_norm";
+  }
+}
+
+// h = x + residual rounded to the dtype, bit for bit the same as add(); out against the
+// reference rms_norm of that h and, bit for bit, against rms_norm(add(x, residual)).
+TEST_P(Norm, AddRmsNormTable) {
+  th::CaseLoop loop;
+  th::Gen g(6002);
+  int k = 0;
+  for (const NormCase& c : norm_cases()) {
+    const Shape ns = normalized_shape(c);
+    const int64_t cols = ref::numel_of(ns);
+    for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+      const std::vector<Layout>& ls = t == kFloat32 ? kAllLayouts : kFewLayouts;
+      for (size_t li = 0; li < ls.size(); ++li) {
+        const Layout lx = ls[li], lr = ls[(li + 1) % ls.size()];
+        const Weight wk = static_cast<Weight>(k % 3);
+        const std::optional<double> eps = k % 2 ? std::optional<double>(1e-5) : std::nullopt;
+        ++k;
+        if (!loop.run(norm_name(c, t, lx, wk, eps, dev()) + ", residual " + th::layout_name(lr), [&] {
+          th::Input x = th::make_input(c.x, t, dev(), lx, g, -2, 2);
+          th::Input r = th::make_input(c.x, t, dev(), lr, g, -2, 2);
+          th::Input w;
+          if (wk != Weight::None) w = th::make_input(ns, wk == Weight::Same ? t : kFloat32, dev(), Layout::Contiguous, g, -2, 2);
+          const auto x_before = th::storage_bits(x.t), r_before = th::storage_bits(r.t);
+          auto [out, h] = add_rms_norm(x.t, r.t, ns, w.t, eps);
+          ASSERT_TRUE(th::expect_shape(out, c.x, t));
+          ASSERT_TRUE(th::expect_shape(h, c.x, t));
+          const ref::AddRmsNorm want =
+              ref::add_rms_norm(x.a, r.a, c.norm_dims, w.t.defined() ? &w.a : nullptr, eps.value_or(finfo_eps(t)), prec_of(t));
+          ASSERT_TRUE(th::expect_equal(h, want.h)) << "h";
+          Tensor h_composed = add(x.t, r.t);
+          ASSERT_EQ(th::to_bits(h), th::to_bits(h_composed)) << "h bit for bit add(x, residual)";
+          const th::Tol tol = norm_tol(t, cols);
+          ASSERT_TRUE(th::expect_close(out, want.out, tol)) << "out";
+          // docs/SEMANTICS.md: bit-identical to add then rms_norm.
+          ASSERT_EQ(th::to_bits(out), th::to_bits(rms_norm(h_composed, ns, w.t, eps))) << "out vs rms_norm(add(x, residual))";
+          ASSERT_TRUE(th::storage_unchanged(x.t, x_before)) << "x";
+          ASSERT_TRUE(th::storage_unchanged(r.t, r_before)) << "residual";
+        }))
+          return;
+      }
+    }
+  }
+}
+
+// Cancellation in the residual add: h is exactly 0 in some columns and rows, tiny in others.
+TEST_P(Norm, AddRmsNormCancellingResidual) {
+  th::Gen g(6003);
+  for (DType t : {kFloat32, kBFloat16, kFloat16}) {
+    SCOPED_TRACE(th::dtype_str(t));
+    ref::Array x = th::random_array({5, 129}, t, g, -4, 4), r(x.sizes);
+    for (size_t i = 0; i < x.v.size(); ++i) r.v[i] = i % 3 == 0 ? -x.v[i] : th::round_to_dtype(-x.v[i] * 0.75, t);
+    for (int64_t c = 0; c < 129; ++c) r.v[static_cast<size_t>(2 * 129 + c)] = -x.v[static_cast<size_t>(2 * 129 + c)];  // row 2: h = 0
+    auto [out, h] = add_rms_norm(th::make_tensor(x, t, dev()), th::make_tensor(r, t, dev()), {129});
+    const ref::AddRmsNorm want = ref::add_rms_norm(x, r, 1, nullptr, finfo_eps(t), prec_of(t));
+    EXPECT_TRUE(th::expect_equal(h, want.h));
+    EXPECT_TRUE(th::expect_close(out, want.out, norm_tol(t, 129)));
+  }
+}
+
+// 65536+ rows: a 16-bit grid dim or row index breaks here.
+TEST_P(Norm, MoreThan65536Rows) {
+  th::CaseLoop loop;
+  th::Gen g(6004);
+  for (DType t : {kFloat32, kBFloat16}) {
+    if (!loop.run(th::case_name({70000, 7}, t, Layout::RowPadded, dev()), [&] {
+      th::Input x = th::make_input({70000, 7}, t, dev(), Layout::RowPadded, g, -2, 2);
+      th::Input r = th::make_input({70000, 7}, t, dev(), Layout::Contiguous, g, -2, 2);
+      th::Input w = th::make_input({7}, t, dev(), Layout::Contiguous, g, -2, 2);
+      ASSERT_TRUE(th::expect_close(rms_norm(x.t, {7}, w.t), ref::rms_norm(x.a, 1, &w.a, finfo_eps(t)), norm_tol(t, 7)));
+      auto [out, h] = add_rms_norm(x.t, r.t, {7}, w.t, 1e-6);
+      const ref::AddRmsNorm want = ref::add_rms_norm(x.a, r.a, 1, &w.a, 1e-6, prec_of(t));
+      ASSERT_TRUE(th::expect_equal(h, want.h));
+      ASSERT_TRUE(th::expect_close(out, want.out, norm_tol(t, 7)));
+    }))
+      return;
+  }
+}
+
+TEST_P(Norm, Errors) {
+  const TensorOptions f = TensorOptions(kFloat32).device(dev());
+  Tensor x = zeros({2, 3, 4}, f), w = ones({4}, f);
+  // normalized_shape must be x's trailing sizes
+  EXPECT_THROWS_OP(ShapeError, "rms_norm", rms_norm(x, {3}));
+  EXPECT_THROWS_OP(ShapeError, "rms_norm", rms_norm(x, {4, 3}));
+  EXPECT_THROWS_OP(ShapeError, "rms_norm", rms_norm(x, {1, 2, 3, 4}));
+  EXPECT_THROWS_OP(ShapeError, "rms_norm", rms_norm(zeros({}, f), {1}));
+  // weight of normalized_shape, x's dtype or float32
+  EXPECT_THROWS_OP(ShapeError, "rms_norm", rms_norm(x, {4}, ones({3}, f)));
+  EXPECT_THROWS_OP(ShapeError, "rms_norm", rms_norm(x, {4}, ones({1, 4}, f)));
+  EXPECT_THROWS_OP(ShapeError, "rms_norm", rms_norm(x, {3, 4}, w));
+  EXPECT_THROWS_OP(DTypeError, "rms_norm", rms_norm(x, {4}, w.to(kInt32)));
+  EXPECT_THROWS_OP(DTypeError, "rms_norm", rms_norm(x, {4}, w.to(kFloat64)));
+  EXPECT_THROWS_OP(DTypeError, "rms_norm", rms_norm(x.to(kBFloat16), {4}, w.to(kFloat16)));
+  // x must be a float type
+  EXPECT_THROWS_OP(DTypeError, "rms_norm", rms_norm(x.to(kInt32), {4}));
+  EXPECT_THROWS_OP(DTypeError, "rms_norm", rms_norm(x.to(kInt64), {4}, w));
+  EXPECT_THROWS_OP(DTypeError, "rms_norm", rms_norm(x.to(kFloat8_e4m3fn), {4}));
+  EXPECT_THROWS_OP(Error, "rms_norm", rms_norm(Tensor(), {4}));
+  // add_rms_norm: the same checks, and a residual of x's shape and dtype
+  EXPECT_THROWS_OP(ShapeError, "add_rms_norm", add_rms_norm(x, x, {3}));
+  EXPECT_THROWS_OP(ShapeError, "add_rms_norm", add_rms_norm(x, x, {4}, ones({2}, f)));
+  EXPECT_THROWS_OP(DTypeError, "add_rms_norm", add_rms_norm(x, x, {4}, w.to(kInt64)));
+  EXPECT_THROWS_OP(DTypeError, "add_rms_norm", add_rms_norm(x.to(kInt32), x.to(kInt32), {4}));
+  EXPECT_THROWS_OP(ShapeError, "add_rms_norm", add_rms_norm(x, zeros({2, 4, 4}, f), {4}));
+  EXPECT_THROWS_OP(ShapeError, "add_rms_norm", add_rms_norm(x, zeros({3, 4}, f), {4}));  // no broadcasting
+  EXPECT_THROWS_OP(DTypeError, "add_rms_norm", add_rms_norm(x, x.to(kBFloat16), {4}));
+  EXPECT_THROWS_OP(DTypeError, "add_rms_norm", add_rms_norm(x.to(kFloat16), x, {4}));
+  EXPECT_THROWS_OP(Error, "add_rms_norm", add_rms_norm(x, Tensor(), {4}));
+  EXPECT_THROWS_OP(Error, "add_rms_norm", add_rms_norm(Tensor(), x, {4}));
+  if (dev().is_cuda()) {
+    EXPECT_THROWS_OP(DeviceError, "rms_norm", rms_norm(x, {4}, ones({4})));
+    EXPECT_THROWS_OP(DeviceError, "add_rms_norm", add_rms_norm(x, zeros({2, 3, 4}), {4}));
+  }
+}
+
+ANVIL_INSTANTIATE_DEVICE_TESTS(Norm);
+
+// ---- CUDA graph ------------------------------------------------------------------------------
+TEST(NormGraph, RmsNormAndAddRmsNormReplayNewInputs) {
+  ANVIL_REQUIRE_CUDA();
+  const Device g(kCUDA, 0);
+  Stream s = Stream::create(g);
+  StreamGuard guard(s);
+  th::Gen gen(6005);
+  for (DType t : {kBFloat16, kFloat32}) {
+    SCOPED_TRACE(th::dtype_str(t));
+    const Shape sizes = {4, 2048};
+    th::Input x = th::make_input(sizes, t, g, Layout::Contiguous, gen, -2, 2);
+    th::Input r = th::make_input(sizes, t, g, Layout::Contiguous, gen, -2, 2);
+    th::Input w = th::make_input({2048}, t, g, Layout::Contiguous, gen, -2, 2);
+    Tensor warm = rms_norm(x.t, {2048}, w.t, 1e-6);
+    auto warm2 = add_rms_norm(x.t, r.t, {2048}, w.t, 1e-6);
+    s.synchronize();
+    cuda::Graph graph;
+    graph.capture_begin();
+    Tensor y = rms_norm(x.t, {2048}, w.t, 1e-6);
+    auto [out, h] = add_rms_norm(x.t, r.t, {2048}, w.t, 1e-6);
+    graph.capture_end();
+    for (int round = 0; round < 3; ++round) {
+      th::Input nx = th::make_input(sizes, t, g, Layout::Contiguous, gen, -2, 2);
+      th::Input nr = th::make_input(sizes, t, g, Layout::Contiguous, gen, -2, 2);
+      th::Input nw = th::make_input({2048}, t, g, Layout::Contiguous, gen, -2, 2);
+      x.t.copy_(nx.t);
+      r.t.copy_(nr.t);
+      w.t.copy_(nw.t);
+      graph.replay();
+      s.synchronize();
+      Tensor ey = rms_norm(x.t, {2048}, w.t, 1e-6);
+      auto [eout, eh] = add_rms_norm(x.t, r.t, {2048}, w.t, 1e-6);
+      s.synchronize();
+      EXPECT_EQ(th::to_bits(y), th::to_bits(ey)) << "rms_norm, round " << round;
+      EXPECT_EQ(th::to_bits(out), th::to_bits(eout)) << "add_rms_norm out, round " << round;
+      EXPECT_EQ(th::to_bits(h), th::to_bits(eh)) << "add_rms_norm h, round " << round;
+      EXPECT_TRUE(th::expect_close(y, ref::rms_norm(nx.a, 1, &nw.a, 1e-6), norm_tol(t, 2048))) << "round " << round;
+      const ref::AddRmsNorm want = ref::add_rms_norm(nx.a, nr.a, 1, &nw.a, 1e-6, prec_of(t));
+      EXPECT_TRUE(th::expect_equal(h, want.h)) << "round " << round;
+      EXPECT_TRUE(th::expect_close(out, want.out, norm_tol(t, 2048))) << "round " << round;
+    }
+    graph.reset();
+  }
+}
+
+}  // namespace
