@@ -10,7 +10,8 @@
 #   scripts/gpu-check.sh BUNDLE_DIR REPORT_DIR
 # Time limits (seconds) from the environment: TEST_TIMEOUT (3600), MEMCHECK_TIMEOUT (1800),
 # BENCH_TIMEOUT (1200). MEMCHECK_FILTER overrides the gtest filter of the memcheck run;
-# BENCH_FILTER limits the benchmark cases (bench-ops --filter).
+# BENCH_FILTER limits the benchmark cases (bench-ops --filter); TEST_FILTER is a gtest filter for
+# the test binaries (default: every test).
 set -euo pipefail
 
 if [[ $# -ne 2 ]]; then
@@ -77,7 +78,8 @@ for exe in "$bundle"/bin/*; do
   [[ "$name" == "anvil" ]] && continue
   xml="$report/$name.xml"
   rm -f "$xml"
-  step "$name" "$report/$name.log" timeout "${TEST_TIMEOUT:-3600}" "$run" "$name" --gtest_output="xml:$xml"
+  step "$name" "$report/$name.log" timeout "${TEST_TIMEOUT:-3600}" "$run" "$name" --gtest_output="xml:$xml" \
+    ${TEST_FILTER:+--gtest_filter="$TEST_FILTER"}
   if [[ -f "$xml" ]]; then
     read -r t f s < <(gtest_counts "$xml")
     note "      $name: $t tests, $(( t - f - s )) passed, $f failed, $s skipped"

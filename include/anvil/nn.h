@@ -44,4 +44,38 @@ ANVIL_API Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& in
 // `1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))`.
 ANVIL_API Tensor rope_inv_freq(int64_t rotary_dim, double theta, Device device = kCPU);
 
+// ---- top-k and token sampling
+
+// torch.topk: the k largest (largest = false: smallest) elements along `dim` and their int64
+// indices, in x's shape with size k at `dim`. NaN ranks above every number (first when largest,
+// last when smallest, as torch), -0 and +0 are equal, and equal values give the lower index
+// first. sorted = false allows the k in any order. Real dtypes (not bool, float8 or complex);
+// k outside [0, size(dim)] is an IndexError. A 0-dim x gives itself and index 0 (k = 0 or 1).
+ANVIL_API std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                                          bool sorted = true);
+
+// Token sampling, Hugging Face conventions. temperature 0: greedy (argmax, first index on ties;
+// top_k and top_p ignored). top_k 0 or >= vocab: no top-k cut. top_p 1: no nucleus cut.
+struct SamplingOptions {
+  double temperature = 1.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+};
+// One token id per row of logits [vocab] or [rows, vocab] (float32 / bfloat16 / float16; the
+// result is int64 [] or [rows]), on the logits' device, without a host sync (CUDA graph safe).
+// Per row: weights p = softmax(logits / temperature) in float32 (their sums in double); keep the
+// top_k most probable; of those, in descending order, keep each token while the mass before it
+// is < top_p (at least one), that mass measured after the top-k cut (renormalised, as HF and
+// vLLM); pick by inverse CDF of u ~ U[0, 1) from Philox(seed, counter + row) over the kept,
+// renormalised weights. Order: descending probability, ties by lower index; with no cut at all,
+// the row in index order (nothing to sort). rng_state is an int64 [2] tensor {seed, counter} on
+// the logits' device (see sampler_state); every call, greedy included, adds `rows` to the counter
+// on the device, so repeated calls and CUDA graph replays draw fresh numbers. CPU and CUDA pick
+// the same token for the same state, except where u falls within rounding of a boundary between
+// two tokens (possible only without a top_k cut of at most 1024). A row holding NaN or +inf
+// gives an unspecified (valid) token, the same on both backends.
+ANVIL_API Tensor sample(const Tensor& logits, const SamplingOptions& options, const Tensor& rng_state);
+// {seed, 0} as an int64 [2] tensor on `device`.
+ANVIL_API Tensor sampler_state(uint64_t seed, Device device = kCPU);
+
 }  // namespace anvil

@@ -30,7 +30,9 @@
   X(softmax, const SoftmaxParams&)                   \
   X(rms_norm, const RmsNormParams&)                  \
   X(silu_mul, const SiluMulParams&)                  \
-  X(rope, const RopeParams&)
+  X(rope, const RopeParams&)                         \
+  X(topk, const TopkParams&)                         \
+  X(sample, const SampleParams&)
 
 namespace anvil {
 

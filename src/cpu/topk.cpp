@@ -1,0 +1,220 @@
+// CPU topk and token sampling.
+// topk: per row of [outer, dim, inner], (key, index) pairs ranked by key descending, then index
+// ascending. The key orders the dtype's values as unsigned integers, with every NaN above +inf
+// and -0 equal to +0; smallest takes its complement, so NaN ranks last. std::partial_sort
+// (sorted) or std::nth_element (unsorted); rows in parallel.
+// sample: per row with the same ranking; weights in float32 (sample_exp), sums in double. The
+// pick (top-p cut, inverse CDF, sums in rank order) is the code of the CUDA top-k path
+// (src/cuda/topk.cu, pick_position), so both backends draw the same token bit for bit there.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/element.h"
+#include "core/kernels.h"
+#include "core/philox.h"
+
+namespace anvil::cpu {
+namespace {
+
+// Below this many elements in all, one thread does the work.
+constexpr int64_t kParallelElements = 16384;
+
+// ---- order keys (kept identical to src/cuda/topk.cu)
+uint32_t float_key(float f) {
+  if (f != f) return 0xFFFFFFFFu;
+  uint32_t b = 0;
+  if (f != 0.0f) std::memcpy(&b, &f, sizeof(b));  // -0 ranks with +0
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+uint64_t double_key(double d) {
+  if (d != d) return ~uint64_t{0};
+  uint64_t b = 0;
+  if (d != 0.0) std::memcpy(&b, &d, sizeof(b));
+  return (b & (uint64_t{1} << 63)) ? ~b : (b | (uint64_t{1} << 63));
+}
+template <typename T>
+auto order_key(T v) {
+  using K = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
+  if constexpr (std::is_same_v<T, double>)
+    return double_key(v);
+  else if constexpr (is_float_v<T>)
+    return float_key(static_cast<float>(v));
+  else if constexpr (std::is_signed_v<T>)
+    return static_cast<K>(static_cast<std::make_signed_t<K>>(v)) ^ (K{1} << (sizeof(K) * 8 - 1));
+  else
+    return static_cast<K>(v);
+}
+
+template <typename K>
+struct Ranked {
+  K key;
+  int64_t idx;
+};
+template <typename K>
+bool ranks_before(const Ranked<K>& a, const Ranked<K>& b) {
+  return a.key > b.key || (a.key == b.key && a.idx < b.idx);
+}
+
+template <typename T>
+void topk_typed(const TopkParams& p) {
+  using K = decltype(order_key(T{}));
+  const T* in = static_cast<const T*>(p.in);
+  T* values = static_cast<T*>(p.values);
+  const int64_t n = p.dim_size, inner = p.inner, k = p.k, rows = p.outer * p.inner;
+  const K flip = p.largest ? K{0} : ~K{0};
+#pragma omp parallel if (rows > 1 && rows * n >= kParallelElements)
+  {
+    std::vector<Ranked<K>> items;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      items.resize(static_cast<size_t>(n));
+      const int64_t o = r / inner, i = r % inner;
+      const T* x = in + o * n * inner + i;
+      for (int64_t j = 0; j < n; ++j)
+        items[static_cast<size_t>(j)] = {static_cast<K>(order_key(x[j * inner]) ^ flip), j};
+      if (p.sorted)
+        std::partial_sort(items.begin(), items.begin() + k, items.end(), ranks_before<K>);
+      else if (k < n)
+        std::nth_element(items.begin(), items.begin() + (k - 1), items.end(), ranks_before<K>);
+      for (int64_t s = 0; s < k; ++s) {
+        const int64_t j = items[static_cast<size_t>(s)].idx, at = (o * k + s) * inner + i;
+        values[at] = x[j * inner];
+        p.indices[at] = j;
+      }
+    }
+  }
+}
+
+// ---- sampling (sample_exp and pick_ranked are kept identical to src/cuda/topk.cu)
+
+// exp(x) for x <= 0 (NaN stays NaN) in fma steps only, so host and device round alike: Cody-Waite
+// reduction by ln 2, Cephes' degree-6 polynomial (~1 ulp), exact scaling by 2^n. Below -86 it
+// returns 0: such a token is 2^-124 times less likely than the best one.
+float sample_exp(float x) {
+  if (!(x > -86.0f)) return x != x ? x : 0.0f;
+  const float n = std::rint(x * 1.44269504088896341f);
+  float r = std::fma(n, -0.693359375f, x);
+  r = std::fma(n, 2.12194440e-4f, r);
+  float q = 1.9875691500e-4f;
+  q = std::fma(q, r, 1.3981999507e-3f);
+  q = std::fma(q, r, 8.3334519073e-3f);
+  q = std::fma(q, r, 4.1665795894e-2f);
+  q = std::fma(q, r, 1.6666665459e-1f);
+  q = std::fma(q, r, 5.0000001201e-1f);
+  const float y = std::fma(q, r * r, r) + 1.0f;
+  const uint32_t scale_bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &scale_bits, sizeof(scale));
+  return y * scale;
+}
+
+// The token among c >= 1 candidates with logits xs in rank order (ids: their token ids, null: the
+// position): e = exp((x - m) / t) in float; keep the prefix whose mass before each token is
+// < top_p * sum (top_p 1: all); the first token whose running sum exceeds u * (kept mass); when
+// rounding leaves none (or the logits hold NaN), the last kept token of positive weight (else the
+// first). Sums in double, in order. `e` holds c.
+int64_t pick_ranked(const float* xs, const int64_t* ids, int64_t c, float m, float t, float top_p, float u, float* e) {
+  double total = 0.0;
+  for (int64_t j = 0; j < c; ++j) {
+    e[j] = sample_exp((xs[j] - m) / t);
+    total += e[j];
+  }
+  int64_t kept = c;
+  double mass = total;
+  if (top_p < 1.0f) {
+    const double limit = static_cast<double>(top_p) * total;
+    mass = 0.0;
+    kept = 0;
+    while (kept < c && (kept == 0 || mass < limit)) mass += e[kept++];
+  }
+  const double target = static_cast<double>(u) * mass;
+  double run = 0.0;
+  int64_t last = 0;
+  for (int64_t j = 0; j < kept; ++j) {
+    run += e[j];
+    if (run > target) return ids ? ids[j] : j;
+    if (e[j] > 0.0f) last = j;
+  }
+  return ids ? ids[last] : last;
+}
+
+struct SampleScratch {
+  std::vector<float> x, xs, e;
+  std::vector<int64_t> ids;
+  std::vector<Ranked<uint32_t>> items;
+  void resize(int64_t n) {
+    const size_t m = static_cast<size_t>(n);
+    x.resize(m);
+    xs.resize(m);
+    e.resize(m);
+    ids.resize(m);
+    items.resize(m);
+  }
+};
+
+int64_t sample_row(const SampleParams& p, const float* x, float u, SampleScratch& s) {
+  const int64_t n = p.vocab;
+  if (p.top_k == 1) {  // argmax: NaN first, then the lowest index of the largest value
+    int64_t best = 0;
+    for (int64_t j = 1; j < n; ++j)
+      if (float_key(x[j]) > float_key(x[best])) best = j;
+    return best;
+  }
+  if (p.top_k == 0 && p.top_p >= 1.0f) {  // no cut: the whole row in index order
+    int64_t best = 0;
+    for (int64_t j = 1; j < n; ++j)
+      if (float_key(x[j]) > float_key(x[best])) best = j;
+    return pick_ranked(x, nullptr, n, x[best], p.temperature, 1.0f, u, s.e.data());
+  }
+  const int64_t c = p.top_k > 0 ? p.top_k : n;
+  for (int64_t j = 0; j < n; ++j) s.items[static_cast<size_t>(j)] = {float_key(x[j]), j};
+  std::partial_sort(s.items.begin(), s.items.begin() + c, s.items.end(), ranks_before<uint32_t>);
+  for (int64_t j = 0; j < c; ++j) {
+    s.ids[static_cast<size_t>(j)] = s.items[static_cast<size_t>(j)].idx;
+    s.xs[static_cast<size_t>(j)] = x[s.items[static_cast<size_t>(j)].idx];
+  }
+  return pick_ranked(s.xs.data(), s.ids.data(), c, s.xs[0], p.temperature, p.top_p, u, s.e.data());
+}
+
+}  // namespace
+
+void topk(const TopkParams& p) {
+  dispatch_real_types(p.dtype, "[topk]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, bool> && !std::is_same_v<T, Complex64> && !std::is_same_v<T, Float8_e4m3fn> &&
+                  !std::is_same_v<T, Float8_e5m2>)
+      topk_typed<T>(p);
+  });
+}
+
+void sample(const SampleParams& p) {
+  const uint64_t seed = static_cast<uint64_t>(p.rng_state[0]), counter = static_cast<uint64_t>(p.rng_state[1]);
+  const int64_t n = p.vocab;
+  const size_t elem = element_size(p.dtype);
+  const char* logits = static_cast<const char*>(p.logits);
+#pragma omp parallel if (p.rows > 1 && p.rows * n >= kParallelElements)
+  {
+    SampleScratch s;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < p.rows; ++r) {
+      s.resize(n);
+      const void* row = logits + static_cast<size_t>(r * p.stride_row) * elem;
+      dispatch_float_types(p.dtype, "[sample]", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* xr = static_cast<const T*>(row);
+        for (int64_t j = 0; j < n; ++j) s.x[static_cast<size_t>(j)] = static_cast<float>(xr[j]);
+      });
+      const float u = static_cast<float>(philox_uniform(seed, counter + static_cast<uint64_t>(r), 24));
+      p.out[r] = sample_row(p, s.x.data(), u, s);
+    }
+  }
+  p.rng_state[1] = static_cast<int64_t>(counter + static_cast<uint64_t>(p.rows));
+}
+
+}  // namespace anvil::cpu

@@ -1,0 +1,423 @@
+// gemv on CUDA: y[i, j] = sum_q x[i, q] w[j, q] (+ bias[j]) for the decode case, m <= 8 rows of
+// x against an [n, k] weight. The weight is streamed once for all m rows; the kernels differ in
+// how they keep DRAM busy.
+//  bfloat16 / float16 take mma.sync m16n8k16 (float32 accumulation) with 8 weight rows as B
+//    (n = 8) and the m x rows as A (rows m..15 zero or duplicates whose results are dropped).
+//    Each lane holds 8 consecutive k of one row per 32-column tile; the k order inside a tile is
+//    permuted the same way for x and w, which a dot product does not notice.
+//    - regs: a block per 8 (or 16) rows, warps split k, 8 16-byte loads in flight per lane.
+//    - bulk (huge n, see use_bulk): one persistent block per SM; a producer warp streams
+//      8-row x 2048-column stages of the weight into shared memory with the bulk copy engine
+//      (cp.async.bulk), 6 stages deep, so each SM keeps ~190 KB of reads in flight across row
+//      tiles; 8 consumer warps split each stage's columns and add their partials per tile.
+//  float32 / float64 (simt): a warp per weight row, lanes over k in 16-byte packs.
+// All loads of a step are issued before the first use, from addresses clamped into the row
+// rather than behind per-lane branches; mma.sync is warp-collective, so no lane may skip one.
+#include <algorithm>
+#include <type_traits>
+
+#include "core/dispatch.h"
+#include "core/kernels.h"
+#include "cuda/device/convert.cuh"
+#include "cuda/device/map.cuh"
+#include "cuda/runtime.h"
+
+namespace anvil::cuda_backend {
+namespace {
+
+using cuda_device::compute_t;
+using cuda_device::from_compute;
+using cuda_device::Pack;
+using cuda_device::to_compute;
+
+constexpr int kMaxRows = 8;  // GemvParams::m limit, set by the front end
+
+// ---- loads
+
+// Weights are read once per call: keep them out of L1 so x stays there.
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 load_cached16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+
+// Elements [k0, k0 + 8) of a 16-bit row, zero past k; element loads clamped to the row, so they
+// never fault and carry no branch.
+__device__ __forceinline__ uint4 load8_elements(const uint16_t* row, int64_t k0, int64_t k) {
+  uint32_t e[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e[i] = __ldg(row + std::min(k0 + i, k - 1));
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t lo = k0 + 2 * i < k ? e[2 * i] : 0u, hi = k0 + 2 * i + 1 < k ? e[2 * i + 1] : 0u;
+    w[i] = lo | (hi << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// d += A * B for m16n8k16 with A rows 8..15 zero: a0 / a2 hold A[g][2t..2t+1] / A[g][2t+8..2t+9],
+// b0 / b1 hold B[2t..2t+1][g] / B[2t+8..2t+9][g] (g = lane / 4, t = lane % 4).
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+  }
+}
+
+// One 32-column tile: a lane's 8 elements are two k16 steps (elements 0-3, then 4-7).
+template <typename T>
+__device__ __forceinline__ void mma_tile(float (&d)[4], const uint4& x, const uint4& w) {
+  mma_16816<T>(d, x.x, x.y, w.x, w.y);
+  mma_16816<T>(d, x.z, x.w, w.z, w.w);
+}
+
+// d[0], d[1] of lane (g, t) are y[g][row0 + 2t + {0, 1}]: sums `warps` partials [warp][lane][2]
+// and stores. Called by threads 0..63 of the consumers.
+template <typename T>
+__device__ __forceinline__ void store_tile(const GemvParams& p, const float (*partial)[32][2], int warps, int64_t row0,
+                                           int i) {
+  const int l = i / 2, e = i % 2, gi = l / 4;
+  const int64_t j = row0 + 2 * (l % 4) + e;
+  if (gi >= p.m || j >= p.n) return;
+  float s = 0.f;
+  for (int w = 0; w < warps; ++w) s += partial[w][l][e];
+  if (p.bias) s += to_compute(static_cast<const T*>(p.bias)[j]);
+  static_cast<T*>(p.y)[gi * p.stride_y_row + j] = from_compute<T>(s);
+}
+
+// ---- bulk kernel: producer warp + kConsumers mma warps, one block per SM.
+
+constexpr int kConsumers = 8;
+constexpr int kBulkThreads = (kConsumers + 1) * 32;
+constexpr int kStageCols = 2048;                // weight columns per stage and row
+constexpr int kRowPitch = kStageCols * 2 + 64;  // bytes; 64 mod 128: the two rows a quarter warp reads use all 32 banks
+constexpr int kStageBytes = 8 * kRowPitch;
+constexpr int kStages = 6;
+constexpr int kBulkSmem = kStages * kStageBytes;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// Work unit u = (row tile, column chunk) in order; it fills stage u % kStages for the
+// (u / kStages)-th time.
+template <typename T>
+__global__ void __launch_bounds__(kBulkThreads, 1) gemv_bulk_kernel(const __grid_constant__ GemvParams p) {
+  extern __shared__ __align__(128) unsigned char stages[];
+  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
+  __shared__ float partial[2][kConsumers][32][2];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t tiles = (p.n + 7) / 8, chunks = (p.k + kStageCols - 1) / kStageCols;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(smem_addr(&full[s]), 1);
+      mbar_init(smem_addr(&empty[s]), kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == kConsumers) {  // producer
+    if (lane != 0) return;
+    const char* w = static_cast<const char*>(p.w);
+    int64_t u = 0;
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int rows = static_cast<int>(std::min<int64_t>(8, p.n - tile * 8));
+      for (int64_t ch = 0; ch < chunks; ++ch, ++u) {
+        const int s = static_cast<int>(u % kStages);
+        if (u >= kStages) mbar_wait(smem_addr(&empty[s]), static_cast<uint32_t>((u / kStages - 1) & 1));
+        const int64_t c0 = ch * kStageCols;
+        const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(kStageCols, p.k - c0) * sizeof(T));
+        mbar_expect_tx(smem_addr(&full[s]), bytes * rows);
+        for (int r = 0; r < rows; ++r)
+          bulk_copy(smem_addr(stages + s * kStageBytes + r * kRowPitch),
+                    w + ((tile * 8 + r) * p.stride_w_row + c0) * static_cast<int64_t>(sizeof(T)), bytes,
+                    smem_addr(&full[s]));
+      }
+    }
+    return;
+  }
+
+  // Consumers. Rows of x past m read row m - 1; weight rows past n are never copied (stale
+  // shared memory): both only reach outputs that are dropped.
+  const int g = lane / 4, t = lane % 4;
+  const uint16_t* x = static_cast<const uint16_t*>(p.x) + std::min<int64_t>(g, p.m - 1) * p.stride_x_row;
+  float acc[4] = {};
+  int64_t u = 0;
+  int par = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int64_t ch = 0; ch < chunks; ++ch, ++u) {
+      const int s = static_cast<int>(u % kStages);
+      const int64_t c0 = ch * kStageCols;
+      const int cols = static_cast<int>(std::min<int64_t>(kStageCols, p.k - c0));
+      const unsigned char* row = stages + s * kStageBytes + g * kRowPitch;
+      uint4 xv[kStageCols / 256], wv[kStageCols / 256];
+#pragma unroll
+      for (int i = 0; i < kStageCols / 256; ++i) {  // x first: it does not wait for the stage
+        const int kk = std::min((warp + kConsumers * i) * 32 + t * 8, cols - 8);
+        xv[i] = load_cached16(x + c0 + kk);
+      }
+      mbar_wait(smem_addr(&full[s]), static_cast<uint32_t>((u / kStages) & 1));
+      __syncwarp();  // lanes leave the wait loop one by one; mma.sync needs the whole warp
+#pragma unroll
+      for (int i = 0; i < kStageCols / 256; ++i) {
+        const int kk = std::min((warp + kConsumers * i) * 32 + t * 8, cols - 8);
+        wv[i] = *reinterpret_cast<const uint4*>(row + kk * 2);
+      }
+#pragma unroll
+      for (int i = 0; i < kStageCols / 256; ++i) {
+        if ((warp + kConsumers * i) * 32 + t * 8 >= cols) xv[i] = wv[i] = make_uint4(0, 0, 0, 0);
+        mma_tile<T>(acc, xv[i], wv[i]);
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(smem_addr(&empty[s]));
+    }
+    partial[par][warp][lane][0] = acc[0];
+    partial[par][warp][lane][1] = acc[1];
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumers * 32) : "memory");  // consumers only
+    if (threadIdx.x < 64) store_tile<T>(p, partial[par], kConsumers, tile * 8, threadIdx.x);
+    acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+    par ^= 1;  // the next tile writes the other half, so no second barrier is needed
+  }
+}
+
+// ---- regs kernel (any layout): a block per 8 * R weight rows, blockDim.x / 32 warps over k.
+// R = 2 shares each x load between two weight rows (x past L1 is re-read from L2 per block).
+constexpr int kMaxWarps = 16;
+
+template <typename T, int R, bool kVec>
+__global__ void __launch_bounds__(kMaxWarps * 32) gemv_regs_kernel(const __grid_constant__ GemvParams p) {
+  constexpr int U = kVec ? 8 / R : 2;  // 32-column tiles per lane per step
+  __shared__ float partial[R][kMaxWarps][32][2];
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 8 * R;
+  const uint16_t* w[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    w[r] = static_cast<const uint16_t*>(p.w) + std::min(row0 + r * 8 + g, p.n - 1) * p.stride_w_row;
+  const uint16_t* x = static_cast<const uint16_t*>(p.x) + std::min<int64_t>(g, p.m - 1) * p.stride_x_row;
+  // kVec: 16-byte loads from a clamped column (k >= 8), fixed up below where past k.
+  const int64_t k_last8 = (p.k / 8) * 8 - 8;
+  float acc[R][4] = {};
+  const int64_t tiles = (p.k + 31) / 32, step = static_cast<int64_t>(warps) * U;
+  int64_t tile = warp;
+  if constexpr (kVec) {
+    // Steps whose tiles are all inside k: unconditional loads, all issued before the first mma.
+    for (const int64_t full = p.k / 32; tile + (U - 1) * warps < full; tile += step) {
+      uint4 wv[U][R], xv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t k0 = (tile + u * warps) * 32 + t * 8;
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[u][r] = load_stream16(w[r] + k0);
+        xv[u] = load_cached16(x + k0);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) mma_tile<T>(acc[r], xv[u], wv[u][r]);
+      }
+    }
+  }
+  // The last step (kVec) or all of them: loads clamped into the row, fixed up past k.
+  for (; tile < tiles; tile += step) {
+    uint4 wv[U][R], xv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k0 = (tile + u * warps) * 32 + t * 8;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if constexpr (kVec) wv[u][r] = load_stream16(w[r] + std::min(k0, k_last8));
+        else wv[u][r] = load8_elements(w[r], k0, p.k);
+      }
+      if constexpr (kVec) xv[u] = load_cached16(x + std::min(k0, k_last8));
+      else xv[u] = load8_elements(x, k0, p.k);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k0 = (tile + u * warps) * 32 + t * 8;
+      // mma.sync is warp-collective: every lane runs every mma, with zeros past k (a lane that
+      // skipped it would hang the warp).
+      if (k0 >= p.k) {  // both zero: 0 * inf would be NaN
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[u][r] = make_uint4(0, 0, 0, 0);
+        xv[u] = make_uint4(0, 0, 0, 0);
+      } else if (kVec && k0 + 8 > p.k) {  // the 8 columns across k (k % 8 != 0)
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[u][r] = load8_elements(w[r], k0, p.k);
+        xv[u] = load8_elements(x, k0, p.k);
+      }
+      __syncwarp();  // reconverge after the per-lane fix-ups
+#pragma unroll
+      for (int r = 0; r < R; ++r) mma_tile<T>(acc[r], xv[u], wv[u][r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    partial[r][warp][lane][0] = acc[r][0];
+    partial[r][warp][lane][1] = acc[r][1];
+  }
+  __syncthreads();
+  if (threadIdx.x < 64 * R) {
+    const int r = threadIdx.x / 64;
+    store_tile<T>(p, partial[r], warps, row0 + r * 8, threadIdx.x % 64);
+  }
+}
+
+// ---- simt kernel (float32 / float64): a warp per weight row, all m x rows at once.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(256) gemv_simt_kernel(const __grid_constant__ GemvParams p) {
+  using A = compute_t<T>;
+  constexpr int V = kVec ? 16 / static_cast<int>(sizeof(T)) : 1;
+  constexpr int U = 8;  // packs in flight per lane
+  using P = Pack<T, V>;
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const T* xs = static_cast<const T*>(p.x);
+  const int64_t packs = p.k / V;
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32; j < p.n;
+       j += static_cast<int64_t>(gridDim.x) * warps) {
+    const P* wr = reinterpret_cast<const P*>(static_cast<const T*>(p.w) + j * p.stride_w_row);
+    A acc[kMaxRows] = {};
+    for (int64_t q0 = lane; q0 < packs; q0 += 32 * U) {
+      P wv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) wv[u] = wr[std::min(q0 + 32 * u, packs - 1)];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t q = q0 + 32 * u;
+        if (q >= packs) break;
+#pragma unroll
+        for (int i = 0; i < kMaxRows; ++i) {
+          if (i >= p.m) break;
+          const P xv = reinterpret_cast<const P*>(xs + i * p.stride_x_row)[q];
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc[i] += to_compute(xv.v[e]) * to_compute(wv[u].v[e]);
+        }
+      }
+    }
+    const T* wt = reinterpret_cast<const T*>(wr);
+    for (int64_t q = packs * V + lane; q < p.k; q += 32) {  // the k % V columns past the packs
+      const A wq = to_compute(wt[q]);
+#pragma unroll
+      for (int i = 0; i < kMaxRows; ++i) {
+        if (i < p.m) acc[i] += to_compute(xs[i * p.stride_x_row + q]) * wq;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxRows; ++i) {
+      if (i >= p.m) break;
+      A s = acc[i];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (lane == i) {
+        if (p.bias) s += to_compute(static_cast<const T*>(p.bias)[j]);
+        static_cast<T*>(p.y)[i * p.stride_y_row + j] = from_compute<T>(s);
+      }
+    }
+  }
+}
+
+// ---- launch
+
+// 16-byte loads need a 16-byte aligned base and, when a second row is read, row stride.
+bool rows_aligned(const void* ptr, int64_t rows, int64_t stride_row, size_t elem) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 &&
+         (rows <= 1 || (stride_row * static_cast<int64_t>(elem)) % 16 == 0);
+}
+
+// Kernel choice (H200, graph replay): the bulk kernel streams at ~3.8 TB/s once running but
+// costs ~4 us more to start and drain than the regs kernel, so it takes only weights of many
+// 8-row tiles per SM and few x rows (lm_head 2048 x 151936: 164 us against 174 us; 14336 ->
+// 4096: 35 us against 32 us); with m > 2 its x loads, one per weight load, outgrow L1.
+bool use_bulk(const GemvParams& p, bool aligned, int sm_count) {
+  return aligned && p.k % 8 == 0 && p.m <= 2 && (p.n + 7) / 8 >= int64_t{32} * sm_count;
+}
+
+template <typename T>
+void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
+  const bool vec =
+      rows_aligned(p.w, p.n, p.stride_w_row, sizeof(T)) && rows_aligned(p.x, p.m, p.stride_x_row, sizeof(T));
+  if (use_bulk(p, vec, launch.sm_count())) {
+    static const bool configured = [] {
+      return cudaFuncSetAttribute(gemv_bulk_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBulkSmem) ==
+             cudaSuccess;
+    }();
+    if (!configured) ANVIL_CUDA_CHECK("[linear]", cudaGetLastError());
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>((p.n + 7) / 8, launch.sm_count()));
+    gemv_bulk_kernel<T><<<grid, kBulkThreads, kBulkSmem, launch.stream()>>>(p);
+    return;
+  }
+  // 16 weight rows per block halve the re-reads of x from L2 once x no longer fits in L1.
+  const bool wide = p.m * p.k * static_cast<int64_t>(sizeof(T)) > (64 << 10);
+  const int rows_per_block = wide ? 16 : 8;
+  const int64_t blocks = (p.n + rows_per_block - 1) / rows_per_block;
+  ANVIL_CHECK(blocks <= 0x7FFFFFFF, ShapeError, "[linear] n = ", p.n, " is too large for the CUDA gemv");
+  // Few blocks (small n): more warps per block so the k tiles still spread over many warps.
+  const int warps = blocks >= 2 * launch.sm_count() ? 8 : kMaxWarps;
+  const dim3 grid(static_cast<unsigned>(blocks)), block(warps * 32);
+  auto go = [&](auto kernel) { kernel<<<grid, block, 0, launch.stream()>>>(p); };
+  const bool kvec = vec && p.k >= 8;
+  if (wide) kvec ? go(gemv_regs_kernel<T, 2, true>) : go(gemv_regs_kernel<T, 2, false>);
+  else kvec ? go(gemv_regs_kernel<T, 1, true>) : go(gemv_regs_kernel<T, 1, false>);
+}
+
+template <typename T>
+void launch_gemv_simt(const GemvParams& p, const KernelLaunch& launch) {
+  const bool vec =
+      rows_aligned(p.w, p.n, p.stride_w_row, sizeof(T)) && rows_aligned(p.x, p.m, p.stride_x_row, sizeof(T));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>((p.n + 7) / 8, launch.max_blocks()));
+  if (vec) gemv_simt_kernel<T, true><<<grid, 256, 0, launch.stream()>>>(p);
+  else gemv_simt_kernel<T, false><<<grid, 256, 0, launch.stream()>>>(p);
+}
+
+}  // namespace
+
+void gemv(const GemvParams& p) {
+  if (p.m == 0 || p.n == 0) return;
+  ANVIL_CHECK(p.m <= kMaxRows, ShapeError, "[linear] the CUDA gemv takes at most ", kMaxRows, " rows, got ", p.m);
+  KernelLaunch launch(p.y);
+  dispatch_float_types(p.dtype, "[linear]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) launch_gemv_mma<T>(p, launch);
+    else launch_gemv_simt<T>(p, launch);
+  });
+  launch.check("[linear]");
+}
+
+}  // namespace anvil::cuda_backend
