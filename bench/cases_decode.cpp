@@ -213,6 +213,22 @@ std::vector<Case> decode_cases(Device dev) {
       return [=](int i) { (void)rope(in[i % rot], pos, inv_freq); };
     }));
   }
+  // Routing top-8 of 128 experts (one token, and a 4096-token prefill); sampling one token
+  // from the Qwen3 vocabulary (greedy, and top-k 50 / top-p 0.9 at temperature 0.7).
+  for (const Shape& shape : {Shape{1, 128}, Shape{4096, 128}}) {
+    cases.push_back(shaped_case(dev, "topk8", shape, kFloat32, 4.0 * numel(shape), [](std::vector<Tensor> in, int rot) -> Runner {
+      return [=](int i) { (void)topk(in[i % rot], 8, -1); };
+    }));
+  }
+  for (double temperature : {0.0, 0.7}) {
+    const Shape shape{1, 151936};
+    const std::string op = temperature == 0 ? "sample_greedy" : "sample_topk50_topp0.9";
+    cases.push_back(shaped_case(dev, op, shape, kFloat32, 4.0 * numel(shape), [=](std::vector<Tensor> in, int rot) -> Runner {
+      Tensor state = sampler_state(1234, in[0].device());
+      const SamplingOptions opts{temperature, temperature == 0 ? 0 : 50, temperature == 0 ? 1.0 : 0.9};
+      return [=](int i) { (void)sample(in[i % rot], opts, state); };
+    }));
+  }
   return cases;
 }
 

@@ -106,6 +106,22 @@ def build(spec, dev):
         return lambda i: torch.softmax(xs[i % rot], -1)
     if op == "log_softmax":
         return lambda i: torch.log_softmax(xs[i % rot], -1)
+    if op == "topk8":
+        return lambda i: torch.topk(xs[i % rot], 8, -1)
+    if op.startswith("sample"):
+        # What a PyTorch decode loop does (HF's sampling processors): greedy argmax, or
+        # temperature, top-k, top-p (sorted cumulative mass) and one multinomial draw.
+        if op == "sample_greedy":
+            return lambda i: torch.argmax(xs[i % rot], -1)
+
+        def sample(i):
+            logits = xs[i % rot] / 0.7
+            v, idx = torch.topk(logits, 50, -1)
+            probs = torch.softmax(v, -1)
+            cum = torch.cumsum(probs, -1)
+            probs = probs.masked_fill(cum - probs >= 0.9, 0)
+            return idx.gather(-1, torch.multinomial(probs, 1))
+        return sample
     cols = shape[-1]
     w = torch.randn(cols, device=dev, dtype=t)
     if op == "rms_norm":
