@@ -3,9 +3,9 @@
 // ascending. The key orders the dtype's values as unsigned integers, with every NaN above +inf
 // and -0 equal to +0; smallest takes its complement, so NaN ranks last. std::partial_sort
 // (sorted) or std::nth_element (unsorted); rows in parallel.
-// sample: per row with the same ranking; weights in float32 (sample_exp), sums in double. The
-// pick (top-p cut, inverse CDF, sums in rank order) is the code of the CUDA top-k path
-// (src/cuda/topk.cu, pick_position), so both backends draw the same token bit for bit there.
+// sample: per row with the same ranking; weights in float32 (sample_exp), sums in double. Keys,
+// weights and the pick (top-p cut, inverse CDF, sums in rank order) are core/sampling.h, shared
+// with the CUDA top-k path, so both backends draw the same token bit for bit there.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "core/element.h"
 #include "core/kernels.h"
 #include "core/philox.h"
+#include "core/sampling.h"
 
 namespace anvil::cpu {
 namespace {
@@ -25,31 +26,9 @@ namespace {
 // Below this many elements in all, one thread does the work.
 constexpr int64_t kParallelElements = 16384;
 
-// ---- order keys (kept identical to src/cuda/topk.cu)
-uint32_t float_key(float f) {
-  if (f != f) return 0xFFFFFFFFu;
-  uint32_t b = 0;
-  if (f != 0.0f) std::memcpy(&b, &f, sizeof(b));  // -0 ranks with +0
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-uint64_t double_key(double d) {
-  if (d != d) return ~uint64_t{0};
-  uint64_t b = 0;
-  if (d != 0.0) std::memcpy(&b, &d, sizeof(b));
-  return (b & (uint64_t{1} << 63)) ? ~b : (b | (uint64_t{1} << 63));
-}
-template <typename T>
-auto order_key(T v) {
-  using K = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
-  if constexpr (std::is_same_v<T, double>)
-    return double_key(v);
-  else if constexpr (is_float_v<T>)
-    return float_key(static_cast<float>(v));
-  else if constexpr (std::is_signed_v<T>)
-    return static_cast<K>(static_cast<std::make_signed_t<K>>(v)) ^ (K{1} << (sizeof(K) * 8 - 1));
-  else
-    return static_cast<K>(v);
-}
+using sampling::float_key;
+using sampling::order_key;
+using sampling::sample_exp;
 
 template <typename K>
 struct Ranked {
@@ -91,28 +70,7 @@ void topk_typed(const TopkParams& p) {
   }
 }
 
-// ---- sampling (sample_exp and pick_ranked are kept identical to src/cuda/topk.cu)
-
-// exp(x) for x <= 0 (NaN stays NaN) in fma steps only, so host and device round alike: Cody-Waite
-// reduction by ln 2, Cephes' degree-6 polynomial (~1 ulp), exact scaling by 2^n. Below -86 it
-// returns 0: such a token is 2^-124 times less likely than the best one.
-float sample_exp(float x) {
-  if (!(x > -86.0f)) return x != x ? x : 0.0f;
-  const float n = std::rint(x * 1.44269504088896341f);
-  float r = std::fma(n, -0.693359375f, x);
-  r = std::fma(n, 2.12194440e-4f, r);
-  float q = 1.9875691500e-4f;
-  q = std::fma(q, r, 1.3981999507e-3f);
-  q = std::fma(q, r, 8.3334519073e-3f);
-  q = std::fma(q, r, 4.1665795894e-2f);
-  q = std::fma(q, r, 1.6666665459e-1f);
-  q = std::fma(q, r, 5.0000001201e-1f);
-  const float y = std::fma(q, r * r, r) + 1.0f;
-  const uint32_t scale_bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &scale_bits, sizeof(scale));
-  return y * scale;
-}
+// ---- sampling (order keys, weights and the pick come from core/sampling.h, shared with CUDA)
 
 // The token among c >= 1 candidates with logits xs in rank order (ids: their token ids, null: the
 // position): e = exp((x - m) / t) in float; keep the prefix whose mass before each token is
@@ -120,31 +78,11 @@ float sample_exp(float x) {
 // rounding leaves none (or the logits hold NaN), the last kept token of positive weight (else the
 // first). Sums in double, in order. `e` holds c.
 int64_t pick_ranked(const float* xs, const int64_t* ids, int64_t c, float m, float t, float top_p, float u, float* e) {
-  double total = 0.0;
-  for (int64_t j = 0; j < c; ++j) {
-    e[j] = sample_exp((xs[j] - m) / t);
-    total += e[j];
-  }
-  int64_t kept = c;
-  double mass = total;
-  if (top_p < 1.0f) {
-    const double limit = static_cast<double>(top_p) * total;
-    mass = 0.0;
-    kept = 0;
-    while (kept < c && (kept == 0 || mass < limit)) mass += e[kept++];
-  }
-  const double target = static_cast<double>(u) * mass;
-  double run = 0.0;
-  int64_t last = 0;
-  for (int64_t j = 0; j < kept; ++j) {
-    run += e[j];
-    if (run > target) return ids ? ids[j] : j;
-    if (e[j] > 0.0f) last = j;
-  }
-  return ids ? ids[last] : last;
+  for (int64_t j = 0; j < c; ++j) e[j] = sample_exp((xs[j] - m) / t);
+  const int64_t j = sampling::pick_position<int64_t>(e, c, top_p, u);
+  return ids ? ids[j] : j;
 }
 
-// Per-thread buffers, grown only as far as the path needs: the greedy path touches x alone
 // (sizing all five for a 151936 vocabulary cost ~3 ms per call).
 struct SampleScratch {
   std::vector<float> x, xs, e;

@@ -11,7 +11,7 @@
 //           selects from those candidates;
 //   sort:   k > 1024: CUB's stable radix sort of (key, index) over whole rows, then the first k.
 // sample, for top_k in [1, 1024] (greedy is top_k = 1), runs the select path, then one thread
-// sums and picks with the CPU's arithmetic (pick_position = cpu pick_ranked), so both backends
+// sums and picks with the CPU's arithmetic (core/sampling.h), so both backends
 // draw the same token bit for bit. With top_k = 0 (or > 1024) a block per row sums and searches
 // the row: sorted by CUB when top_p < 1 or top_k > 1024, in index order otherwise; its (double)
 // sums run in another order than the CPU's, so a draw within rounding of a boundary may differ.
@@ -29,6 +29,7 @@
 #include "core/element.h"
 #include "core/kernels.h"
 #include "core/philox.h"
+#include "core/sampling.h"
 #include "cuda/allocator.h"
 #include "cuda/device/map.cuh"
 #include "cuda/runtime.h"
@@ -67,35 +68,14 @@ bool use_warp_kernel(int64_t n, int64_t k) { return n <= kWarpMaxLen && k <= kWa
 bool use_select(int64_t k) { return k >= 1 && k <= kMaxSelectK; }
 bool use_two_stages(int64_t n, uint32_t chunk) { return n >= 4 * static_cast<int64_t>(chunk); }
 
-// ---- order keys (kept identical to src/cpu/topk.cpp)
-template <typename T>
-using order_key_t = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
+// ---- order keys (core/sampling.h, shared with the CPU)
+using sampling::float_key;
+using sampling::order_key;
+using sampling::order_key_t;
 
-__device__ __forceinline__ uint32_t float_key(float f) {
-  if (f != f) return 0xFFFFFFFFu;
-  const uint32_t b = f == 0.0f ? 0u : __float_as_uint(f);  // -0 ranks with +0
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
 // The float of a key (NaN for the NaN key).
 __device__ __forceinline__ float key_float(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
-}
-__device__ __forceinline__ uint64_t double_key(double d) {
-  if (d != d) return ~0ull;
-  const uint64_t b = d == 0.0 ? 0ull : static_cast<uint64_t>(__double_as_longlong(d));
-  return (b >> 63) ? ~b : (b | (1ull << 63));
-}
-template <typename T>
-__device__ __forceinline__ order_key_t<T> order_key(T v) {
-  using K = order_key_t<T>;
-  if constexpr (std::is_same_v<T, double>)
-    return double_key(v);
-  else if constexpr (is_float_v<T>)
-    return float_key(static_cast<float>(v));
-  else if constexpr (std::is_signed_v<T>)
-    return static_cast<K>(static_cast<std::make_signed_t<K>>(v)) ^ (K{1} << (sizeof(K) * 8 - 1));
-  else
-    return static_cast<K>(v);
 }
 
 template <typename K>
@@ -643,48 +623,11 @@ void topk_typed(const TopkParams& p, const KernelLaunch& launch) {
   topk_select_kernel<T, true><<<grid, kSelectThreads, 0, stream>>>(p, lay, cand.keys, cand.idx, cand.per_row());
 }
 
-// ---- sampling (sample_exp and pick_position are kept identical to src/cpu/topk.cpp)
+// ---- sampling (weights and the pick from core/sampling.h, shared with the CPU)
+using sampling::sample_exp;
 
-// exp(x) for x <= 0 (NaN stays NaN) in fma steps only, so host and device round alike.
-__device__ __forceinline__ float sample_exp(float x) {
-  if (!(x > -86.0f)) return x != x ? x : 0.0f;
-  const float n = rintf(x * 1.44269504088896341f);
-  float r = fmaf(n, -0.693359375f, x);
-  r = fmaf(n, 2.12194440e-4f, r);
-  float q = 1.9875691500e-4f;
-  q = fmaf(q, r, 1.3981999507e-3f);
-  q = fmaf(q, r, 8.3334519073e-3f);
-  q = fmaf(q, r, 4.1665795894e-2f);
-  q = fmaf(q, r, 1.6666665459e-1f);
-  q = fmaf(q, r, 5.0000001201e-1f);
-  const float y = fmaf(q, r * r, r) + 1.0f;
-  return y * __uint_as_float(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
-}
-
-// The position drawn among c >= 1 candidates of weights e (rank order): the top-p prefix (mass
-// before each token < top_p * sum; top_p 1: all), then the first running sum above u * (kept
-// mass); failing that (rounding, NaN), the last kept position of positive weight (else 0). Sums
-// in double, in order, as the CPU's.
 __device__ uint32_t pick_position(const float* e, uint32_t c, float top_p, float u) {
-  double total = 0.0;
-  for (uint32_t j = 0; j < c; ++j) total += e[j];
-  uint32_t kept = c;
-  double mass = total;
-  if (top_p < 1.0f) {
-    const double limit = static_cast<double>(top_p) * total;
-    mass = 0.0;
-    kept = 0;
-    while (kept < c && (kept == 0 || mass < limit)) mass += e[kept++];
-  }
-  const double target = static_cast<double>(u) * mass;
-  double run = 0.0;
-  uint32_t last = 0;
-  for (uint32_t j = 0; j < kept; ++j) {
-    run += e[j];
-    if (run > target) return j;
-    if (e[j] > 0.0f) last = j;
-  }
-  return last;
+  return sampling::pick_position<uint32_t>(e, c, top_p, u);
 }
 
 __device__ __forceinline__ float draw_uniform(const SampleParams& p, uint64_t seed, uint64_t counter, int64_t r) {
