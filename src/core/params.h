@@ -209,7 +209,8 @@ struct TopkParams {
 // to the smallest prefix of them, in descending order, whose mass reaches top_p (1 = all),
 // renormalised; one uniform draw per row from Philox(seed = rng_state[0], counter =
 // rng_state[1] + row). rng_state [2] int64 lives on the logits' device; the kernel adds `rows`
-// to rng_state[1] after drawing, so a replayed CUDA graph draws fresh numbers.
+// to rng_state[1] after drawing, so a replayed CUDA graph draws fresh numbers. Greedy arrives
+// as top_k = 1; with no cut at all (top_k 0, top_p 1) the draw walks the row in index order.
 struct SampleParams {
   const void* logits = nullptr;
   int64_t* out = nullptr;

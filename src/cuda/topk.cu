@@ -82,6 +82,24 @@ template <typename K>
 __device__ __forceinline__ bool ranks_before(K ka, uint32_t ja, K kb, uint32_t jb) {
   return ka > kb || (ka == kb && ja < jb);
 }
+// (bk, bj) becomes the better of itself and (k, j).
+template <typename K>
+__device__ __forceinline__ void keep_best(K& bk, uint32_t& bj, K k, uint32_t j) {
+  if (ranks_before(k, j, bk, bj)) {
+    bk = k;
+    bj = j;
+  }
+}
+// Every lane of the warp ends with the warp's best (key, index).
+template <typename K>
+__device__ __forceinline__ void warp_best(K& bk, uint32_t& bj) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) {
+    const K ok = __shfl_xor_sync(0xFFFFFFFFu, bk, d);
+    const uint32_t oj = __shfl_xor_sync(0xFFFFFFFFu, bj, d);
+    keep_best(bk, bj, ok, oj);
+  }
+}
 
 // Row r of a batch: topk's [outer, n, inner] (element stride inner) or sample's rows (inner 1,
 // outer_stride = the row stride).
@@ -146,32 +164,17 @@ __device__ void block_best(const Src& src, uint32_t n, SelectShared<K>& sh, K& k
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const uint32_t j = base + u * kSelectThreads + threadIdx.x;
-      if (j < n && ranks_before(keys[u], j, bk, bj)) {
-        bk = keys[u];
-        bj = j;
-      }
+      if (j < n) keep_best(bk, bj, keys[u], j);
     }
   }
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) {
-    const K ok = __shfl_xor_sync(0xFFFFFFFFu, bk, d);
-    const uint32_t oj = __shfl_xor_sync(0xFFFFFFFFu, bj, d);
-    if (ranks_before(ok, oj, bk, bj)) {
-      bk = ok;
-      bj = oj;
-    }
-  }
+  warp_best(bk, bj);
   if (lane == 0) {
     sh.best_key[warp] = bk;
     sh.best_j[warp] = bj;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kSelectWarps; ++w)
-      if (ranks_before(sh.best_key[w], sh.best_j[w], bk, bj)) {
-        bk = sh.best_key[w];
-        bj = sh.best_j[w];
-      }
+    for (int w = 1; w < kSelectWarps; ++w) keep_best(bk, bj, sh.best_key[w], sh.best_j[w]);
     key_out = bk;
     j_out = bj;
   }
@@ -428,20 +431,9 @@ __global__ void __launch_bounds__(kWarpKernelThreads) topk_warp_kernel(const __g
 #pragma unroll
     for (int t = 0; t < kItems; ++t) {
       const uint32_t j = static_cast<uint32_t>(lane + 32 * t);
-      if (((live >> t) & 1u) && ranks_before(keys[t], j, bk, bj)) {
-        bk = keys[t];
-        bj = j;
-      }
+      if ((live >> t) & 1u) keep_best(bk, bj, keys[t], j);
     }
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) {
-      const K ok = __shfl_xor_sync(0xFFFFFFFFu, bk, d);
-      const uint32_t oj = __shfl_xor_sync(0xFFFFFFFFu, bj, d);
-      if (ranks_before(ok, oj, bk, bj)) {
-        bk = ok;
-        bj = oj;
-      }
-    }
+    warp_best(bk, bj);
     if ((bj & 31u) == static_cast<uint32_t>(lane)) live &= ~(1u << (bj >> 5));
     if (lane == 0) {
       const int64_t at = (o * p.k + s) * p.inner + i;
