@@ -78,4 +78,72 @@ ANVIL_API Tensor sample(const Tensor& logits, const SamplingOptions& options, co
 // {seed, 0} as an int64 [2] tensor on `device`.
 ANVIL_API Tensor sampler_state(uint64_t seed, Device device = kCPU);
 
+
+// ---- FP8 products (torch.nn.functional.scaled_mm, PyTorch 2.15 rules)
+
+// at::blas::ScalingType; the integer values are PyTorch's. Only TensorWise and RowWise are
+// implemented; the block-wise recipes are rejected with PyTorch's message.
+enum class ScalingType : uint8_t {
+  TensorWise = 0,
+  RowWise = 1,
+  BlockWise1x16 = 2,
+  BlockWise1x32 = 3,
+  BlockWise1x128 = 4,
+  BlockWise128x128 = 5,
+};
+
+// out = (mat_a @ mat_b) * scale_a * scale_b (+ bias), accumulated in float32, scales applied
+// after the whole K reduction, one rounding to output_dtype (float32, bfloat16 or float16).
+// mat_a [M, K] and mat_b [K, N] are float8 (e4m3fn or e5m2, any strides); scales are float32
+// decode (dequantisation) scales: TensorWise one element each, RowWise scale_a [M, 1] and
+// scale_b [1, N], contiguous; both operands use the same recipe. bias [N] must match a
+// bfloat16 / float16 output (no bias with a float32 output). Few rows run an FP8 GEMV that
+// decodes mat_b in registers (mat_b = W^T of a row-major W [N, K] is the fast layout); more rows
+// run cuBLASLt FP8 on CUDA (row-major a, column-major b, K and N multiples of 16; other shapes
+// take a slower exact kernel) and a float32 GEMM of the decoded operands on the CPU.
+ANVIL_API Tensor scaled_mm(const Tensor& mat_a, const Tensor& mat_b, const Tensor& scale_a, ScalingType scale_recipe_a,
+                           const Tensor& scale_b, ScalingType scale_recipe_b, const Tensor& bias = {},
+                           DType output_dtype = kBFloat16);
+
+// Weight-only FP8 linear: y = input @ (weight * weight_scale)^T + bias with weight float8 [n, k]
+// decoded in registers, weight_scale float32 per weight row ([n] or [n, 1]) or one element,
+// input / bias / output in input's floating dtype, float32 accumulation and one rounding on the
+// few-row (decode) path. More rows multiply by the weight converted to input's dtype (exact for
+// e4m3fn / e5m2 values) and scale the product (two roundings).
+ANVIL_API Tensor scaled_linear(const Tensor& input, const Tensor& weight, const Tensor& weight_scale,
+                               const Tensor& bias = {});
+
+// Quantises x to float8 with decode scales, the form scaled_mm / scaled_linear take:
+// RowWise: one scale per row of the last dim, scale [*, 1] = amax(|row|) / fp8 max (1 for an
+// all-zero row); TensorWise: one scale []. q = saturate(x / scale). Returns (q, scale float32).
+ANVIL_API std::tuple<Tensor, Tensor> quantize_fp8(const Tensor& x, ScalingType recipe = ScalingType::RowWise,
+                                                  DType dtype = kFloat8_e4m3fn);
+
+// ---- grouped products for mixture-of-experts (torch.nn.functional.grouped_mm)
+
+// Groups of one operand's rows / columns / K range multiplied by per-group matrices, the group
+// boundaries read on the device from offs (int32 cumulative ends: group g covers
+// [offs[g-1], offs[g]), offs[-1] read as 0; empty groups allowed):
+//   mat_a [M, K]    x mat_b [G, K, N] -> [M, N]      rows of a by group (MoE experts)
+//   mat_a [G, M, K] x mat_b [K, N]    -> [M, N]      columns of b by group
+//   mat_a [M, K]    x mat_b [K, N]    -> [G, M, N]   K by group (an empty group gives zeros)
+//   mat_a [G, M, K] x mat_b [G, K, N] -> [G, M, N]   plain batched product, offs must be empty
+// Rows (columns) past offs[-1] are not written. bfloat16 / float16 / float32, float32
+// accumulation; out_dtype must equal mat_a's dtype. Like PyTorch, the output's row stride is
+// padded to a multiple of 16 bytes. Offsets outside [0, extent] are clamped (never read out of
+// bounds); decreasing offsets give unspecified values in the rows involved.
+ANVIL_API Tensor grouped_mm(const Tensor& mat_a, const Tensor& mat_b, const Tensor& offs = {},
+                            std::optional<DType> out_dtype = std::nullopt);
+// grouped_mm into a preallocated out (unit column stride); for CUDA graphs and buffers reused
+// across decode steps. Returns out.
+ANVIL_API Tensor& grouped_mm_out(Tensor& out, const Tensor& mat_a, const Tensor& mat_b, const Tensor& offs = {});
+
+// FP8 experts (torch._scaled_grouped_mm, rows-by-group layout): mat_a float8 [M, K] with
+// scale_a float32 [M] (row-wise), or mat_a bfloat16 / float16 with scale_a undefined (weight-only
+// FP8, an anvil extension); mat_b float8 [G, K, N] with scale_b float32 [G, N]; offs as
+// grouped_mm. out = (a_g @ b_g) * scale_a[i] * scale_b[g, j], float32 accumulation, one rounding
+// to out_dtype (bfloat16, float16 or float32).
+ANVIL_API Tensor scaled_grouped_mm(const Tensor& mat_a, const Tensor& mat_b, const Tensor& scale_a,
+                                   const Tensor& scale_b, const Tensor& offs, DType out_dtype = kBFloat16);
+
 }  // namespace anvil

@@ -32,7 +32,9 @@
   X(silu_mul, const SiluMulParams&)                  \
   X(rope, const RopeParams&)                         \
   X(topk, const TopkParams&)                         \
-  X(sample, const SampleParams&)
+  X(sample, const SampleParams&)                     \
+  X(scaled_mm, const ScaledMmParams&)                \
+  X(grouped_mm, const GroupedMmParams&)
 
 namespace anvil {
 

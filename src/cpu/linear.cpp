@@ -7,7 +7,6 @@
 #define HWY_TARGET_INCLUDE "cpu/linear.cpp"
 #include <hwy/foreach_target.h>  // NOLINT: must precede highway.h
 #include <hwy/highway.h>
-#include <hwy/cache_control.h>
 
 #include <omp.h>
 
@@ -17,77 +16,21 @@
 #include "core/dispatch.h"
 #include "core/kernels.h"
 #include "cpu/simd-inl.h"
+#include "cpu/gemv-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace anvil::cpu::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Rows [j, j + R) of y for all M rows of x. x is float32 [M, k] contiguous.
-template <typename T, int M, int R>
-HWY_INLINE void GemvRows(const T* HWY_RESTRICT w, int64_t stride_w, const float* HWY_RESTRICT x, int64_t k,
-                         const T* HWY_RESTRICT bias, T* HWY_RESTRICT y, int64_t stride_y, int64_t j) {
-  const hn::ScalableTag<float> df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  hn::Vec<decltype(df)> acc[R][M];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) acc[r][i] = hn::Zero(df);
-  const T* wr[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) wr[r] = w + (j + r) * stride_w;
-  int64_t q = 0;
-  for (; q + N <= k; q += N) {
-    hn::Vec<decltype(df)> xv[M];
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) xv[i] = hn::LoadU(df, x + i * k + q);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      // The next R rows, one block ahead: rows are short streams (4 KiB at k = 2048) that the
-      // hardware prefetcher alone ramps up on too late.
-      hwy::Prefetch(wr[r] + R * stride_w + q);
-      const auto wv = LoadAsF32(df, wr[r] + q);
-#pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) acc[r][i] = hn::MulAdd(wv, xv[i], acc[r][i]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int i = 0; i < M; ++i) {
-      float s = hn::GetLane(hn::SumOfLanes(df, acc[r][i]));
-      for (int64_t t = q; t < k; ++t) s += static_cast<float>(wr[r][t]) * x[i * k + t];
-      if (bias) s += static_cast<float>(bias[j + r]);
-      y[i * stride_y + j + r] = T(s);
-    }
-  }
-}
-
-// Weight rows [j0, j1) for M = m rows of x: R rows at a time, then single rows.
-template <typename T, int M>
-void GemvRange(const T* w, int64_t stride_w, const float* x, int64_t k, const T* bias, T* y, int64_t stride_y,
-               int64_t j0, int64_t j1) {
-  // Accumulators R * M plus M activation vectors stay within the 32 vector registers of AVX-512.
-  constexpr int R = M <= 2 ? 4 : M <= 4 ? 2 : 1;
-  int64_t j = j0;
-  for (; j + R <= j1; j += R) GemvRows<T, M, R>(w, stride_w, x, k, bias, y, stride_y, j);
-  for (; j < j1; ++j) GemvRows<T, M, 1>(w, stride_w, x, k, bias, y, stride_y, j);
-}
-
 template <typename T>
 void GemvT(const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k, const void* bias, void* y,
            int64_t stride_y, int64_t j0, int64_t j1) {
-  const T* W = static_cast<const T*>(w);
   const T* B = static_cast<const T*>(bias);
   T* Y = static_cast<T*>(y);
-  switch (m) {
-    case 1: return GemvRange<T, 1>(W, stride_w, x, k, B, Y, stride_y, j0, j1);
-    case 2: return GemvRange<T, 2>(W, stride_w, x, k, B, Y, stride_y, j0, j1);
-    case 3: return GemvRange<T, 3>(W, stride_w, x, k, B, Y, stride_y, j0, j1);
-    case 4: return GemvRange<T, 4>(W, stride_w, x, k, B, Y, stride_y, j0, j1);
-    case 5: return GemvRange<T, 5>(W, stride_w, x, k, B, Y, stride_y, j0, j1);
-    case 6: return GemvRange<T, 6>(W, stride_w, x, k, B, Y, stride_y, j0, j1);
-    case 7: return GemvRange<T, 7>(W, stride_w, x, k, B, Y, stride_y, j0, j1);
-    default: return GemvRange<T, 8>(W, stride_w, x, k, B, Y, stride_y, j0, j1);
-  }
+  Gemv(static_cast<const T*>(w), stride_w, x, m, k, j0, j1, [&](int64_t i, int64_t j, float s) {
+    if (B) s += static_cast<float>(B[j]);
+    Y[i * stride_y + j] = T(s);
+  });
 }
 void GemvF32(const void* w, int64_t sw, const float* x, int64_t m, int64_t k, const void* b, void* y, int64_t sy,
              int64_t j0, int64_t j1) {

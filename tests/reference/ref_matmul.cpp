@@ -1,5 +1,6 @@
 #include "reference/ref_matmul.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -83,6 +84,56 @@ Array matmul(const Array& a0, const Array& b0) {
 Array matmul_abs(const Array& a, const Array& b) {
   auto absf = [](double x) { return std::fabs(x); };
   return matmul(map(a, absf), map(b, absf));
+}
+
+Array scaled_mm(const Array& a, const Array& b, const std::vector<double>& sa, const std::vector<double>& sb,
+                const Array* bias) {
+  Array c = mm(a, b);
+  const int64_t m = c.sizes[0], n = c.sizes[1];
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double& v = c.v[static_cast<size_t>(i * n + j)];
+      v *= sa[sa.size() == 1 ? 0 : static_cast<size_t>(i)] * sb[sb.size() == 1 ? 0 : static_cast<size_t>(j)];
+      if (bias) v += bias->v[static_cast<size_t>(j)];
+    }
+  return c;
+}
+
+Array grouped_mm(const Array& a, const Array& b, const std::vector<int64_t>& offs, const std::vector<double>* sa,
+                 const Array* sb) {
+  const bool a3 = a.dim() == 3, b3 = b.dim() == 3;
+  const int64_t k = a.sizes.back(), m = a.sizes[a3 ? 1 : 0], n = b.sizes.back();
+  const int64_t groups = a3 ? a.sizes[0] : b3 ? b.sizes[0] : static_cast<int64_t>(offs.size());
+  const bool batched_out = a3 == b3;
+  Array c(batched_out ? Shape{groups, m, n} : Shape{m, n}, std::nan(""));
+  const int64_t extent = a3 && b3 ? 0 : b3 ? m : a3 ? n : k;
+  int64_t begin = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t end = extent;
+    if (!offs.empty()) {
+      end = std::max(begin, std::min(std::max<int64_t>(offs[static_cast<size_t>(g)], 0), extent));
+    }
+    // Rows [i0, i1), columns [j0, j1), K range [q0, q1) of group g, operand batch indices.
+    int64_t i0 = 0, i1 = m, j0 = 0, j1 = n, q0 = 0, q1 = k;
+    if (b3 && !a3) { i0 = begin; i1 = end; }
+    else if (a3 && !b3) { j0 = begin; j1 = end; }
+    else if (!a3 && !b3) { q0 = begin; q1 = end; }
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t j = j0; j < j1; ++j) {
+        double s = 0.0;
+        for (int64_t q = q0; q < q1; ++q) {
+          const double av = a3 ? a.at({g, i, q}) : a.at({i, q});
+          const double bv = b3 ? b.at({g, q, j}) : b.at({q, j});
+          s += av * bv;
+        }
+        if (sa) s *= (*sa)[static_cast<size_t>(i)];
+        if (sb) s *= sb->at({g, j});
+        if (batched_out) c.at({g, i, j}) = s;
+        else c.at({i, j}) = s;
+      }
+    if (!offs.empty()) begin = end;
+  }
+  return c;
 }
 
 }  // namespace ref

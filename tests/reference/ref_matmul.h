@@ -1,5 +1,7 @@
 #pragma once
 // Matrix product references: triple loops in float64.
+#include <vector>
+
 #include "reference/ref_array.h"
 
 namespace ref {
@@ -11,5 +13,17 @@ Array bmm(const Array& a, const Array& b);  // [B, m, k] x [B, k, n]
 Array matmul(const Array& a, const Array& b);
 // Same as matmul on |a| and |b|: the scale of each output's rounding error.
 Array matmul_abs(const Array& a, const Array& b);
+
+// scaled_mm: (a [m, k] @ b [k, n]) * sa(i) * sb(j) + bias[j]; sa / sb hold one value or one
+// per row of a / column of b; bias null or [n].
+Array scaled_mm(const Array& a, const Array& b, const std::vector<double>& sa, const std::vector<double>& sb,
+                const Array* bias = nullptr);
+
+// grouped_mm in its four layouts, chosen by the ranks as in anvil::grouped_mm; offs (cumulative
+// group ends, empty for 3-D x 3-D) clamped to [0, extent], group g = [e_{g-1}, e_g). Elements the
+// op does not write (rows / columns past the last end) are NaN. Optional FP8-style scales
+// (rows by group only): sa [m] per row of a, sb [G, n] per group and column.
+Array grouped_mm(const Array& a, const Array& b, const std::vector<int64_t>& offs,
+                 const std::vector<double>* sa = nullptr, const Array* sb = nullptr);
 
 }  // namespace ref

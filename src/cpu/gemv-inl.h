@@ -1,0 +1,87 @@
+// The CPU GEMV core shared by linear, scaled_mm and grouped_mm: dot products of M activation
+// rows (float32, [M, k] contiguous) with weight rows streamed once. Per-target Highway code:
+// include after <hwy/highway.h> and cpu/simd-inl.h in a file compiled through
+// hwy/foreach_target.h; the guard toggles once per target pass.
+#if defined(ANVIL_CPU_GEMV_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ANVIL_CPU_GEMV_INL_H_
+#undef ANVIL_CPU_GEMV_INL_H_
+#else
+#define ANVIL_CPU_GEMV_INL_H_
+#endif
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace anvil::cpu::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Weight rows [j, j + R) against the M rows of x: R x M float32 accumulators in registers, the
+// weight widened in registers (LoadAsF32). store(i, j, dot) receives each float32 dot product.
+template <typename T, int M, int R, class Store>
+HWY_INLINE void GemvRows(const T* HWY_RESTRICT w, int64_t stride_w, const float* HWY_RESTRICT x, int64_t k, int64_t j,
+                         const Store& store) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  hn::Vec<decltype(df)> acc[R][M];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) acc[r][i] = hn::Zero(df);
+  const T* wr[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) wr[r] = w + (j + r) * stride_w;
+  int64_t q = 0;
+  for (; q + N <= k; q += N) {
+    hn::Vec<decltype(df)> xv[M];
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) xv[i] = hn::LoadU(df, x + i * k + q);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      // The next R rows, one block ahead: rows are short streams (4 KiB at k = 2048) that the
+      // hardware prefetcher alone ramps up on too late.
+      hwy::Prefetch(wr[r] + R * stride_w + q);
+      const auto wv = LoadAsF32(df, wr[r] + q);
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) acc[r][i] = hn::MulAdd(wv, xv[i], acc[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < M; ++i) {
+      float s = hn::GetLane(hn::SumOfLanes(df, acc[r][i]));
+      for (int64_t t = q; t < k; ++t) s += static_cast<float>(wr[r][t]) * x[i * k + t];
+      store(i, j + r, s);
+    }
+  }
+}
+
+// Weight rows [j0, j1) for M rows of x: R rows at a time, then single rows.
+template <typename T, int M, class Store>
+void GemvRange(const T* w, int64_t stride_w, const float* x, int64_t k, int64_t j0, int64_t j1, const Store& store) {
+  // Accumulators R * M plus M activation vectors stay within the 32 vector registers of AVX-512.
+  constexpr int R = M <= 2 ? 4 : M <= 4 ? 2 : 1;
+  int64_t j = j0;
+  for (; j + R <= j1; j += R) GemvRows<T, M, R>(w, stride_w, x, k, j, store);
+  for (; j < j1; ++j) GemvRows<T, M, 1>(w, stride_w, x, k, j, store);
+}
+
+// m in [1, 8] rows of x.
+template <typename T, class Store>
+void Gemv(const T* w, int64_t stride_w, const float* x, int64_t m, int64_t k, int64_t j0, int64_t j1,
+          const Store& store) {
+  switch (m) {
+    case 1: return GemvRange<T, 1>(w, stride_w, x, k, j0, j1, store);
+    case 2: return GemvRange<T, 2>(w, stride_w, x, k, j0, j1, store);
+    case 3: return GemvRange<T, 3>(w, stride_w, x, k, j0, j1, store);
+    case 4: return GemvRange<T, 4>(w, stride_w, x, k, j0, j1, store);
+    case 5: return GemvRange<T, 5>(w, stride_w, x, k, j0, j1, store);
+    case 6: return GemvRange<T, 6>(w, stride_w, x, k, j0, j1, store);
+    case 7: return GemvRange<T, 7>(w, stride_w, x, k, j0, j1, store);
+    default: return GemvRange<T, 8>(w, stride_w, x, k, j0, j1, store);
+  }
+}
+
+}  // namespace anvil::cpu::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ANVIL_CPU_GEMV_INL_H_

@@ -1,0 +1,211 @@
+// FP8 products: scaled_mm (PyTorch 2.15's validation and messages), scaled_linear (weight-only
+// FP8) and quantize_fp8. The kernels see a [m, k] and the weight-like view w [n, k] of mat_b.
+#include <limits>
+
+#include "anvil/nn.h"
+#include "anvil/ops.h"
+#include "core/dispatch.h"
+#include "core/kernels.h"
+#include "core/util.h"
+
+namespace anvil {
+namespace {
+
+constexpr int64_t kGemvMaxRows = 8;  // as linear: the decode rows that stream the weight once
+
+bool is_out_dtype(DType t) { return t == kFloat32 || t == kBFloat16 || t == kFloat16; }
+
+const char* recipe_name(ScalingType r) {
+  switch (r) {
+    case ScalingType::TensorWise: return "TensorWise";
+    case ScalingType::RowWise: return "RowWise";
+    case ScalingType::BlockWise1x16: return "BlockWise1x16";
+    case ScalingType::BlockWise1x32: return "BlockWise1x32";
+    case ScalingType::BlockWise1x128: return "BlockWise1x128";
+    case ScalingType::BlockWise128x128: return "BlockWise128x128";
+  }
+  return "unknown";
+}
+
+// A size-1 dim's stride is meaningless; give it the value the kernels' fast paths look for.
+int64_t dim_stride(const Tensor& t, int64_t d, int64_t unit) { return t.size(d) == 1 ? unit : t.stride(d); }
+
+void check_scale(const char* op, const Tensor& scale, const char* name, const Tensor& like) {
+  ANVIL_CHECK(scale.defined(), Error, op, " ", name, " is undefined");
+  check_same_device(op, like, scale);
+  ANVIL_CHECK(scale.dtype() == kFloat32, DTypeError, op, " ", name, " must be float32, got ", describe(scale));
+}
+
+// The bias rules of scaled_mm (a bias is [n], bfloat16 / float16 and the output's dtype).
+void check_bias(const char* op, const Tensor& bias, const Tensor& like, DType out, int64_t n) {
+  if (!bias.defined()) return;
+  check_same_device(op, like, bias);
+  ANVIL_CHECK(out != kFloat32, DTypeError, op, " Bias is not supported when out_dtype is set to Float32");
+  ANVIL_CHECK(bias.dtype() == kBFloat16 || bias.dtype() == kFloat16, DTypeError, op,
+              " Bias must be BFloat16 or Half, but got ", dtype_name(bias.dtype()));
+  ANVIL_CHECK(out != kBFloat16 || bias.dtype() == kBFloat16, DTypeError, op,
+              " Bias must be BFloat16 to compute BFloat16 output, but got ", dtype_name(bias.dtype()));
+  ANVIL_CHECK(out != kFloat16 || bias.dtype() == kFloat16, DTypeError, op,
+              " Bias must be Float16 to compute Half output, but got ", dtype_name(bias.dtype()));
+  ANVIL_CHECK(bias.numel() == n && bias.dim() <= 1, ShapeError, op, " bias must have ", n,
+              " elements (one per output column), got ", describe(bias));
+}
+
+}  // namespace
+
+Tensor scaled_mm(const Tensor& mat_a, const Tensor& mat_b, const Tensor& scale_a, ScalingType recipe_a,
+                 const Tensor& scale_b, ScalingType recipe_b, const Tensor& bias, DType output_dtype) {
+  const char* op = "[scaled_mm]";
+  ANVIL_CHECK(mat_a.defined() && mat_b.defined(), Error, op, " undefined tensor");
+  check_same_device(op, mat_a, mat_b);
+  ANVIL_CHECK(is_float8(mat_a.dtype()) && is_float8(mat_b.dtype()), DTypeError, op,
+              " Expected both inputs to be fp8 or fp4 types but got mat_a.dtype=", dtype_name(mat_a.dtype()),
+              " and mat_b.dtype=", dtype_name(mat_b.dtype()));
+  ANVIL_CHECK(mat_a.dim() == 2, ShapeError, op, " mat_a must be a matrix, got ", describe(mat_a));
+  ANVIL_CHECK(mat_b.dim() == 2, ShapeError, op, " mat_b must be a matrix, got ", describe(mat_b));
+  const int64_t m = mat_a.size(0), k = mat_a.size(1), n = mat_b.size(1);
+  ANVIL_CHECK(mat_b.size(0) == k, ShapeError, op, " mat_a and mat_b shapes cannot be multiplied (", m, "x", k,
+              " and ", mat_b.size(0), "x", n, ")");
+  ANVIL_CHECK(is_out_dtype(output_dtype), DTypeError, op,
+              " supports Float, Half and BFloat16 outputs, got ", dtype_name(output_dtype));
+  const bool tensor_wise = recipe_a == ScalingType::TensorWise && recipe_b == ScalingType::TensorWise;
+  const bool row_wise = recipe_a == ScalingType::RowWise && recipe_b == ScalingType::RowWise;
+  ANVIL_CHECK(tensor_wise || row_wise, Error, op,
+              " only supports TensorWise or RowWise scaling with one Float scale per operand, got recipe_a=[",
+              recipe_name(recipe_a), "] and recipe_b=[", recipe_name(recipe_b), "]");
+  check_scale(op, scale_a, "scale_a", mat_a);
+  check_scale(op, scale_b, "scale_b", mat_a);
+  if (tensor_wise) {
+    ANVIL_CHECK(scale_a.numel() == 1, ShapeError, op, " scale_a must have 1 Float element, got ", describe(scale_a));
+    ANVIL_CHECK(scale_b.numel() == 1, ShapeError, op, " scale_b must have 1 Float element, got ", describe(scale_b));
+  } else {
+    ANVIL_CHECK(scale_a.dim() == 2 && scale_b.dim() == 2 && scale_a.size(0) == m && scale_a.size(1) == 1 &&
+                    scale_b.size(0) == 1 && scale_b.size(1) == n,
+                ShapeError, op, " scale_a must be (M, 1) and scale_b (1, N), got ", shape_str(scale_a.sizes()),
+                " and ", shape_str(scale_b.sizes()), " for M = ", m, ", N = ", n);
+    ANVIL_CHECK(scale_a.stride(1) == 1, ShapeError, op, " expected scale_a.stride(1) to be 1, but got ",
+                scale_a.stride(1));
+    ANVIL_CHECK(scale_b.stride(1) == 1, ShapeError, op, " expected scale_b.stride(1) to be 1, but got ",
+                scale_b.stride(1));
+  }
+  check_bias(op, bias, mat_a, output_dtype, n);
+
+  const TensorOptions opts = TensorOptions(output_dtype).device(mat_a.device());
+  if (m == 0 || n == 0) return empty({m, n}, opts);
+  if (k == 0) {
+    Tensor out = zeros({m, n}, opts);
+    return bias.defined() ? add(out, bias.reshape({n})) : out;
+  }
+  Tensor out = empty({m, n}, opts);
+  const Tensor b = bias.defined() ? bias.reshape({n}).contiguous() : Tensor();
+  const Tensor sa = scale_a.contiguous(), sb = scale_b.contiguous();
+  ScaledMmParams p;
+  p.a = mat_a.raw_data_ptr();
+  p.w = mat_b.raw_data_ptr();
+  p.scale_a = static_cast<const float*>(sa.raw_data_ptr());
+  p.scale_w = static_cast<const float*>(sb.raw_data_ptr());
+  p.scale_a_per_row = p.scale_w_per_row = row_wise;
+  p.bias = b.defined() ? b.raw_data_ptr() : nullptr;
+  p.bias_dtype = b.defined() ? b.dtype() : output_dtype;
+  p.out = out.raw_data_ptr();
+  p.a_dtype = mat_a.dtype();
+  p.w_dtype = mat_b.dtype();
+  p.out_dtype = output_dtype;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.stride_a_row = dim_stride(mat_a, 0, k);
+  p.stride_a_col = dim_stride(mat_a, 1, 1);
+  p.stride_w_row = dim_stride(mat_b, 1, k);  // w[j, q] = mat_b[q, j]
+  p.stride_w_col = dim_stride(mat_b, 0, 1);
+  p.stride_out_row = n;
+  ANVIL_KERNEL(mat_a.device(), scaled_mm, p);
+  return out;
+}
+
+Tensor scaled_linear(const Tensor& input, const Tensor& weight, const Tensor& weight_scale, const Tensor& bias) {
+  const char* op = "[scaled_linear]";
+  ANVIL_CHECK(input.defined() && weight.defined() && weight_scale.defined(), Error, op, " undefined tensor");
+  check_same_device(op, input, weight);
+  const DType t = input.dtype();
+  ANVIL_CHECK(t == kFloat32 || t == kBFloat16 || t == kFloat16, DTypeError, op,
+              " input must be float32, bfloat16 or float16, got ", describe(input));
+  ANVIL_CHECK(is_float8(weight.dtype()), DTypeError, op, " weight must be float8_e4m3fn or float8_e5m2, got ",
+              describe(weight));
+  ANVIL_CHECK(input.dim() >= 1, ShapeError, op, " input must have at least one dim, got ", describe(input));
+  ANVIL_CHECK(weight.dim() == 2, ShapeError, op, " weight must be [out_features, in_features], got ", describe(weight));
+  const int64_t k = input.size(-1), n = weight.size(0);
+  Shape out_shape(input.sizes().begin(), input.sizes().end() - 1);
+  const int64_t m = shape_numel(out_shape);
+  out_shape.push_back(n);
+  ANVIL_CHECK(weight.size(1) == k, ShapeError, op, " input and weight.T shapes cannot be multiplied (", m, "x", k,
+              " and ", weight.size(1), "x", n, ")");
+  check_scale(op, weight_scale, "weight_scale", input);
+  const bool per_row = weight_scale.numel() != 1;
+  ANVIL_CHECK(weight_scale.numel() == 1 ||
+                  (weight_scale.numel() == n && weight_scale.size(0) == n &&
+                   (weight_scale.dim() == 1 || (weight_scale.dim() == 2 && weight_scale.size(1) == 1))),
+              ShapeError, op, " weight_scale must be [", n, "] or [", n, ", 1] (one per weight row) or one element, got ",
+              describe(weight_scale));
+  if (bias.defined()) {
+    check_same_device(op, input, bias);
+    ANVIL_CHECK(bias.dtype() == t, DTypeError, op, " expected bias to have dtype ", dtype_name(t), ", but got ",
+                dtype_name(bias.dtype()));
+    ANVIL_CHECK(bias.numel() == n && bias.dim() == 1, ShapeError, op, " bias must be [", n, "], got ", describe(bias));
+  }
+
+  const TensorOptions opts = TensorOptions(t).device(input.device());
+  if (m == 0 || n == 0) return empty(out_shape, opts);
+  const Tensor scale = weight_scale.reshape({weight_scale.numel()}).contiguous();
+  if (k == 0 || m > kGemvMaxRows || weight.stride(1) != 1) {
+    // Prefill: the weight converted to the input's dtype (exact for float8 values), the GEMM, then
+    // the per-row scale on the product.
+    // The scale and bias in float32, one more rounding.
+    Tensor y = mul(mm(input.reshape({m, k}), weight.to(t).t()), scale.reshape({1, per_row ? n : 1}));
+    if (bias.defined()) y = add(y, bias);
+    return y.to(t).view(out_shape);
+  }
+  const Tensor x = as_rows(input, m, k);
+  Tensor out = empty({m, n}, opts);
+  ScaledMmParams p;
+  p.a = x.raw_data_ptr();
+  p.w = weight.raw_data_ptr();
+  p.scale_w = static_cast<const float*>(scale.raw_data_ptr());
+  p.scale_w_per_row = per_row;
+  p.bias = bias.defined() ? bias.contiguous().raw_data_ptr() : nullptr;
+  p.bias_dtype = t;
+  p.out = out.raw_data_ptr();
+  p.a_dtype = t;
+  p.w_dtype = weight.dtype();
+  p.out_dtype = t;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.stride_a_row = row_stride(x);
+  p.stride_w_row = n == 1 ? k : weight.stride(0);
+  p.stride_out_row = n;
+  ANVIL_KERNEL(input.device(), scaled_mm, p);
+  return out.view(out_shape);
+}
+
+std::tuple<Tensor, Tensor> quantize_fp8(const Tensor& x, ScalingType recipe, DType dtype) {
+  const char* op = "[quantize_fp8]";
+  ANVIL_CHECK(x.defined(), Error, op, " undefined tensor");
+  ANVIL_CHECK(x.dtype() == kFloat32 || x.dtype() == kBFloat16 || x.dtype() == kFloat16 || x.dtype() == kFloat64,
+              DTypeError, op, " input must be a floating dtype, got ", describe(x));
+  ANVIL_CHECK(is_float8(dtype), DTypeError, op, " dtype must be float8_e4m3fn or float8_e5m2, got ", dtype_name(dtype));
+  ANVIL_CHECK(recipe == ScalingType::RowWise || recipe == ScalingType::TensorWise, Error, op,
+              " only RowWise and TensorWise quantisation exist, got ", recipe_name(recipe));
+  ANVIL_CHECK(recipe == ScalingType::TensorWise || x.dim() >= 1, ShapeError, op,
+              " RowWise needs at least one dim, got ", describe(x));
+  const double fp8_max = dtype == kFloat8_e4m3fn ? 448.0 : 57344.0;
+  const Tensor x32 = x.to(kFloat32);
+  Tensor amax_abs = recipe == ScalingType::RowWise ? amax(abs(x32), {-1}, /*keepdim=*/true) : amax(abs(x32));
+  // An all-zero row keeps scale 1 (any scale decodes zeros back to zeros).
+  Tensor scale = div(amax_abs, fp8_max);
+  scale = where(eq(scale, 0.0), full({}, 1.0, TensorOptions(kFloat32).device(x.device())), scale);
+  Tensor q = div(x32, scale).to(dtype);  // the cast saturates to the fp8 range
+  return {q, scale};
+}
+
+}  // namespace anvil

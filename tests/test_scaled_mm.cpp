@@ -1,0 +1,404 @@
+// scaled_mm (FP8 x FP8, tensor-wise and row-wise scales), scaled_linear (weight-only FP8) and
+// quantize_fp8: case tables against the float64 reference (rows around the GEMV switch, odd and
+// 16-multiple K and N for both CUDA paths, every float8 pairing, the three outputs, bias, operand
+// layouts), exact small-integer products, PyTorch's emulated-reference test, NaN weights, the
+// empty and K = 0 shapes, errors, and CUDA graph replay.
+#include <cmath>
+
+#include "harness.h"
+#include "reference/ref_matmul.h"
+
+namespace {
+
+using namespace anvil;
+using th::Layout;
+
+struct MmCase {
+  int64_t m, k, n;
+};
+
+// Rows around the GEMV switch (8) and past it; K and N odd, or multiples of 16 (cuBLASLt's
+// requirement on CUDA), small and large.
+const std::vector<MmCase>& mm_cases() {
+  static const std::vector<MmCase> v = {
+      {1, 16, 16},  {1, 17, 3},   {1, 1000, 33}, {2, 64, 48},  {3, 65, 17},  {7, 128, 32}, {8, 129, 63},
+      {9, 64, 32},  {9, 65, 33},  {16, 32, 16},  {33, 100, 40}, {64, 256, 128}, {300, 128, 48}, {5, 1, 7},
+      {1, 2048, 1}, {12, 48, 1},
+  };
+  return v;
+}
+
+std::string mm_name(const MmCase& c, DType ta, DType tb, DType out, bool row_wise, Layout la, Layout lb, bool bias,
+                    Device d) {
+  return "m " + std::to_string(c.m) + " k " + std::to_string(c.k) + " n " + std::to_string(c.n) + " " +
+         th::dtype_str(ta) + " x " + th::dtype_str(tb) + " -> " + th::dtype_str(out) +
+         (row_wise ? " row-wise" : " tensor-wise") + ", a " + th::layout_name(la) + ", b " + th::layout_name(lb) +
+         (bias ? ", bias" : "") + " on " + d.str();
+}
+
+// mat_b [k, n] in layout `l`: Transposed is b = W^T of a row-major W [n, k] (the layout of a
+// linear weight, the fast one); Contiguous is a row-major b.
+Tensor make_b(const ref::Array& b, DType t, Device dev, Layout l) {
+  if (l == Layout::Transposed) {
+    ref::Array w({b.sizes[1], b.sizes[0]});
+    for (int64_t q = 0; q < b.sizes[0]; ++q)
+      for (int64_t j = 0; j < b.sizes[1]; ++j) w.at({j, q}) = b.at({q, j});
+    return th::make_tensor(w, t, dev).t();
+  }
+  return th::make_tensor(b, t, dev, l);
+}
+
+std::vector<double> values(const ref::Array& a) { return a.v; }
+
+ref::Array abs_array(const ref::Array& a) { return ref::map(a, [](double v) { return std::fabs(v); }); }
+
+// float32 dots (2 k u32 |a| |b| |sa sb|), the scale product and the bias in float32 (4 u32 of
+// the result's parts), one rounding to the output.
+::testing::AssertionResult check_scaled(const Tensor& got, const ref::Array& a, const ref::Array& b,
+                                        const std::vector<double>& sa, const std::vector<double>& sb,
+                                        const ref::Array* bias, DType out) {
+  ref::Array want = ref::scaled_mm(a, b, sa, sb, bias);
+  std::vector<double> asa(sa.size()), asb(sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) asa[i] = std::fabs(sa[i]);
+  for (size_t i = 0; i < sb.size(); ++i) asb[i] = std::fabs(sb[i]);
+  ref::Array scale = ref::scaled_mm(abs_array(a), abs_array(b), asa, asb);
+  const double k = static_cast<double>(a.sizes[1]);
+  const double u32 = th::unit_roundoff(kFloat32), uo = th::unit_roundoff(out);
+  ref::Array extra(want.sizes);
+  for (size_t i = 0; i < extra.v.size(); ++i) extra.v[i] = (2.0 * k + 4.0) * u32 * scale.v[i];
+  if (bias)
+    for (int64_t i = 0; i < want.sizes[0]; ++i)
+      for (int64_t j = 0; j < want.sizes[1]; ++j)
+        extra.v[static_cast<size_t>(i * want.sizes[1] + j)] += 4.0 * u32 * std::fabs(bias->v[static_cast<size_t>(j)]);
+  return th::expect_close(got, want, th::Tol{th::underflow_atol(out), 2 * uo}, &extra);
+}
+
+struct Scales {
+  th::Input a, b;
+};
+// Decode scales of a plausible range (amax / 448 of unit-scale data is ~1/448; large ones too).
+Scales make_scales(bool row_wise, int64_t m, int64_t n, Device dev, th::Gen& g) {
+  Scales s;
+  s.a = th::make_input(row_wise ? Shape{m, 1} : Shape{}, kFloat32, dev, Layout::Contiguous, g, 1.0 / 512, 4.0);
+  s.b = th::make_input(row_wise ? Shape{1, n} : Shape{1}, kFloat32, dev, Layout::Contiguous, g, 1.0 / 512, 4.0);
+  return s;
+}
+
+class ScaledMm : public th::DeviceTest {};
+
+TEST_P(ScaledMm, Table) {
+  th::CaseLoop loop;
+  th::Gen g(5000);
+  const std::vector<std::pair<DType, DType>> pairs = {{kFloat8_e4m3fn, kFloat8_e4m3fn},
+                                                      {kFloat8_e4m3fn, kFloat8_e5m2},
+                                                      {kFloat8_e5m2, kFloat8_e4m3fn},
+                                                      {kFloat8_e5m2, kFloat8_e5m2}};
+  const std::vector<Layout> a_layouts = {Layout::Contiguous, Layout::RowPadded, Layout::Transposed, Layout::Offset};
+  const std::vector<Layout> b_layouts = {Layout::Transposed, Layout::Contiguous, Layout::Transposed, Layout::Strided};
+  int ci = 0;
+  for (const MmCase& c : mm_cases()) {
+    for (size_t pi = 0; pi < pairs.size(); ++pi) {
+      for (DType out : {kBFloat16, kFloat16, kFloat32}) {
+        ++ci;
+        const auto [ta, tb] = pairs[pi];
+        const bool row_wise = ci % 2 == 0, with_bias = out != kFloat32 && ci % 3 == 0;
+        const Layout la = a_layouts[static_cast<size_t>(ci) % a_layouts.size()];
+        const Layout lb = b_layouts[static_cast<size_t>(ci / 4) % b_layouts.size()];
+        if (!loop.run(mm_name(c, ta, tb, out, row_wise, la, lb, with_bias, dev()), [&] {
+          // Values spread over the float8 range of unit-scale data, subnormals included.
+          th::Input a = th::make_input({c.m, c.k}, ta, dev(), la, g, -6, 6);
+          ref::Array bv = th::random_array({c.k, c.n}, tb, g, -6, 6);
+          Tensor b = make_b(bv, tb, dev(), lb);
+          Scales s = make_scales(row_wise, c.m, c.n, dev(), g);
+          th::Input bias;
+          if (with_bias) bias = th::make_input({c.n}, out, dev(), Layout::Contiguous, g, -4, 4);
+          const auto a_before = th::storage_bits(a.t), b_before = th::storage_bits(b);
+          const ScalingType r = row_wise ? ScalingType::RowWise : ScalingType::TensorWise;
+          Tensor y = scaled_mm(a.t, b, s.a.t, r, s.b.t, r, bias.t, out);
+          ASSERT_TRUE(th::expect_shape(y, {c.m, c.n}, out));
+          ASSERT_TRUE(check_scaled(y, a.a, bv, values(s.a.a), values(s.b.a), with_bias ? &bias.a : nullptr, out));
+          ASSERT_TRUE(th::storage_unchanged(a.t, a_before)) << "mat_a";
+          ASSERT_TRUE(th::storage_unchanged(b, b_before)) << "mat_b";
+        }))
+          return;
+      }
+    }
+  }
+}
+
+// Small integers times power-of-two scales: every partial sum is exact in float32, so the
+// result is the exact value rounded once (a bias rounded before the add, a scale applied to a
+// rounded partial or a dropped K tail would show).
+TEST_P(ScaledMm, ExactOnSmallIntegers) {
+  th::CaseLoop loop;
+  th::Gen g(5001);
+  for (const MmCase& c : mm_cases()) {
+    for (DType out : {kBFloat16, kFloat32}) {
+      for (bool row_wise : {false, true}) {
+        if (!loop.run(mm_name(c, kFloat8_e4m3fn, kFloat8_e4m3fn, out, row_wise, Layout::Contiguous,
+                              Layout::Transposed, out != kFloat32, dev()),
+                      [&] {
+          th::Input a = th::make_input({c.m, c.k}, kInt32, dev(), Layout::Contiguous, g, -4, 4);
+          ref::Array bv = th::random_array({c.k, c.n}, kInt32, g, -4, 4);
+          ref::Array sa(row_wise ? Shape{c.m, 1} : Shape{}), sb(row_wise ? Shape{1, c.n} : Shape{});
+          for (double& v : sa.v) v = std::ldexp(1.0, static_cast<int>(g.randint(-3, 1)));
+          for (double& v : sb.v) v = std::ldexp(1.0, static_cast<int>(g.randint(-2, 2)));
+          th::Input bias;
+          if (out != kFloat32) bias = th::make_input({c.n}, kInt32, dev(), Layout::Contiguous, g, -8, 8);
+          const ScalingType r = row_wise ? ScalingType::RowWise : ScalingType::TensorWise;
+          Tensor y = scaled_mm(th::make_tensor(a.a, kFloat8_e4m3fn, dev()), make_b(bv, kFloat8_e4m3fn, dev(), Layout::Transposed),
+                               th::make_tensor(sa, kFloat32, dev()), r, th::make_tensor(sb, kFloat32, dev()), r,
+                               bias.t.defined() ? th::make_tensor(bias.a, out, dev()) : Tensor(), out);
+          ref::Array want = ref::scaled_mm(a.a, bv, sa.v, sb.v, bias.t.defined() ? &bias.a : nullptr);
+          for (double& v : want.v) v = th::round_to_dtype(v, out);
+          ASSERT_TRUE(th::expect_equal(y, want));
+        }))
+          return;
+      }
+    }
+  }
+}
+
+// PyTorch's test_scaled_mm_vs_emulated: quantise x and y with amax scales, multiply with the
+// reciprocal scales, compare with the float32 product of the dequantised operands. Tolerances
+// are PyTorch's (bf16 / fp16 7e-2, fp32 3e-3; row-wise fp32 2e-3 and cosine >= 0.999).
+TEST_P(ScaledMm, MatchesEmulatedLikePyTorch) {
+  th::Gen g(5002);
+  for (bool row_wise : {false, true}) {
+    for (DType out : {kBFloat16, kFloat16, kFloat32}) {
+      for (int64_t m : {1, 16}) {
+        SCOPED_TRACE(th::dtype_str(out) + (row_wise ? " row-wise" : " tensor-wise") + " m " + std::to_string(m));
+        const ScalingType r = row_wise ? ScalingType::RowWise : ScalingType::TensorWise;
+        th::Input x = th::make_input({m, 16}, kFloat32, dev(), Layout::Contiguous, g, -3, 3);
+        th::Input w = th::make_input({32, 16}, kFloat32, dev(), Layout::Contiguous, g, -3, 3);
+        auto [xq, xs] = quantize_fp8(x.t, r);
+        auto [wq, ws] = quantize_fp8(w.t, r);  // row-wise: one scale per row of W = column of b
+        Tensor sb = row_wise ? ws.reshape({1, 32}) : ws;
+        Tensor y = scaled_mm(xq, wq.t(), xs, r, sb, r, {}, out);
+        // Emulated: the dequantised operands' float64 product.
+        ref::Array xd = th::to_array(mul(xq.to(kFloat32), xs)), wd = th::to_array(mul(wq.to(kFloat32), ws));
+        ref::Array wt({16, 32});
+        for (int64_t q = 0; q < 16; ++q)
+          for (int64_t j = 0; j < 32; ++j) wt.at({q, j}) = wd.at({j, q});
+        ref::Array want = ref::mm(xd, wt);
+        const double tol = out == kFloat32 ? (row_wise ? 2e-3 : 3e-3) : 7e-2;
+        EXPECT_TRUE(th::expect_close(y, want, th::Tol{tol, tol}));
+        if (row_wise) {
+          ref::Array got = th::to_array(y);
+          double dot = 0, ng = 0, nw = 0;
+          for (size_t i = 0; i < got.v.size(); ++i) {
+            dot += got.v[i] * want.v[i];
+            ng += got.v[i] * got.v[i];
+            nw += want.v[i] * want.v[i];
+          }
+          EXPECT_GE(dot / std::sqrt(ng * nw), 0.999);
+        }
+        // And the quantisation itself is within e4m3's half-ulp of the input (relative 2^-4).
+        ref::Array xr = th::to_array(mul(xq.to(kFloat32), xs));
+        ref::Array xscale = th::to_array(xs);
+        ref::Array extra(x.a.sizes);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t q = 0; q < 16; ++q)
+            extra.at({i, q}) = std::ldexp(1.0, -10) * xscale.v[static_cast<size_t>(row_wise ? i : 0)];
+        EXPECT_TRUE(th::expect_close(mul(xq.to(kFloat32), xs), x.a, th::Tol{0, std::ldexp(1.0, -4) * 1.01}, &extra));
+      }
+    }
+  }
+}
+
+// A NaN weight byte (0x7F) poisons exactly its output column, on the GEMV and the GEMM paths.
+TEST_P(ScaledMm, NanWeightPoisonsItsColumn) {
+  for (int64_t m : {1, 4, 32}) {
+    for (DType tb : {kFloat8_e4m3fn, kFloat8_e5m2}) {
+      SCOPED_TRACE("m " + std::to_string(m) + " " + th::dtype_str(tb));
+      const int64_t k = 64, n = 32;
+      ref::Array w({n, k}, 1.0);
+      w.at({5, 17}) = std::nan("");
+      Tensor b = th::make_tensor(w, tb, dev()).t();
+      Tensor a = th::make_tensor(ref::Array({m, k}, 1.0), kFloat8_e4m3fn, dev());
+      Tensor one = ones({}, TensorOptions(kFloat32).device(dev()));
+      ref::Array want({m, n}, static_cast<double>(k));
+      for (int64_t i = 0; i < m; ++i) want.at({i, 5}) = std::nan("");
+      EXPECT_TRUE(th::expect_equal(scaled_mm(a, b, one, ScalingType::TensorWise, one, ScalingType::TensorWise, {}, kFloat32), want));
+    }
+  }
+}
+
+TEST_P(ScaledMm, EmptyAndZeroK) {
+  const TensorOptions f8 = TensorOptions(kFloat8_e4m3fn).device(dev());
+  const TensorOptions f32 = TensorOptions(kFloat32).device(dev());
+  Tensor one = ones({1}, f32);
+  const ScalingType tw = ScalingType::TensorWise;
+  EXPECT_TRUE(th::expect_shape(scaled_mm(zeros({0, 16}, f8), zeros({16, 32}, f8), one, tw, one, tw), {0, 32}, kBFloat16));
+  EXPECT_TRUE(th::expect_shape(scaled_mm(zeros({4, 16}, f8), zeros({16, 0}, f8), one, tw, one, tw), {4, 0}, kBFloat16));
+  EXPECT_TRUE(th::expect_equal(scaled_mm(zeros({3, 0}, f8), zeros({0, 5}, f8), one, tw, one, tw, {}, kFloat32),
+                               ref::Array({3, 5}, 0.0)));
+  Tensor bias = full({5}, 2.0, TensorOptions(kBFloat16).device(dev()));
+  EXPECT_TRUE(th::expect_equal(scaled_mm(zeros({3, 0}, f8), zeros({0, 5}, f8), one, tw, one, tw, bias),
+                               ref::Array({3, 5}, 2.0)));
+}
+
+TEST_P(ScaledMm, Errors) {
+  const TensorOptions f8 = TensorOptions(kFloat8_e4m3fn).device(dev());
+  const TensorOptions f32 = TensorOptions(kFloat32).device(dev());
+  Tensor a = zeros({4, 32}, f8), b = zeros({32, 16}, f8), one = ones({}, f32);
+  Tensor ra = ones({4, 1}, f32), rb = ones({1, 16}, f32);
+  const ScalingType tw = ScalingType::TensorWise, rw = ScalingType::RowWise;
+  EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a.to(kBFloat16), b, one, tw, one, tw));
+  EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a, b.to(kFloat32), one, tw, one, tw));
+  EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a, b, one, tw, one, tw, {}, kFloat8_e4m3fn));
+  EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a, b, one, tw, one, tw, {}, kInt32));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(zeros({4}, f8), b, one, tw, one, tw));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, zeros({2, 32, 16}, f8), one, tw, one, tw));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, zeros({31, 16}, f8), one, tw, one, tw));
+  // recipes
+  EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, one, tw, rb, rw));
+  EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, ra, ScalingType::BlockWise1x128, rb, ScalingType::BlockWise1x128));
+  // scales
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, ones({2}, f32), tw, one, tw));
+  EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a, b, one.to(kBFloat16), tw, one, tw));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, ones({4}, f32), rw, rb, rw));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, ra, rw, ones({16, 1}, f32), rw));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, ones({1, 4}, f32).t(), rw, rb, rw));
+  EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, Tensor(), tw, one, tw));
+  // bias
+  const TensorOptions bf = TensorOptions(kBFloat16).device(dev());
+  EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a, b, one, tw, one, tw, zeros({16}, f32), kFloat32));
+  EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a, b, one, tw, one, tw, zeros({16}, bf), kFloat32));
+  EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a, b, one, tw, one, tw, zeros({16}, f32)));
+  EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a, b, one, tw, one, tw, zeros({16}, bf), kFloat16));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, one, tw, one, tw, zeros({15}, bf)));
+  EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(Tensor(), b, one, tw, one, tw));
+  if (dev().is_cuda()) {
+    EXPECT_THROWS_OP(DeviceError, "scaled_mm", scaled_mm(a, zeros({32, 16}, kFloat8_e4m3fn), one, tw, one, tw));
+    EXPECT_THROWS_OP(DeviceError, "scaled_mm", scaled_mm(a, b, ones({}, kFloat32), tw, one, tw));
+  }
+  // scaled_linear and quantize_fp8
+  Tensor x = zeros({2, 32}, bf), w = zeros({16, 32}, f8), s = ones({16}, f32);
+  EXPECT_THROWS_OP(DTypeError, "scaled_linear", scaled_linear(x, w.to(kBFloat16), s));
+  EXPECT_THROWS_OP(DTypeError, "scaled_linear", scaled_linear(x.to(kInt32), w, s));
+  EXPECT_THROWS_OP(ShapeError, "scaled_linear", scaled_linear(x, zeros({16, 31}, f8), s));
+  EXPECT_THROWS_OP(ShapeError, "scaled_linear", scaled_linear(x, w, ones({15}, f32)));
+  EXPECT_THROWS_OP(ShapeError, "scaled_linear", scaled_linear(x, w, ones({16, 2}, f32)));
+  EXPECT_THROWS_OP(DTypeError, "scaled_linear", scaled_linear(x, w, s.to(kBFloat16)));
+  EXPECT_THROWS_OP(DTypeError, "scaled_linear", scaled_linear(x, w, s, zeros({16}, f32)));
+  EXPECT_THROWS_OP(ShapeError, "scaled_linear", scaled_linear(x, w, s, zeros({15}, bf)));
+  EXPECT_THROWS_OP(DTypeError, "quantize_fp8", quantize_fp8(zeros({2}, TensorOptions(kInt32).device(dev()))));
+  EXPECT_THROWS_OP(DTypeError, "quantize_fp8", quantize_fp8(x, ScalingType::RowWise, kBFloat16));
+  EXPECT_THROWS_OP(Error, "quantize_fp8", quantize_fp8(x, ScalingType::BlockWise128x128));
+}
+
+// ---- scaled_linear ---------------------------------------------------------------------------
+
+struct LinCase {
+  Shape x;  // [*, k]
+  int64_t n;
+};
+
+TEST_P(ScaledMm, ScaledLinearTable) {
+  th::CaseLoop loop;
+  th::Gen g(5003);
+  const std::vector<LinCase> cases = {{{1, 64}, 32},     {{1, 1, 1000}, 33}, {{4, 1, 65}, 17}, {{2, 129}, 63},
+                                      {{8, 17}, 3},      {{9, 64}, 48},      {{33, 100}, 40},  {{1, 2048}, 1},
+                                      {{3, 1, 16}, 129}, {{0, 16}, 8},       {{2, 0}, 5}};
+  int ci = 0;
+  for (const LinCase& c : cases) {
+    for (DType t : {kBFloat16, kFloat16, kFloat32}) {
+      for (DType tw : {kFloat8_e4m3fn, kFloat8_e5m2}) {
+        ++ci;
+        const int64_t k = c.x.back();
+        Shape out_shape(c.x.begin(), c.x.end() - 1);
+        out_shape.push_back(c.n);
+        const int scale_kind = ci % 3;  // [n], [n, 1], one element
+        const bool with_bias = ci % 2 == 0;
+        const Layout lx = ci % 4 == 1 ? Layout::RowPadded : Layout::Contiguous;
+        const Layout lw = ci % 5 == 2 ? Layout::RowPadded : Layout::Contiguous;
+        const std::string name = th::case_name(c.x, t, lx, dev()) + " x " + th::dtype_str(tw) + " [" +
+                                 std::to_string(c.n) + ", " + std::to_string(k) + "] " + th::layout_name(lw) +
+                                 " scale kind " + std::to_string(scale_kind) + (with_bias ? " bias" : "");
+        if (!loop.run(name, [&] {
+          th::Input x = th::make_input(c.x, t, dev(), lx, g, -2, 2);
+          th::Input w = th::make_input({c.n, k}, tw, dev(), lw, g, -6, 6);
+          const Shape ss = scale_kind == 0 ? Shape{c.n} : scale_kind == 1 ? Shape{c.n, 1} : Shape{1};
+          th::Input s = th::make_input(ss, kFloat32, dev(), Layout::Contiguous, g, 1.0 / 512, 2.0);
+          th::Input b;
+          if (with_bias) b = th::make_input({c.n}, t, dev(), Layout::Contiguous, g, -1, 1);
+          Tensor y = scaled_linear(x.t, w.t, s.t, b.t);
+          ASSERT_TRUE(th::expect_shape(y, out_shape, t));
+          // Reference on [m, k] x [k, n] with the per-row scale as a column scale.
+          const int64_t m = ref::numel_of(Shape(c.x.begin(), c.x.end() - 1));
+          ref::Array x2 = x.a, wt({k, c.n});
+          x2.sizes = {m, k};
+          for (int64_t j = 0; j < c.n; ++j)
+            for (int64_t q = 0; q < k; ++q) wt.at({q, j}) = w.a.at({j, q});
+          ref::Array want = ref::scaled_mm(x2, wt, {1.0}, s.a.v, with_bias ? &b.a : nullptr);
+          std::vector<double> abs_s(s.a.v.size());
+          for (size_t i = 0; i < abs_s.size(); ++i) abs_s[i] = std::fabs(s.a.v[i]);
+          ref::Array scale = ref::scaled_mm(abs_array(x2), abs_array(wt), {1.0}, abs_s);
+          const double uo = th::unit_roundoff(t), u32 = th::unit_roundoff(kFloat32);
+          ref::Array extra(want.sizes);
+          // Few rows: float32 dots, one rounding. More rows: the product rounded to t before the
+          // scale (2 u_t more) and the GEMM's own accumulation.
+          const double per = (2.0 * static_cast<double>(k) + 4.0) * u32 + (m > 8 ? 2.0 * uo : 0.0);
+          for (size_t i = 0; i < extra.v.size(); ++i) extra.v[i] = per * scale.v[i] + (with_bias ? 2 * uo : 0.0);
+          want.sizes = out_shape;
+          extra.sizes = out_shape;
+          ASSERT_TRUE(th::expect_close(y, want, th::Tol{th::underflow_atol(t), 2 * uo}, &extra));
+        }))
+          return;
+      }
+    }
+  }
+}
+
+ANVIL_INSTANTIATE_DEVICE_TESTS(ScaledMm);
+
+// ---- CUDA graph ------------------------------------------------------------------------------
+// scaled_mm (GEMV and GEMM sizes, row-wise) and scaled_linear captured once; new inputs and
+// scales copied in; the replay equals an eager call bit for bit.
+TEST(ScaledMmGraph, ReplaysNewInputs) {
+  ANVIL_REQUIRE_CUDA();
+  const Device dev(kCUDA, 0);
+  Stream s = Stream::create(dev);
+  StreamGuard guard(s);
+  th::Gen gen(5004);
+  for (int64_t m : {1, 64}) {
+    SCOPED_TRACE("m " + std::to_string(m));
+    const int64_t k = 256, n = 128;
+    auto fresh = [&] {
+      return std::tuple{th::make_input({m, k}, kFloat8_e4m3fn, dev, Layout::Contiguous, gen, -4, 4).t,
+                        th::make_input({n, k}, kFloat8_e4m3fn, dev, Layout::Contiguous, gen, -4, 4).t,
+                        th::make_input({m, 1}, kFloat32, dev, Layout::Contiguous, gen, 0.01, 1).t,
+                        th::make_input({1, n}, kFloat32, dev, Layout::Contiguous, gen, 0.01, 1).t,
+                        th::make_input({m, k}, kBFloat16, dev, Layout::Contiguous, gen, -1, 1).t};
+    };
+    auto [a, w, sa, sb, x] = fresh();
+    const ScalingType rw = ScalingType::RowWise;
+    Tensor ws = sb.reshape({n});
+    scaled_mm(a, w.t(), sa, rw, sb, rw);
+    scaled_linear(x, w, ws);
+    s.synchronize();
+    cuda::Graph graph;
+    graph.capture_begin();
+    Tensor y = scaled_mm(a, w.t(), sa, rw, sb, rw);
+    Tensor z = scaled_linear(x, w, ws);
+    graph.capture_end();
+    for (int round = 0; round < 2; ++round) {
+      auto [na, nw, nsa, nsb, nx] = fresh();
+      a.copy_(na);
+      w.copy_(nw);
+      sa.copy_(nsa);
+      sb.copy_(nsb);
+      x.copy_(nx);
+      graph.replay();
+      s.synchronize();
+      Tensor ey = scaled_mm(a, w.t(), sa, rw, sb, rw), ez = scaled_linear(x, w, ws);
+      s.synchronize();
+      EXPECT_EQ(th::to_bits(y), th::to_bits(ey)) << "round " << round;
+      EXPECT_EQ(th::to_bits(z), th::to_bits(ez)) << "round " << round;
+    }
+    graph.reset();
+  }
+}
+
+}  // namespace
