@@ -146,4 +146,25 @@ ANVIL_API Tensor& grouped_mm_out(Tensor& out, const Tensor& mat_a, const Tensor&
 ANVIL_API Tensor scaled_grouped_mm(const Tensor& mat_a, const Tensor& mat_b, const Tensor& scale_a,
                                    const Tensor& scale_b, const Tensor& offs, DType out_dtype = kBFloat16);
 
+// ---- mixture-of-experts routing and combine (device-resident: no value is read on the host)
+
+// The routing of T tokens over E experts, as Hugging Face's Qwen3-MoE / Mixtral / OLMoE blocks:
+// probabilities softmax(router_logits) in float32 over all experts, the top_k most probable
+// (ties: lower expert first), divided by their sum iff norm_topk_prob. The (token, slot) pairs
+// sorted by expert give the rows of the grouped products.
+struct MoeRouting {
+  Tensor topk_weights;  // float32 [T, top_k], descending
+  Tensor topk_ids;      // int64 [T, top_k], the experts of topk_weights
+  Tensor offs;          // int32 [E]: cumulative ends of each expert's rows, grouped_mm's offs
+  Tensor token_index;   // int64 [T * top_k]: the token of each expert-sorted row (index_select's index)
+  Tensor sorted_pos;    // int64 [T, top_k]: the expert-sorted row of each (token, slot)
+};
+// router_logits [T, E] float32 / bfloat16 / float16, 1 <= top_k <= E (CUDA: E <= 1024). The sort
+// is stable: within one expert the rows follow token order, the same on every device.
+ANVIL_API MoeRouting moe_route(const Tensor& router_logits, int64_t top_k, bool norm_topk_prob);
+// out[t, :] = sum_s topk_weights[t, s] * expert_out[sorted_pos[t, s], :] in float32 (slots in
+// order), one rounding to expert_out's dtype. expert_out [T * top_k, H] in expert-sorted order;
+// sorted_pos values outside [0, T * top_k) are clamped (never read out of bounds).
+ANVIL_API Tensor moe_combine(const Tensor& expert_out, const Tensor& topk_weights, const Tensor& sorted_pos);
+
 }  // namespace anvil

@@ -34,7 +34,9 @@
   X(topk, const TopkParams&)                         \
   X(sample, const SampleParams&)                     \
   X(scaled_mm, const ScaledMmParams&)                \
-  X(grouped_mm, const GroupedMmParams&)
+  X(grouped_mm, const GroupedMmParams&)              \
+  X(moe_route, const MoeRouteParams&)                \
+  X(moe_combine, const MoeCombineParams&)
 
 namespace anvil {
 

@@ -274,4 +274,32 @@ struct GroupedMmParams {
   int64_t stride_out_batch = 0, stride_out_row = 0;
 };
 
+// MoE routing of `tokens` rows of logits [tokens, experts] (row stride stride_row, unit column
+// stride): float32 softmax over the experts, the top_k most probable (descending, ties lower
+// expert first), renormalised to sum 1 iff `renormalize`; then the (token, slot) pairs sorted
+// by expert: offs[e] = number of pairs with expert <= e, token_index[r] = token of sorted row r,
+// sorted_pos[t * top_k + s] = row of pair (t, s).
+struct MoeRouteParams {
+  const void* logits = nullptr;
+  float* weights = nullptr;       // [tokens, top_k]
+  int64_t* ids = nullptr;         // [tokens, top_k]
+  int32_t* offs = nullptr;        // [experts]
+  int64_t* token_index = nullptr; // [tokens * top_k]
+  int64_t* sorted_pos = nullptr;  // [tokens, top_k]
+  DType dtype = kFloat32;
+  int64_t tokens = 0, experts = 0, top_k = 0, stride_row = 0;
+  bool renormalize = false;
+};
+
+// out[t, :] = round(sum_s weights[t, s] * in[sorted_pos[t, s], :]) with float32 accumulation in
+// slot order; in [tokens * top_k, hidden] and out [tokens, hidden] with unit column strides.
+struct MoeCombineParams {
+  const void* in = nullptr;
+  const float* weights = nullptr;
+  const int64_t* sorted_pos = nullptr;
+  void* out = nullptr;
+  DType dtype = kBFloat16;
+  int64_t tokens = 0, top_k = 0, hidden = 0, stride_in_row = 0, stride_out_row = 0;
+};
+
 }  // namespace anvil

@@ -1,0 +1,96 @@
+// CPU MoE routing (float32 softmax, top-k, renormalisation, the stable counting sort of the
+// (token, slot) pairs by expert) and the weighted combine back to token order.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/kernels.h"
+
+namespace anvil::cpu {
+namespace {
+
+// The routing order: larger probability first, NaN above every number, ties by lower expert.
+bool routes_before(float pa, int64_t a, float pb, int64_t b) {
+  const bool na = std::isnan(pa), nb = std::isnan(pb);
+  if (na != nb) return na;
+  if (!na && pa != pb) return pa > pb;
+  return a < b;
+}
+
+}  // namespace
+
+void moe_route(const MoeRouteParams& p) {
+  const int64_t T = p.tokens, E = p.experts, K = p.top_k;
+  dispatch_float_types(p.dtype, "[moe_route]", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    const S* logits = static_cast<const S*>(p.logits);
+#pragma omp parallel
+    {
+      std::vector<float> prob(static_cast<size_t>(E));
+      std::vector<int64_t> order(static_cast<size_t>(E));
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < T; ++t) {
+        const S* row = logits + t * p.stride_row;
+        float mx = -INFINITY;
+        for (int64_t e = 0; e < E; ++e) mx = std::max(mx, static_cast<float>(row[e]));
+        float sum = 0.f;
+        for (int64_t e = 0; e < E; ++e) sum += prob[static_cast<size_t>(e)] = std::exp(static_cast<float>(row[e]) - mx);
+        const float inv = 1.f / sum;
+        for (float& v : prob) v *= inv;
+        for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
+        std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int64_t a, int64_t b) {
+          return routes_before(prob[static_cast<size_t>(a)], a, prob[static_cast<size_t>(b)], b);
+        });
+        float chosen = 0.f;
+        for (int64_t s = 0; s < K; ++s) chosen += prob[static_cast<size_t>(order[static_cast<size_t>(s)])];
+        const float scale = p.renormalize ? 1.f / chosen : 1.f;
+        for (int64_t s = 0; s < K; ++s) {
+          const int64_t e = order[static_cast<size_t>(s)];
+          p.weights[t * K + s] = p.renormalize ? prob[static_cast<size_t>(e)] * scale : prob[static_cast<size_t>(e)];
+          p.ids[t * K + s] = e;
+        }
+      }
+    }
+  });
+  // Counting sort of the pairs by expert, stable in pair (token-major) order.
+  std::vector<int64_t> cursor(static_cast<size_t>(E), 0);
+  for (int64_t i = 0; i < T * K; ++i) ++cursor[static_cast<size_t>(p.ids[i])];
+  int64_t end = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t count = cursor[static_cast<size_t>(e)];
+    cursor[static_cast<size_t>(e)] = end;
+    end += count;
+    p.offs[e] = static_cast<int32_t>(end);
+  }
+  for (int64_t i = 0; i < T * K; ++i) {
+    const int64_t row = cursor[static_cast<size_t>(p.ids[i])]++;
+    p.sorted_pos[i] = row;
+    p.token_index[row] = i / K;
+  }
+}
+
+void moe_combine(const MoeCombineParams& p) {
+  dispatch_float_types(p.dtype, "[moe_combine]", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    const S* in = static_cast<const S*>(p.in);
+    S* out = static_cast<S*>(p.out);
+#pragma omp parallel
+    {
+      std::vector<float> acc(static_cast<size_t>(p.hidden));
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < p.tokens; ++t) {
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t s = 0; s < p.top_k; ++s) {
+          const float w = p.weights[t * p.top_k + s];
+          const int64_t r = std::clamp<int64_t>(p.sorted_pos[t * p.top_k + s], 0, p.tokens * p.top_k - 1);
+          const S* row = in + r * p.stride_in_row;  // never read outside expert_out
+          for (int64_t h = 0; h < p.hidden; ++h) acc[static_cast<size_t>(h)] += w * static_cast<float>(row[h]);
+        }
+        for (int64_t h = 0; h < p.hidden; ++h) out[t * p.stride_out_row + h] = S(acc[static_cast<size_t>(h)]);
+      }
+    }
+  });
+}
+
+}  // namespace anvil::cpu
