@@ -167,4 +167,29 @@ ANVIL_API MoeRouting moe_route(const Tensor& router_logits, int64_t top_k, bool 
 // sorted_pos values outside [0, T * top_k) are clamped (never read out of bounds).
 ANVIL_API Tensor moe_combine(const Tensor& expert_out, const Tensor& topk_weights, const Tensor& sorted_pos);
 
+// ---- attention
+
+// torch.nn.functional.scaled_dot_product_attention: query [..., Hq, L, E], key [..., H, S, E],
+// value [..., H, S, Ev] -> [..., Hq, L, Ev] with the leading dims broadcast as matmul's (and the
+// head dim too when enable_gqa is false); enable_gqa maps query head h to key / value head
+// h / (Hq / H) (repeat_interleave). scores = q k^T * scale (default 1 / sqrt(E)) + attn_mask
+// (bool: true may attend; or additive in the query's dtype or float32; broadcastable to
+// [..., Hq, L, S]); is_causal keeps key j <= query i (top-left aligned, as PyTorch; not with a
+// mask). float32 scores, softmax and accumulation whatever the dtype, one rounding of the output;
+// a fully masked row gives zeros (PyTorch's math backend). dropout_p must be 0 (inference).
+// float32 / bfloat16 / float16 (float64 on the CPU).
+ANVIL_API Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                              const Tensor& attn_mask = {}, double dropout_p = 0.0,
+                                              bool is_causal = false, std::optional<double> scale = std::nullopt,
+                                              bool enable_gqa = false);
+
+// Attention of new queries over a preallocated KV cache whose valid lengths live on the device
+// (a captured CUDA graph replays for every position). query [B, Hq, L, E] (L = 1 for decode);
+// k_cache [B, H, S_max, E], v_cache [B, H, S_max, Ev] with Hq % H == 0 (grouped-query heads);
+// cache_lens int32 [B]: keys [0, cache_lens[b]) are valid (clamped to S_max) and already hold
+// the new tokens' keys, so query i sits at position cache_lens[b] - L + i and attends keys up to
+// it (causal, bottom-right aligned). Returns [B, Hq, L, Ev]; float32 accumulation.
+ANVIL_API Tensor decode_attention(const Tensor& query, const Tensor& k_cache, const Tensor& v_cache,
+                                  const Tensor& cache_lens, std::optional<double> scale = std::nullopt);
+
 }  // namespace anvil

@@ -36,7 +36,8 @@
   X(scaled_mm, const ScaledMmParams&)                \
   X(grouped_mm, const GroupedMmParams&)              \
   X(moe_route, const MoeRouteParams&)                \
-  X(moe_combine, const MoeCombineParams&)
+  X(moe_combine, const MoeCombineParams&)            \
+  X(attention, const AttentionParams&)
 
 namespace anvil {
 

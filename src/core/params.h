@@ -302,4 +302,28 @@ struct MoeCombineParams {
   int64_t tokens = 0, top_k = 0, hidden = 0, stride_in_row = 0, stride_out_row = 0;
 };
 
+// Attention over batch x heads_q of q [q_len, head_dim], k [kv_len, head_dim], v [kv_len,
+// v_head_dim]; query head h reads key / value head h * heads_kv / heads_q (grouped-query heads
+// and a broadcast single head alike). Every operand is addressed through strides over [batch,
+// head, row, col] (0 for broadcast dims; the last stride of q, k, v and out is 1). For query row
+// i of batch b the valid keys are j < len = (kv_lens ? min(kv_lens[b], kv_len) : kv_len), and
+// with `causal` also j <= i + (causal_from_end ? len - q_len : 0). score_j = dot(q_i, k_j) *
+// scale + mask (mask: null; bool with true = attend; or additive of mask_dtype); a key that is
+// not valid or masked out does not take part. p = softmax(scores) in float32; out_i = sum_j p_j
+// v_j with float32 accumulation, one rounding to dtype; a row with no key left gives zeros.
+struct AttentionParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  const void* mask = nullptr;
+  const int32_t* kv_lens = nullptr;  // [batch] on the operands' device, or null
+  DType dtype = kFloat32, mask_dtype = kBool;
+  int64_t batch = 0, heads_q = 0, heads_kv = 0, q_len = 0, kv_len = 0, head_dim = 0, v_head_dim = 0;
+  int64_t stride_q[4] = {}, stride_k[4] = {}, stride_v[4] = {}, stride_out[4] = {}, stride_mask[4] = {};
+  double scale = 1.0;
+  bool causal = false;
+  bool causal_from_end = false;
+};
+
 }  // namespace anvil

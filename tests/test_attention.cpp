@@ -1,0 +1,371 @@
+// scaled_dot_product_attention and decode_attention against a float64 loop reference: decode and
+// prefill shapes, grouped-query heads, causal (top-left) and KV-cache (bottom-right) alignment,
+// bool and additive masks with broadcast shapes, custom scale, strided q / k / v, PyTorch's
+// batch / head broadcasting, fully masked rows (zeros), cache slots past the valid length never
+// read, 65536+ batch x heads, errors, and CUDA graph replay with new cache lengths.
+#include <cmath>
+
+#include "harness.h"
+
+namespace {
+
+using namespace anvil;
+using th::Layout;
+
+// Float64 reference over [B, Hq, L, E] x [B, Hk, S, E] x [B, Hk, S, Ev]. mask: null or the full
+// [B, Hq, L, S] (bool as 0 / 1 when mask_bool, else added). lens: per-batch valid keys or null.
+struct AttnRef {
+  ref::Array out, err;  // err: the per-element tolerance term (see check_attention)
+};
+AttnRef attention_ref(const ref::Array& q, const ref::Array& k, const ref::Array& v, const ref::Array* mask,
+                      bool mask_bool, const std::vector<int64_t>* lens, bool causal, bool from_end, double scale) {
+  const int64_t B = q.sizes[0], Hq = q.sizes[1], L = q.sizes[2], E = q.sizes[3];
+  const int64_t Hk = k.sizes[1], S = k.sizes[2], Ev = v.sizes[3];
+  AttnRef r{ref::Array({B, Hq, L, Ev}), ref::Array({B, Hq, L, Ev})};
+  const double u32 = th::unit_roundoff(kFloat32);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t hk = h * Hk / Hq;
+      const int64_t len = lens ? std::clamp<int64_t>((*lens)[static_cast<size_t>(b)], 0, S) : S;
+      for (int64_t i = 0; i < L; ++i) {
+        const int64_t limit = causal ? std::clamp<int64_t>(i + 1 + (from_end ? len - L : 0), 0, len) : len;
+        std::vector<double> s(static_cast<size_t>(limit)), mag(static_cast<size_t>(limit));
+        double mx = -INFINITY, amax = 0;
+        for (int64_t j = 0; j < limit; ++j) {
+          double d = 0, a = 0;
+          for (int64_t e = 0; e < E; ++e) {
+            d += q.at({b, h, i, e}) * k.at({b, hk, j, e});
+            a += std::fabs(q.at({b, h, i, e}) * k.at({b, hk, j, e}));
+          }
+          d *= scale;
+          amax = std::max(amax, a * std::fabs(scale));
+          if (mask) {
+            const double m = mask->at({b, h, i, j});
+            if (mask_bool) d = m != 0 ? d : -INFINITY;
+            else d += m;
+          }
+          s[static_cast<size_t>(j)] = d;
+          mx = std::max(mx, d);
+        }
+        if (mx == -INFINITY) continue;  // zeros
+        double sum = 0;
+        for (double& x : s) sum += x = std::exp(x - mx);
+        for (int64_t e = 0; e < Ev; ++e) {
+          double o = 0, mag_sum = 0;
+          for (int64_t j = 0; j < limit; ++j) {
+            o += s[static_cast<size_t>(j)] / sum * v.at({b, hk, j, e});
+            mag_sum += s[static_cast<size_t>(j)] / sum * std::fabs(v.at({b, hk, j, e}));
+          }
+          r.out.at({b, h, i, e}) = o;
+          // score errors of float32 dots (2 E u |q||k|) move the weights by twice that; exp,
+          // the sums over S keys and the division add (2 S + 16) u.
+          r.err.at({b, h, i, e}) =
+              (4.0 * static_cast<double>(E) * amax + 2.0 * static_cast<double>(limit) + 16.0) * u32 * mag_sum;
+        }
+      }
+    }
+  return r;
+}
+
+::testing::AssertionResult check_attention(const Tensor& got, const AttnRef& want, DType t) {
+  ref::Array err = want.err;
+  const DType acc = t == kFloat64 ? kFloat64 : kFloat32;
+  if (acc == kFloat64)
+    for (double& e : err.v) e *= th::unit_roundoff(kFloat64) / th::unit_roundoff(kFloat32);
+  ref::Array w = want.out;
+  w.sizes = got.sizes();
+  err.sizes = got.sizes();
+  return th::expect_close(got, w, th::Tol{th::underflow_atol(t), 2 * th::unit_roundoff(t)}, &err);
+}
+
+struct AttnCase {
+  int64_t B, Hq, Hk, L, S, E, Ev;
+};
+
+std::string attn_name(const AttnCase& c, DType t, const std::string& what, Device d) {
+  return "B " + std::to_string(c.B) + " Hq " + std::to_string(c.Hq) + " Hk " + std::to_string(c.Hk) + " L " +
+         std::to_string(c.L) + " S " + std::to_string(c.S) + " E " + std::to_string(c.E) + " Ev " +
+         std::to_string(c.Ev) + " " + th::dtype_str(t) + " " + what + " on " + d.str();
+}
+
+const std::vector<AttnCase>& attn_cases() {
+  static const std::vector<AttnCase> v = {
+      {1, 1, 1, 1, 1, 8, 8},       {2, 4, 4, 3, 5, 16, 16},     {1, 32, 8, 1, 300, 80, 80},
+      {1, 8, 2, 1, 1000, 128, 128}, {2, 4, 2, 7, 33, 64, 64},    {1, 4, 4, 64, 64, 40, 40},
+      {1, 2, 1, 130, 130, 96, 96}, {1, 2, 2, 5, 9, 256, 256},   {3, 6, 3, 17, 17, 24, 16},
+      {1, 4, 1, 2, 4100, 64, 64},  {1, 2, 2, 9, 3, 8, 8},       {2, 2, 2, 0, 4, 8, 8},
+      {1, 1, 1, 3, 0, 8, 8},       {1, 16, 4, 4, 77, 128, 128}, {1, 1, 1, 200, 33, 320, 320},
+  };
+  return v;
+}
+
+// [B, H, N, D] of values `a` in layout: 0 contiguous, 1 the transposed [B, N, H, D] memory of
+// Hugging Face's projections (.transpose(1, 2)), 2 a slice of a larger cache along N.
+Tensor make_bhnd(const ref::Array& a, DType t, Device dev, int layout) {
+  if (layout == 1) {
+    ref::Array tr({a.sizes[0], a.sizes[2], a.sizes[1], a.sizes[3]});
+    for (int64_t b = 0; b < a.sizes[0]; ++b)
+      for (int64_t h = 0; h < a.sizes[1]; ++h)
+        for (int64_t n = 0; n < a.sizes[2]; ++n)
+          for (int64_t d = 0; d < a.sizes[3]; ++d) tr.at({b, n, h, d}) = a.at({b, h, n, d});
+    return th::make_tensor(tr, t, dev).transpose(1, 2);
+  }
+  if (layout == 2) {
+    ref::Array big({a.sizes[0], a.sizes[1], a.sizes[2] + 5, a.sizes[3]}, std::nan(""));
+    for (int64_t b = 0; b < a.sizes[0]; ++b)
+      for (int64_t h = 0; h < a.sizes[1]; ++h)
+        for (int64_t n = 0; n < a.sizes[2]; ++n)
+          for (int64_t d = 0; d < a.sizes[3]; ++d) big.at({b, h, n + 2, d}) = a.at({b, h, n, d});
+    return th::make_tensor(big, t, dev).narrow(2, 2, a.sizes[2]);
+  }
+  return th::make_tensor(a, t, dev);
+}
+
+std::vector<DType> attn_dtypes(Device d) {
+  if (d.is_cpu()) return {kFloat32, kBFloat16, kFloat16, kFloat64};
+  return {kFloat32, kBFloat16, kFloat16};
+}
+
+class Attention : public th::DeviceTest {};
+
+// Plain, causal and GQA attention over every case, dtype and a rotating operand layout.
+TEST_P(Attention, Table) {
+  th::CaseLoop loop;
+  th::Gen g(8000);
+  int ci = 0;
+  for (const AttnCase& c : attn_cases()) {
+    for (DType t : attn_dtypes(dev())) {
+      for (bool causal : {false, true}) {
+        ++ci;
+        const int lq = ci % 3, lkv = (ci / 3) % 3;
+        const bool gqa = c.Hq != c.Hk;
+        if (!loop.run(attn_name(c, t, std::string(causal ? "causal" : "full") + " layouts " + std::to_string(lq) +
+                                          "/" + std::to_string(lkv),
+                                dev()),
+                      [&] {
+          ref::Array q = th::random_array({c.B, c.Hq, c.L, c.E}, t, g, -1, 1);
+          ref::Array k = th::random_array({c.B, c.Hk, c.S, c.E}, t, g, -1, 1);
+          ref::Array v = th::random_array({c.B, c.Hk, c.S, c.Ev}, t, g, -1, 1);
+          Tensor tq = make_bhnd(q, t, dev(), lq), tk = make_bhnd(k, t, dev(), lkv), tv = make_bhnd(v, t, dev(), lkv);
+          const double scale = 1.0 / std::sqrt(static_cast<double>(c.E));
+          Tensor y = scaled_dot_product_attention(tq, tk, tv, {}, 0.0, causal, std::nullopt, gqa);
+          ASSERT_TRUE(th::expect_shape(y, {c.B, c.Hq, c.L, c.Ev}, t));
+          ASSERT_TRUE(check_attention(y, attention_ref(q, k, v, nullptr, false, nullptr, causal, false, scale), t));
+        }))
+          return;
+      }
+    }
+  }
+}
+
+// Bool and additive masks (float32 and the query's dtype) in broadcast shapes, a custom scale.
+TEST_P(Attention, Masks) {
+  th::CaseLoop loop;
+  th::Gen g(8001);
+  const int64_t B = 2, H = 4, L = 5, S = 37, E = 32;
+  const std::vector<Shape> shapes = {{L, S}, {1, H, L, S}, {B, 1, 1, S}, {B, H, L, S}, {S}};
+  for (DType t : {kFloat32, kBFloat16}) {
+    for (DType mt : {kBool, kFloat32, t}) {
+      for (const Shape& ms : shapes) {
+        if (!loop.run(th::dtype_str(t) + " mask " + th::dtype_str(mt) + " " + ref::shape_to_string(ms), [&] {
+          ref::Array q = th::random_array({B, H, L, E}, t, g, -1, 1), k = th::random_array({B, H, S, E}, t, g, -1, 1),
+                     v = th::random_array({B, H, S, E}, t, g, -1, 1);
+          ref::Array m = mt == kBool ? th::random_array(ms, kBool, g, 0, 1) : th::random_array(ms, mt, g, -3, 1);
+          if (mt != kBool) m.v[0] = -INFINITY;
+          ref::Array full({B, H, L, S});
+          ref::for_each_index(full.sizes, [&](const Shape& idx) {
+            Shape mi(idx.end() - static_cast<int64_t>(ms.size()), idx.end());
+            for (size_t d = 0; d < ms.size(); ++d)
+              if (ms[d] == 1) mi[d] = 0;
+            full.at(idx) = m.at(mi);
+          });
+          Tensor y = scaled_dot_product_attention(th::make_tensor(q, t, dev()), th::make_tensor(k, t, dev()),
+                                                  th::make_tensor(v, t, dev()), th::make_tensor(m, mt, dev()), 0.0,
+                                                  false, 0.3);
+          ASSERT_TRUE(check_attention(y, attention_ref(q, k, v, &full, mt == kBool, nullptr, false, false, 0.3), t));
+        }))
+          return;
+      }
+    }
+  }
+}
+
+// A row whose keys are all masked out gives zeros (PyTorch's math backend), bool and -inf alike.
+TEST_P(Attention, FullyMaskedRowsAreZero) {
+  th::Gen g(8002);
+  ref::Array q = th::random_array({1, 2, 3, 8}, kFloat32, g, -1, 1), k = th::random_array({1, 2, 5, 8}, kFloat32, g, -1, 1);
+  ref::Array mb({3, 5}, 1.0), mf({3, 5}, 0.0);
+  for (int64_t j = 0; j < 5; ++j) mb.at({1, j}) = 0, mf.at({1, j}) = -INFINITY;
+  Tensor tq = th::make_tensor(q, kFloat32, dev()), tk = th::make_tensor(k, kFloat32, dev());
+  for (const Tensor& m : {th::make_tensor(mb, kBool, dev()), th::make_tensor(mf, kFloat32, dev())}) {
+    ref::Array y = th::to_array(scaled_dot_product_attention(tq, tk, tk, m));
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t e = 0; e < 8; ++e) {
+        EXPECT_EQ(y.at({0, h, 1, e}), 0.0);
+        EXPECT_TRUE(std::isfinite(y.at({0, h, 0, e})));
+      }
+  }
+  // No keys at all.
+  Tensor empty_k = zeros({1, 2, 0, 8}, TensorOptions(kFloat32).device(dev()));
+  EXPECT_TRUE(th::expect_equal(scaled_dot_product_attention(tq, empty_k, empty_k), ref::Array({1, 2, 3, 8}, 0.0)));
+}
+
+// PyTorch's broadcasting: batch dims like matmul, the head dim too without enable_gqa.
+TEST_P(Attention, Broadcasting) {
+  th::Gen g(8003);
+  struct B {
+    Shape q, k, v, out;
+  };
+  const std::vector<B> cases = {
+      {{1, 1, 64}, {2, 1, 1, 64}, {2, 1, 1, 64}, {2, 1, 1, 64}},  // PyTorch #189631
+      {{2, 3, 4, 5, 16}, {3, 1, 7, 16}, {3, 1, 7, 8}, {2, 3, 4, 5, 8}},
+      {{4, 6, 16}, {1, 9, 16}, {1, 9, 16}, {4, 6, 16}},
+      {{6, 16}, {9, 16}, {9, 16}, {6, 16}},
+      {{1, 4, 3, 16}, {2, 1, 5, 16}, {2, 4, 5, 16}, {2, 4, 3, 16}},
+  };
+  for (const B& c : cases) {
+    SCOPED_TRACE(ref::shape_to_string(c.q) + " " + ref::shape_to_string(c.k) + " " + ref::shape_to_string(c.v));
+    ref::Array q = th::random_array(c.q, kFloat32, g, -1, 1), k = th::random_array(c.k, kFloat32, g, -1, 1),
+               v = th::random_array(c.v, kFloat32, g, -1, 1);
+    Tensor y = scaled_dot_product_attention(th::make_tensor(q, kFloat32, dev()), th::make_tensor(k, kFloat32, dev()),
+                                            th::make_tensor(v, kFloat32, dev()));
+    ASSERT_TRUE(th::expect_shape(y, c.out, kFloat32));
+    // Reference on operands expanded to the output's batch and heads as [Bflat, H, N, D].
+    const Shape lead(c.out.begin(), c.out.end() - 2);
+    auto expand = [&](const ref::Array& a, int64_t n, int64_t d) {
+      Shape full = lead;
+      full.push_back(n);
+      full.push_back(d);
+      ref::Array r(full);
+      ref::for_each_index(full, [&](const Shape& idx) {
+        Shape src(idx.end() - a.dim(), idx.end());
+        for (int64_t x = 0; x < a.dim(); ++x)
+          if (a.sizes[static_cast<size_t>(x)] == 1) src[static_cast<size_t>(x)] = 0;
+        r.at(idx) = a.at(src);
+      });
+      const int64_t rows = ref::numel_of(lead);
+      r.sizes = {rows, 1, n, d};
+      return r;
+    };
+    const int64_t L = c.q[c.q.size() - 2], S = c.k[c.k.size() - 2];
+    AttnRef want = attention_ref(expand(q, L, c.q.back()), expand(k, S, c.k.back()), expand(v, S, c.v.back()), nullptr,
+                                 false, nullptr, false, false, 1.0 / std::sqrt(static_cast<double>(c.q.back())));
+    EXPECT_TRUE(check_attention(y, want, kFloat32));
+  }
+}
+
+// KV cache: keys [0, len) valid (clamped to S_max), new queries at the end (causal, bottom
+// right); cache slots past len hold NaN, so reading one shows.
+TEST_P(Attention, DecodeAttentionOverCache) {
+  th::CaseLoop loop;
+  th::Gen g(8004);
+  for (DType t : {kBFloat16, kFloat32, kFloat16}) {
+    for (int64_t L : {1, 3}) {
+      for (const auto& [Hq, Hk, E] : {std::tuple{8, 2, 64}, std::tuple{32, 8, 80}, std::tuple{4, 4, 128},
+                                      std::tuple{2, 1, 256}}) {
+        if (!loop.run(th::dtype_str(t) + " L " + std::to_string(L) + " Hq " + std::to_string(Hq) + " Hk " +
+                          std::to_string(Hk) + " E " + std::to_string(E),
+                      [&] {
+          const int64_t B = 4, S = 300;
+          const std::vector<int64_t> lens = {L, 57, 300, 450};
+          ref::Array q = th::random_array({B, Hq, L, E}, t, g, -1, 1);
+          ref::Array k = th::random_array({B, Hk, S, E}, t, g, -1, 1), v = th::random_array({B, Hk, S, E}, t, g, -1, 1);
+          ref::Array kp = k, vp = v;
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < Hk; ++h)
+              for (int64_t j = std::min(lens[static_cast<size_t>(b)], S); j < S; ++j)
+                for (int64_t d = 0; d < E; ++d) kp.at({b, h, j, d}) = vp.at({b, h, j, d}) = std::nan("");
+          ref::Array la({B});
+          for (int64_t b = 0; b < B; ++b) la.v[static_cast<size_t>(b)] = static_cast<double>(lens[static_cast<size_t>(b)]);
+          Tensor y = decode_attention(th::make_tensor(q, t, dev()), th::make_tensor(kp, t, dev()),
+                                      th::make_tensor(vp, t, dev()), th::make_tensor(la, kInt32, dev()));
+          ASSERT_TRUE(th::expect_shape(y, {B, Hq, L, E}, t));
+          ASSERT_TRUE(check_attention(
+              y, attention_ref(q, k, v, nullptr, false, &lens, true, true, 1.0 / std::sqrt(static_cast<double>(E))), t));
+        }))
+          return;
+      }
+    }
+  }
+}
+
+// batch x heads past 65535 (a grid dim of 65535 or a 16-bit index breaks here).
+TEST_P(Attention, ManyBatchHeads) {
+  th::Gen g(8005);
+  const AttnCase c{2, 40000, 40000, 1, 4, 8, 8};
+  ref::Array q = th::random_array({c.B, c.Hq, c.L, c.E}, kBFloat16, g, -1, 1);
+  ref::Array k = th::random_array({c.B, c.Hk, c.S, c.E}, kBFloat16, g, -1, 1);
+  ref::Array v = th::random_array({c.B, c.Hk, c.S, c.Ev}, kBFloat16, g, -1, 1);
+  Tensor y = scaled_dot_product_attention(th::make_tensor(q, kBFloat16, dev()), th::make_tensor(k, kBFloat16, dev()),
+                                          th::make_tensor(v, kBFloat16, dev()));
+  EXPECT_TRUE(check_attention(y, attention_ref(q, k, v, nullptr, false, nullptr, false, false, 1.0 / std::sqrt(8.0)),
+                              kBFloat16));
+}
+
+TEST_P(Attention, Errors) {
+  const TensorOptions f = TensorOptions(kFloat32).device(dev());
+  Tensor q = zeros({1, 4, 3, 8}, f), k = zeros({1, 2, 5, 8}, f);
+  const char* op = "scaled_dot_product_attention";
+  EXPECT_THROWS_OP(ShapeError, op, scaled_dot_product_attention(q, k, k));  // heads 4 vs 2 without gqa
+  EXPECT_THROWS_OP(ShapeError, op, scaled_dot_product_attention(q, zeros({1, 3, 5, 8}, f), zeros({1, 3, 5, 8}, f), {}, 0, false, {}, true));
+  EXPECT_THROWS_OP(DTypeError, op, scaled_dot_product_attention(q, k.to(kFloat64), k.to(kFloat64), {}, 0, false, {}, true));
+  EXPECT_THROWS_OP(DTypeError, op, scaled_dot_product_attention(q.to(kInt32), k.to(kInt32), k.to(kInt32), {}, 0, false, {}, true));
+  EXPECT_THROWS_OP(ShapeError, op, scaled_dot_product_attention(q, zeros({1, 2, 5, 9}, f), k, {}, 0, false, {}, true));
+  EXPECT_THROWS_OP(ShapeError, op, scaled_dot_product_attention(q, k, zeros({1, 2, 6, 8}, f), {}, 0, false, {}, true));
+  EXPECT_THROWS_OP(ShapeError, op, scaled_dot_product_attention(zeros({8}, f), k, k));
+  EXPECT_THROWS_OP(Error, op, scaled_dot_product_attention(q, k, k, zeros({3, 5}, f), 0, true, {}, true));
+  EXPECT_THROWS_OP(Error, op, scaled_dot_product_attention(q, k, k, {}, 0.1, false, {}, true));
+  EXPECT_THROWS_OP(ShapeError, op, scaled_dot_product_attention(q, k, k, zeros({4, 5}, f), 0, false, {}, true));
+  EXPECT_THROWS_OP(DTypeError, op, scaled_dot_product_attention(q, k, k, zeros({3, 5}, TensorOptions(kInt32).device(dev())), 0, false, {}, true));
+  EXPECT_THROWS_OP(Error, op, scaled_dot_product_attention(Tensor(), k, k));
+  Tensor lens = zeros({1}, TensorOptions(kInt32).device(dev()));
+  EXPECT_THROWS_OP(DTypeError, "decode_attention", decode_attention(q, k, k, lens.to(kInt64)));
+  EXPECT_THROWS_OP(ShapeError, "decode_attention", decode_attention(q, zeros({1, 3, 5, 8}, f), zeros({1, 3, 5, 8}, f), lens));
+  EXPECT_THROWS_OP(ShapeError, "decode_attention", decode_attention(q, k, k, zeros({2}, TensorOptions(kInt32).device(dev()))));
+  EXPECT_THROWS_OP(ShapeError, "decode_attention", decode_attention(q.reshape({4, 3, 8}), k, k, lens));
+  EXPECT_THROWS_OP(ShapeError, "decode_attention", decode_attention(q, k, zeros({1, 2, 4, 8}, f), lens));
+  if (dev().is_cuda()) {
+    EXPECT_THROWS_OP(DeviceError, op, scaled_dot_product_attention(q, k.to(kCPU), k, {}, 0, false, {}, true));
+    EXPECT_THROWS_OP(DeviceError, "decode_attention", decode_attention(q, k, k, lens.to(kCPU)));
+  }
+}
+
+ANVIL_INSTANTIATE_DEVICE_TESTS(Attention);
+
+// decode_attention captured once: the replay reads the new cache lengths and query on the
+// device (one graph for every decode position) and equals an eager call bit for bit.
+TEST(AttentionGraph, DecodeReplaysNewLengths) {
+  ANVIL_REQUIRE_CUDA();
+  const Device dev(kCUDA, 0);
+  Stream s = Stream::create(dev);
+  StreamGuard guard(s);
+  th::Gen gen(8006);
+  const int64_t B = 2, Hq = 32, Hk = 8, S = 4096, E = 80;
+  Tensor q = th::make_input({B, Hq, 1, E}, kBFloat16, dev, Layout::Contiguous, gen, -1, 1).t;
+  ref::Array k = th::random_array({B, Hk, S, E}, kBFloat16, gen, -1, 1), v = th::random_array({B, Hk, S, E}, kBFloat16, gen, -1, 1);
+  Tensor tk = th::make_tensor(k, kBFloat16, dev), tv = th::make_tensor(v, kBFloat16, dev);
+  Tensor lens = th::make_tensor(ref::Array({B}, 1.0), kInt32, dev);
+  decode_attention(q, tk, tv, lens);
+  s.synchronize();
+  cuda::Graph graph;
+  graph.capture_begin();
+  Tensor y = decode_attention(q, tk, tv, lens);
+  graph.capture_end();
+  for (const std::vector<int64_t>& l : {std::vector<int64_t>{1, 2}, {100, 4096}, {4095, 33}}) {
+    ref::Array la({B});
+    for (int64_t b = 0; b < B; ++b) la.v[static_cast<size_t>(b)] = static_cast<double>(l[static_cast<size_t>(b)]);
+    lens.copy_(th::make_tensor(la, kInt32, dev));
+    th::Input nq = th::make_input({B, Hq, 1, E}, kBFloat16, dev, Layout::Contiguous, gen, -1, 1);
+    q.copy_(nq.t);
+    graph.replay();
+    s.synchronize();
+    Tensor eager = decode_attention(q, tk, tv, lens);
+    s.synchronize();
+    EXPECT_EQ(th::to_bits(y), th::to_bits(eager)) << "lens " << l[0] << ", " << l[1];
+    EXPECT_TRUE(check_attention(y, attention_ref(nq.a, k, v, nullptr, false, &l, true, true, 1.0 / std::sqrt(80.0)),
+                                kBFloat16));
+  }
+  graph.reset();
+}
+
+}  // namespace
