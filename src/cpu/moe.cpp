@@ -10,6 +10,9 @@
 namespace anvil::cpu {
 namespace {
 
+// Below this much work one thread finishes before a team would wake up (a decode token).
+constexpr int64_t kParallelWork = 1 << 16;
+
 // The routing order: larger probability first, NaN above every number, ties by lower expert.
 bool routes_before(float pa, int64_t a, float pb, int64_t b) {
   const bool na = std::isnan(pa), nb = std::isnan(pb);
@@ -25,7 +28,7 @@ void moe_route(const MoeRouteParams& p) {
   dispatch_float_types(p.dtype, "[moe_route]", [&](auto tag) {
     using S = typename decltype(tag)::type;
     const S* logits = static_cast<const S*>(p.logits);
-#pragma omp parallel
+#pragma omp parallel if (T * E >= kParallelWork)
     {
       std::vector<float> prob(static_cast<size_t>(E));
       std::vector<int64_t> order(static_cast<size_t>(E));
@@ -75,7 +78,7 @@ void moe_combine(const MoeCombineParams& p) {
     using S = typename decltype(tag)::type;
     const S* in = static_cast<const S*>(p.in);
     S* out = static_cast<S*>(p.out);
-#pragma omp parallel
+#pragma omp parallel if (p.tokens * p.top_k * p.hidden >= kParallelWork)
     {
       std::vector<float> acc(static_cast<size_t>(p.hidden));
 #pragma omp for schedule(static)
