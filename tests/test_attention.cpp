@@ -330,6 +330,61 @@ TEST_P(Attention, Errors) {
   }
 }
 
+// cache_write appends at device positions, drops rows outside the cache, leaves the rest.
+TEST_P(Attention, CacheWrite) {
+  th::Gen g(8007);
+  for (DType t : {kBFloat16, kFloat32}) {
+    SCOPED_TRACE(th::dtype_str(t));
+    const int64_t B = 4, H = 3, S = 10, L = 3, D = 24;
+    ref::Array cache({B, H, S, D}, std::nan("")), vals = th::random_array({B, H, L, D}, t, g, -1, 1);
+    const std::vector<int64_t> pos = {0, 5, S - 1, -1};
+    Tensor tc = th::make_tensor(cache, t, dev());
+    ref::Array pa({B});
+    for (int64_t b = 0; b < B; ++b) pa.v[static_cast<size_t>(b)] = static_cast<double>(pos[static_cast<size_t>(b)]);
+    Tensor& r = cache_write(tc, make_bhnd(vals, t, dev(), 1), th::make_tensor(pa, kInt32, dev()));
+    EXPECT_EQ(&r, &tc);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t l = 0; l < L; ++l) {
+          const int64_t row = pos[static_cast<size_t>(b)] + l;
+          if (row < 0 || row >= S) continue;
+          for (int64_t d = 0; d < D; ++d) cache.at({b, h, row, d}) = vals.at({b, h, l, d});
+        }
+    EXPECT_TRUE(th::expect_equal(tc, cache));
+  }
+  const TensorOptions f = TensorOptions(kFloat32).device(dev());
+  Tensor c = zeros({1, 2, 8, 4}, f);
+  Tensor p = zeros({1}, TensorOptions(kInt32).device(dev()));
+  EXPECT_THROWS_OP(DTypeError, "cache_write", cache_write(c, zeros({1, 2, 1, 4}, TensorOptions(kBFloat16).device(dev())), p));
+  EXPECT_THROWS_OP(DTypeError, "cache_write", cache_write(c, zeros({1, 2, 1, 4}, f), p.to(kInt64)));
+  EXPECT_THROWS_OP(ShapeError, "cache_write", cache_write(c, zeros({1, 3, 1, 4}, f), p));
+  EXPECT_THROWS_OP(ShapeError, "cache_write", cache_write(c, zeros({1, 2, 1, 4}, f), zeros({2}, TensorOptions(kInt32).device(dev()))));
+}
+
+// The runtime's decode loop: prefill a prompt into the cache, then one token at a time
+// cache_write + decode_attention; every step equals causal attention over the whole prefix.
+TEST_P(Attention, DecodeLoopMatchesCausalAttention) {
+  th::Gen g(8008);
+  const int64_t B = 2, Hq = 8, Hk = 2, S = 40, E = 64, prompt = 5, steps = 6;
+  const DType t = kFloat32;
+  ref::Array q = th::random_array({B, Hq, prompt + steps, E}, t, g, -1, 1);
+  ref::Array k = th::random_array({B, Hk, prompt + steps, E}, t, g, -1, 1), v = th::random_array({B, Hk, prompt + steps, E}, t, g, -1, 1);
+  Tensor tq = th::make_tensor(q, t, dev()), tk = th::make_tensor(k, t, dev()), tv = th::make_tensor(v, t, dev());
+  Tensor kc = zeros({B, Hk, S, E}, TensorOptions(t).device(dev())), vc = zeros({B, Hk, S, E}, TensorOptions(t).device(dev()));
+  Tensor want = scaled_dot_product_attention(tq, tk, tv, {}, 0.0, true, std::nullopt, true);
+  auto positions = [&](int64_t p) { return full({B}, p, TensorOptions(kInt32).device(dev())); };
+  cache_write(kc, tk.narrow(2, 0, prompt), positions(0));
+  cache_write(vc, tv.narrow(2, 0, prompt), positions(0));
+  Tensor first = decode_attention(tq.narrow(2, 0, prompt), kc, vc, positions(prompt));
+  EXPECT_TRUE(th::expect_close(first, th::to_array(want.narrow(2, 0, prompt)), th::Tol{64 * th::unit_roundoff(t), 64 * th::unit_roundoff(t)}));
+  for (int64_t s = prompt; s < prompt + steps; ++s) {
+    cache_write(kc, tk.narrow(2, s, 1), positions(s));
+    cache_write(vc, tv.narrow(2, s, 1), positions(s));
+    Tensor y = decode_attention(tq.narrow(2, s, 1), kc, vc, positions(s + 1));
+    EXPECT_TRUE(th::expect_close(y, th::to_array(want.narrow(2, s, 1)), th::Tol{64 * th::unit_roundoff(t), 64 * th::unit_roundoff(t)})) << "step " << s;
+  }
+}
+
 ANVIL_INSTANTIATE_DEVICE_TESTS(Attention);
 
 // decode_attention captured once: the replay reads the new cache lengths and query on the
@@ -364,6 +419,52 @@ TEST(AttentionGraph, DecodeReplaysNewLengths) {
     EXPECT_EQ(th::to_bits(y), th::to_bits(eager)) << "lens " << l[0] << ", " << l[1];
     EXPECT_TRUE(check_attention(y, attention_ref(nq.a, k, v, nullptr, false, &l, true, true, 1.0 / std::sqrt(80.0)),
                                 kBFloat16));
+  }
+  graph.reset();
+}
+
+// One captured decode step (cache_write of the new k / v at the device position, then
+// decode_attention over the new length) replayed for consecutive positions: each replay equals
+// causal attention over the prefix.
+TEST(AttentionGraph, CapturedDecodeStepServesEveryPosition) {
+  ANVIL_REQUIRE_CUDA();
+  const Device dev(kCUDA, 0);
+  Stream s = Stream::create(dev);
+  StreamGuard guard(s);
+  th::Gen gen(8009);
+  const int64_t B = 1, Hq = 32, Hk = 8, S = 64, E = 128, steps = 5;
+  const DType t = kBFloat16;
+  ref::Array q = th::random_array({B, Hq, steps, E}, t, gen, -1, 1), k = th::random_array({B, Hk, steps, E}, t, gen, -1, 1),
+             v = th::random_array({B, Hk, steps, E}, t, gen, -1, 1);
+  Tensor tq = th::make_tensor(q, t, dev), tk = th::make_tensor(k, t, dev), tv = th::make_tensor(v, t, dev);
+  Tensor want = scaled_dot_product_attention(tq, tk, tv, {}, 0.0, true, std::nullopt, true);
+  Tensor kc = zeros({B, Hk, S, E}, TensorOptions(t).device(dev)), vc = zeros({B, Hk, S, E}, TensorOptions(t).device(dev));
+  Tensor q1 = empty({B, Hq, 1, E}, TensorOptions(t).device(dev)), k1 = empty({B, Hk, 1, E}, TensorOptions(t).device(dev)),
+         v1 = empty({B, Hk, 1, E}, TensorOptions(t).device(dev));
+  Tensor pos = zeros({B}, TensorOptions(kInt32).device(dev)), len = ones({B}, TensorOptions(kInt32).device(dev));
+  auto step = [&] {
+    cache_write(kc, k1, pos);
+    cache_write(vc, v1, pos);
+    return decode_attention(q1, kc, vc, len);
+  };
+  step();
+  s.synchronize();
+  kc.fill_(0);
+  vc.fill_(0);
+  cuda::Graph graph;
+  graph.capture_begin();
+  Tensor y = step();
+  graph.capture_end();
+  for (int64_t i = 0; i < steps; ++i) {
+    q1.copy_(tq.narrow(2, i, 1));
+    k1.copy_(tk.narrow(2, i, 1));
+    v1.copy_(tv.narrow(2, i, 1));
+    pos.fill_(i);
+    len.fill_(i + 1);
+    graph.replay();
+    s.synchronize();
+    const double u = th::unit_roundoff(t);
+    EXPECT_TRUE(th::expect_close(y, th::to_array(want.narrow(2, i, 1)), th::Tol{th::underflow_atol(t), 4 * u})) << "step " << i;
   }
   graph.reset();
 }

@@ -37,7 +37,8 @@
   X(grouped_mm, const GroupedMmParams&)              \
   X(moe_route, const MoeRouteParams&)                \
   X(moe_combine, const MoeCombineParams&)            \
-  X(attention, const AttentionParams&)
+  X(attention, const AttentionParams&)                \
+  X(cache_write, const CacheWriteParams&)
 
 namespace anvil {
 

@@ -326,4 +326,16 @@ struct AttentionParams {
   bool causal_from_end = false;
 };
 
+// KV cache append: cache[b, h, pos[b] + l, :] = src[b, h, l, :] for l < rows where pos[b] + l lies
+// in [0, cache_rows); nothing else is written. pos int32 [batch] is read on the device. Strides
+// in elements over [batch, head, row]; the last dim (cols) is unit-stride in both.
+struct CacheWriteParams {
+  void* cache = nullptr;
+  const void* src = nullptr;
+  const int32_t* pos = nullptr;
+  int64_t elem_size = 2;
+  int64_t batch = 0, heads = 0, rows = 0, cols = 0, cache_rows = 0;
+  int64_t stride_cache[3] = {}, stride_src[3] = {};
+};
+
 }  // namespace anvil

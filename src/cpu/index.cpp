@@ -112,3 +112,24 @@ void scatter(const GatherParams& p) {
 }
 
 }  // namespace anvil::cpu
+
+namespace anvil::cpu {
+
+void cache_write(const CacheWriteParams& p) {
+  const size_t row_bytes = static_cast<size_t>(p.cols * p.elem_size);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t start = p.pos[b];
+    for (int64_t h = 0; h < p.heads; ++h)
+      for (int64_t l = 0; l < p.rows; ++l) {
+        const int64_t row = start + l;
+        if (row < 0 || row >= p.cache_rows) continue;
+        char* dst = static_cast<char*>(p.cache) +
+                    (b * p.stride_cache[0] + h * p.stride_cache[1] + row * p.stride_cache[2]) * p.elem_size;
+        const char* src = static_cast<const char*>(p.src) +
+                          (b * p.stride_src[0] + h * p.stride_src[1] + l * p.stride_src[2]) * p.elem_size;
+        std::memcpy(dst, src, row_bytes);
+      }
+  }
+}
+
+}  // namespace anvil::cpu

@@ -205,3 +205,55 @@ void scatter(const GatherParams& p) {
 }
 
 }  // namespace anvil::cuda_backend
+
+// ---- cache_write: one thread per unit U (up to 16 bytes) of a [batch, heads, rows] x cols row;
+// the destination row comes from pos[b] on the device.
+namespace anvil::cuda_backend {
+namespace {
+
+template <typename U>
+__global__ void __launch_bounds__(kThreads) cache_write_kernel(const __grid_constant__ CacheWriteParams p,
+                                                               int64_t units_per_row) {
+  const int64_t n = p.batch * p.heads * p.rows * units_per_row, stride = grid_threads();
+  for (int64_t idx = global_thread(); idx < n; idx += stride) {
+    int64_t r, c, bh, l, b, h;
+    divmod(idx, units_per_row, r, c);
+    divmod(r, p.rows, bh, l);
+    divmod(bh, p.heads, b, h);
+    const int64_t row = p.pos[b] + l;
+    if (row < 0 || row >= p.cache_rows) continue;
+    const int64_t dst = b * p.stride_cache[0] + h * p.stride_cache[1] + row * p.stride_cache[2];
+    const int64_t src = b * p.stride_src[0] + h * p.stride_src[1] + l * p.stride_src[2];
+    reinterpret_cast<U*>(static_cast<char*>(p.cache) + dst * p.elem_size)[c] =
+        reinterpret_cast<const U*>(static_cast<const char*>(p.src) + src * p.elem_size)[c];
+  }
+}
+
+}  // namespace
+
+void cache_write(const CacheWriteParams& p) {
+  if (p.batch * p.heads * p.rows * p.cols == 0) return;
+  KernelLaunch launch(p.cache);
+  // The widest unit that divides every row start and the row length.
+  const int64_t row_bytes = p.cols * p.elem_size;
+  auto fits = [&](int64_t u) {
+    auto ok = [&](const void* base, const int64_t* s) {
+      return reinterpret_cast<uintptr_t>(base) % u == 0 && (s[0] * p.elem_size) % u == 0 &&
+             (s[1] * p.elem_size) % u == 0 && (s[2] * p.elem_size) % u == 0;
+    };
+    return row_bytes % u == 0 && ok(p.cache, p.stride_cache) && ok(p.src, p.stride_src);
+  };
+  const int64_t unit = fits(16) ? 16 : fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : 1;
+  const int64_t units = row_bytes / unit, n = p.batch * p.heads * p.rows * units;
+  const unsigned blocks = launch.blocks(n);
+  switch (unit) {
+    case 16: cache_write_kernel<uint4><<<blocks, kThreads, 0, launch.stream()>>>(p, units); break;
+    case 8: cache_write_kernel<uint2><<<blocks, kThreads, 0, launch.stream()>>>(p, units); break;
+    case 4: cache_write_kernel<uint32_t><<<blocks, kThreads, 0, launch.stream()>>>(p, units); break;
+    case 2: cache_write_kernel<uint16_t><<<blocks, kThreads, 0, launch.stream()>>>(p, units); break;
+    default: cache_write_kernel<uint8_t><<<blocks, kThreads, 0, launch.stream()>>>(p, units); break;
+  }
+  launch.check("[cache_write]");
+}
+
+}  // namespace anvil::cuda_backend

@@ -178,3 +178,43 @@ Tensor decode_attention(const Tensor& query, const Tensor& k_cache, const Tensor
 }
 
 }  // namespace anvil
+
+namespace anvil {
+
+Tensor& cache_write(Tensor& cache, const Tensor& values, const Tensor& positions) {
+  const char* op = "[cache_write]";
+  ANVIL_CHECK(cache.defined() && values.defined() && positions.defined(), Error, op, " undefined tensor");
+  check_same_device(op, cache, values);
+  check_same_device(op, cache, positions);
+  ANVIL_CHECK(cache.dtype() == values.dtype(), DTypeError, op, " values dtype ", dtype_name(values.dtype()),
+              " must match the cache's ", dtype_name(cache.dtype()));
+  ANVIL_CHECK(positions.dtype() == kInt32, DTypeError, op, " positions must be int32, got ", describe(positions));
+  ANVIL_CHECK(cache.dim() == 4 && values.dim() == 4 && values.size(0) == cache.size(0) &&
+                  values.size(1) == cache.size(1) && values.size(3) == cache.size(3),
+              ShapeError, op, " expected cache [B, H, S_max, D] and values [B, H, L, D], got ", describe(cache), " and ",
+              describe(values));
+  ANVIL_CHECK(positions.dim() == 1 && positions.size(0) == cache.size(0), ShapeError, op, " positions must be [",
+              cache.size(0), "], got ", describe(positions));
+  ANVIL_CHECK(cache.size(3) <= 1 || cache.stride(3) == 1, ShapeError, op,
+              " the cache's last dim must be unit-stride, got strides ", shape_str(cache.strides()));
+  const Tensor src = values.size(3) > 1 && values.stride(3) != 1 ? values.contiguous() : values;
+  const Tensor pos = positions.contiguous();
+  CacheWriteParams p;
+  p.cache = cache.raw_data_ptr();
+  p.src = src.raw_data_ptr();
+  p.pos = static_cast<const int32_t*>(pos.raw_data_ptr());
+  p.elem_size = static_cast<int64_t>(element_size(cache.dtype()));
+  p.batch = cache.size(0);
+  p.heads = cache.size(1);
+  p.rows = values.size(2);
+  p.cols = cache.size(3);
+  p.cache_rows = cache.size(2);
+  for (int d = 0; d < 3; ++d) {
+    p.stride_cache[d] = cache.stride(d);
+    p.stride_src[d] = src.stride(d);
+  }
+  ANVIL_KERNEL(cache.device(), cache_write, p);
+  return cache;
+}
+
+}  // namespace anvil
