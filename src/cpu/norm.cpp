@@ -1,11 +1,14 @@
 // CPU rms_norm (and the fused residual add) over rows x cols: one row per task, float32
 // accumulation (float64 for float64), x * rsqrt(mean(x^2) + eps) * weight rounded once.
+// Low-precision rows are widened to float32 and rounded back with the SIMD converters.
 #include <cmath>
+#include <vector>
 
 #include "core/dispatch.h"
 #include "core/element.h"
 #include "core/kernels.h"
 #include "cpu/loop.h"
+#include "cpu/simd.h"
 
 namespace anvil::cpu {
 namespace {
@@ -44,14 +47,48 @@ void rms_norm_rows(const RmsNormParams& p) {
   }
 }
 
+// float32 / bfloat16 / float16 rows through float32 buffers.
+void rms_norm_f32_rows(const RmsNormParams& p) {
+  const int64_t cols = p.cols;
+  const size_t es = element_size(p.dtype);
+  auto row_ptr = [&](const void* base, int64_t r, int64_t stride) {
+    return static_cast<const char*>(base) + static_cast<size_t>(r * stride) * es;
+  };
+  std::vector<float> w(static_cast<size_t>(p.weight ? cols : 0));
+  if (p.weight) simd::decode_f32(p.weight_dtype, p.weight, w.data(), cols);
+#pragma omp parallel if (p.rows * cols >= kParallelGrain)
+  {
+    std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(p.residual ? cols : 0));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < p.rows; ++r) {
+      simd::decode_f32(p.dtype, row_ptr(p.x, r, p.stride_x_row), a.data(), cols);
+      if (p.residual) {  // h = round(x + residual) is stored, then normalised as rounded
+        simd::decode_f32(p.dtype, row_ptr(p.residual, r, p.stride_residual_row), b.data(), cols);
+        for (int64_t c = 0; c < cols; ++c) a[static_cast<size_t>(c)] += b[static_cast<size_t>(c)];
+        void* h = const_cast<char*>(row_ptr(p.residual_out, r, p.stride_residual_out_row));
+        simd::encode_f32(p.dtype, a.data(), h, cols);
+        simd::decode_f32(p.dtype, h, a.data(), cols);
+      }
+      float ss = 0;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t c = 0; c < cols; ++c) ss += a[static_cast<size_t>(c)] * a[static_cast<size_t>(c)];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(cols) + static_cast<float>(p.eps));
+      if (p.weight) {
+        for (int64_t c = 0; c < cols; ++c) a[static_cast<size_t>(c)] = a[static_cast<size_t>(c)] * inv * w[static_cast<size_t>(c)];
+      } else {
+        for (int64_t c = 0; c < cols; ++c) a[static_cast<size_t>(c)] *= inv;
+      }
+      simd::encode_f32(p.dtype, a.data(), const_cast<char*>(row_ptr(p.out, r, p.stride_out_row)), cols);
+    }
+  }
+}
+
 }  // namespace
 
 void rms_norm(const RmsNormParams& p) {
-  dispatch_float_types(p.dtype, "[rms_norm]", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (p.weight_dtype == p.dtype) rms_norm_rows<T, T>(p);
-    else rms_norm_rows<T, float>(p);
-  });
+  if (p.dtype != DType::Float64) return rms_norm_f32_rows(p);
+  if (p.weight_dtype == p.dtype) rms_norm_rows<double, double>(p);
+  else rms_norm_rows<double, float>(p);
 }
 
 }  // namespace anvil::cpu

@@ -17,5 +17,9 @@ int64_t gemm_panel_width();
 // row-major [m, k], panel is [k, gemm_panel_width()] (zero-padded past w), c has row stride ldc.
 void gemm_panel(const float* a, int64_t m, int64_t k, const float* panel, float* c, int64_t ldc, int64_t w);
 const char* target_name();
+// n contiguous float32 / bfloat16 / float16 / float8 values to float32 and back (the encoder
+// rounds to nearest even like anvil's scalar conversions, float8 saturating).
+void decode_f32(DType from, const void* src, float* out, int64_t n);
+void encode_f32(DType to, const float* in, void* dst, int64_t n);
 
 }  // namespace anvil::cpu::simd
