@@ -254,6 +254,40 @@ double SumImpl(const T* HWY_RESTRICT in, int64_t n) {
 double SumF32(const float* in, int64_t n) { return SumImpl(in, n); }
 double SumBF16(const BFloat16* in, int64_t n) { return SumImpl(in, n); }
 
+// Index of the largest of n > 0 floats: the first NaN if any, else the first element equal to
+// the maximum (-0 and +0 equal). One pass for the maximum and a NaN flag, one for the index.
+int64_t ArgmaxF32(const float* HWY_RESTRICT x, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto m0 = hn::Set(df, -HUGE_VALF), m1 = m0;
+  auto nan = hn::Eq(m0, hn::Set(df, 0.0f));  // all false
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const auto a = hn::LoadU(df, x + i), b = hn::LoadU(df, x + i + N);
+    nan = hn::Or(nan, hn::Or(hn::IsNaN(a), hn::IsNaN(b)));
+    m0 = hn::Max(m0, a);
+    m1 = hn::Max(m1, b);
+  }
+  bool has_nan = !hn::AllFalse(df, nan);
+  float m = hn::GetLane(hn::MaxOfLanes(df, hn::Max(m0, m1)));
+  for (int64_t j = i; j < n; ++j) {
+    has_nan |= std::isnan(x[j]);
+    m = std::max(m, x[j]);
+  }
+  if (has_nan) {
+    for (int64_t j = 0; j < n; ++j)
+      if (std::isnan(x[j])) return j;
+  }
+  const auto vm = hn::Set(df, m);
+  for (i = 0; i + N <= n; i += N) {
+    const intptr_t hit = hn::FindFirstTrue(df, hn::Eq(hn::LoadU(df, x + i), vm));
+    if (hit >= 0) return i + hit;
+  }
+  for (; i < n; ++i)
+    if (x[i] == m) return i;
+  return 0;
+}
+
 }  // namespace anvil::cpu::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -273,6 +307,7 @@ HWY_EXPORT(SumF32);
 HWY_EXPORT(PanelWidth);
 HWY_EXPORT(GemmPanel);
 HWY_EXPORT(SumBF16);
+HWY_EXPORT(ArgmaxF32);
 
 namespace {
 // Splits a contiguous range over the OpenMP team in cache-friendly chunks.
@@ -373,6 +408,8 @@ bool sum(DType t, const void* in, int64_t n, double* out) {
   }
   return false;
 }
+
+int64_t argmax_f32(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(ArgmaxF32)(x, n); }
 
 int64_t gemm_panel_width() { return HWY_DYNAMIC_DISPATCH(PanelWidth)(); }
 

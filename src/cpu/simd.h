@@ -11,6 +11,8 @@ bool convert(DType to, DType from, void* dst, const void* src, int64_t n);
 bool binary(BinaryOp op, DType t, void* out, const void* a, const void* b, double alpha, int64_t n);
 // Sum of n contiguous float32 / bfloat16 values: float32 lanes per 4096-element block, blocks in double.
 bool sum(DType t, const void* in, int64_t n, double* out);
+// The first NaN's index if any, else the first index of the maximum (n > 0).
+int64_t argmax_f32(const float* x, int64_t n);
 // Columns of one packed panel of B for gemm_panel: two vectors of the dispatched target.
 int64_t gemm_panel_width();
 // c[i, 0:w] = sum_p a[i, p] * panel[p, 0:width] for i < m, accumulated in float32: a is

@@ -17,6 +17,7 @@
 #include "core/dispatch.h"
 #include "core/element.h"
 #include "core/kernels.h"
+#include "cpu/simd.h"
 #include "core/philox.h"
 #include "core/sampling.h"
 
@@ -96,17 +97,11 @@ void grow(V& v, int64_t n) {
 
 int64_t sample_row(const SampleParams& p, const float* x, float u, SampleScratch& s) {
   const int64_t n = p.vocab;
-  if (p.top_k == 1) {  // argmax: NaN first, then the lowest index of the largest value
-    int64_t best = 0;
-    for (int64_t j = 1; j < n; ++j)
-      if (float_key(x[j]) > float_key(x[best])) best = j;
-    return best;
-  }
+  // argmax: NaN first, then the lowest index of the largest value (float_key's order).
+  if (p.top_k == 1) return simd::argmax_f32(x, n);
   if (p.top_k == 0 && p.top_p >= 1.0f) {  // no cut: the whole row in index order
     grow(s.e, n);
-    int64_t best = 0;
-    for (int64_t j = 1; j < n; ++j)
-      if (float_key(x[j]) > float_key(x[best])) best = j;
+    const int64_t best = simd::argmax_f32(x, n);
     return pick_ranked(x, nullptr, n, x[best], p.temperature, 1.0f, u, s.e.data());
   }
   const int64_t c = p.top_k > 0 ? p.top_k : n;
@@ -144,15 +139,15 @@ void sample(const SampleParams& p) {
     SampleScratch s;
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < p.rows; ++r) {
-      grow(s.x, n);
       const void* row = logits + static_cast<size_t>(r * p.stride_row) * elem;
-      dispatch_float_types(p.dtype, "[sample]", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        const T* xr = static_cast<const T*>(row);
-        for (int64_t j = 0; j < n; ++j) s.x[static_cast<size_t>(j)] = static_cast<float>(xr[j]);
-      });
+      const float* x = static_cast<const float*>(row);
+      if (p.dtype != DType::Float32) {
+        grow(s.x, n);
+        simd::decode_f32(p.dtype, row, s.x.data(), n);
+        x = s.x.data();
+      }
       const float u = static_cast<float>(philox_uniform(seed, counter + static_cast<uint64_t>(r), 24));
-      p.out[r] = sample_row(p, s.x.data(), u, s);
+      p.out[r] = sample_row(p, x, u, s);
     }
   }
   p.rng_state[1] = static_cast<int64_t>(counter + static_cast<uint64_t>(p.rows));
