@@ -1,0 +1,112 @@
+#pragma once
+// Tensor-core building blocks of the GEMV-shaped and tiled product kernels (linear, grouped_mm):
+// 16-byte loads, mma.sync m16n8k16 with float32 accumulation, ldmatrix and cp.async for
+// shared-memory tiles, and float8 pairs decoded into the 16-bit mma operand types.
+// Fragment layout of m16n8k16 (g = lane / 4, t = lane % 4): a0 / a2 hold A[g][2t..2t+1] /
+// A[g][2t+8..2t+9], a1 / a3 the same of row g + 8; b0 / b1 hold B[2t..2t+1][g] /
+// B[2t+8..2t+9][g]; d0, d1 = D[g][2t..2t+1], d2, d3 = D[g+8][2t..2t+1].
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "anvil/numeric.h"
+
+namespace anvil::cuda_device {
+
+// ---- global loads
+
+// Read once per call (weights): keep them out of L1 so reused operands stay there.
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 load_cached16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+
+// ---- mma.sync m16n8k16, float32 accumulation; T is BFloat16 or Half.
+
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+  static_assert(std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>);
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// A rows 8..15 zero (at most 8 rows of x): only d[0], d[1] carry results.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+  mma_m16n8k16<T>(d, a0, 0u, a2, 0u, b0, b1);
+}
+
+// ---- shared-memory tiles
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// Four 8x8 16-bit matrices; lane l gives the row address of matrix l / 8, row l % 8.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// The same, transposed: lane (g, t) receives elements [2t][g] and [2t + 1][g] of each matrix
+// (a row-major [k][n] tile in shared memory as the B operand of mma.sync, e.g. attention's v).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 16 bytes global -> shared, the last 16 - src_bytes zero-filled (src_bytes 0: all zeros).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// ---- float8 pairs -> 16-bit mma operands (exact: every e4m3fn / e5m2 value is a float16 and a
+// bfloat16 value). Byte 0 of `v` becomes the low half.
+
+template <typename F8>
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint16_t v) {
+  uint32_t r;
+  if constexpr (std::is_same_v<F8, Float8_e4m3fn>) asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+  else asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(r) : "h"(v));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t v) {
+  float lo, hi;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"(static_cast<uint16_t>(v & 0xFFFFu)));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"(static_cast<uint16_t>(v >> 16)));
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Four float8 values (one 32-bit word) -> two 16-bit pairs of type T.
+template <typename T, typename F8>
+__device__ __forceinline__ void fp8x4_to(uint32_t w, uint32_t& p0, uint32_t& p1) {
+  p0 = fp8x2_to_f16x2<F8>(static_cast<uint16_t>(w & 0xFFFFu));
+  p1 = fp8x2_to_f16x2<F8>(static_cast<uint16_t>(w >> 16));
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    p0 = f16x2_to_bf16x2(p0);
+    p1 = f16x2_to_bf16x2(p1);
+  }
+}
+
+}  // namespace anvil::cuda_device
