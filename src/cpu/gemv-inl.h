@@ -32,6 +32,22 @@ HWY_INLINE void GemvRows(const T* HWY_RESTRICT w, int64_t stride_w, const float*
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) wr[r] = w + (j + r) * stride_w;
   int64_t q = 0;
+  for (; q + 2 * N <= k; q += 2 * N) {
+    hn::Vec<decltype(df)> xa[M], xb[M];
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      xa[i] = hn::LoadU(df, x + i * k + q);
+      xb[i] = hn::LoadU(df, x + i * k + q + N);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      hwy::Prefetch(wr[r] + R * stride_w + q);
+      hn::Vec<decltype(df)> wa, wb;
+      LoadAsF32x2(df, wr[r] + q, wa, wb);
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) acc[r][i] = hn::MulAdd(wb, xb[i], hn::MulAdd(wa, xa[i], acc[r][i]));
+    }
+  }
   for (; q + N <= k; q += N) {
     hn::Vec<decltype(df)> xv[M];
 #pragma GCC unroll 8

@@ -53,6 +53,35 @@ HWY_INLINE hn::Vec<DF> LoadAsF32(DF df, const T* HWY_RESTRICT p) {
   }
 }
 
+// 2 * Lanes(df) values from p as two float32 vectors (lo: the first Lanes(df)). float8_e4m3fn
+// decodes 2 * Lanes(df) bytes at once: each byte sign-extended to int16 and shifted left by 7
+// gives the value times 2^-8 as float16 bits once bit 14 is cleared (sign at 15, exponent and
+// mantissa at 13..7); NaN bytes get float16's all-ones exponent; one float16 -> float32
+// conversion per half and the exact multiply by 2^8.
+template <typename T, class DF>
+HWY_INLINE void LoadAsF32x2(DF df, const T* HWY_RESTRICT p, hn::Vec<DF>& lo, hn::Vec<DF>& hi) {
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (std::is_same_v<T, Float8_e4m3fn>) {
+    const hn::Repartition<int16_t, DF> di16;       // 2 * Lanes(df) lanes
+    const hn::Rebind<int8_t, decltype(di16)> di8;
+    const hn::Half<decltype(di16)> dh16;
+    const hn::Rebind<hwy::float16_t, decltype(dh16)> df16;
+    auto h = hn::ShiftLeft<7>(hn::PromoteTo(di16, hn::LoadU(di8, reinterpret_cast<const int8_t*>(p))));
+    h = hn::And(h, hn::Set(di16, static_cast<int16_t>(0xBF80)));
+    const auto mag = hn::And(h, hn::Set(di16, static_cast<int16_t>(0x3F80)));
+    h = hn::IfThenElse(hn::Eq(mag, hn::Set(di16, static_cast<int16_t>(0x3F80))),
+                       hn::Or(h, hn::Set(di16, static_cast<int16_t>(0x7E00))), h);
+    const auto scale = hn::Set(df, 256.0f);
+    lo = hn::Mul(hn::PromoteTo(df, hn::BitCast(df16, hn::LowerHalf(dh16, h))), scale);
+    hi = hn::Mul(hn::PromoteTo(df, hn::BitCast(df16, hn::UpperHalf(dh16, h))), scale);
+    return;
+  }
+#endif
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  lo = LoadAsF32(df, p);
+  hi = LoadAsF32(df, p + n);
+}
+
 }  // namespace anvil::cpu::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
