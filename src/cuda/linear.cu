@@ -20,6 +20,7 @@
 #include "core/kernels.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
+#include "cuda/device/mma.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
@@ -27,22 +28,15 @@ namespace {
 
 using cuda_device::compute_t;
 using cuda_device::from_compute;
+using cuda_device::load_cached16;
+using cuda_device::load_stream16;
+using cuda_device::mma_16816;
 using cuda_device::Pack;
 using cuda_device::to_compute;
 
 constexpr int kMaxRows = 8;  // GemvParams::m limit, set by the front end
 
 // ---- loads
-
-// Weights are read once per call: keep them out of L1 so x stays there.
-__device__ __forceinline__ uint4 load_stream16(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint4 load_cached16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
 // Elements [k0, k0 + 8) of a 16-bit row, zero past k; element loads clamped to the row, so they
 // never fault and carry no branch.
@@ -57,23 +51,6 @@ __device__ __forceinline__ uint4 load8_elements(const uint16_t* row, int64_t k0,
     w[i] = lo | (hi << 16);
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// d += A * B for m16n8k16 with A rows 8..15 zero: a0 / a2 hold A[g][2t..2t+1] / A[g][2t+8..2t+9],
-// b0 / b1 hold B[2t..2t+1][g] / B[2t+8..2t+9][g] (g = lane / 4, t = lane % 4).
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-  }
 }
 
 // One 32-column tile: a lane's 8 elements are two k16 steps (elements 0-3, then 4-7).

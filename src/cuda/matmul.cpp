@@ -2,25 +2,18 @@
 // float64, float16 and bfloat16 (float32 accumulation) and complex64.
 // cuBLASLt is column-major: the row-major C = A B is computed as C^T = B^T A^T, where a
 // row-major matrix read column-major is its transpose, so B is cuBLASLt's first operand.
-#include <cublasLt.h>
-
+// Handles, workspaces and the plan cache are shared with scaled_mm (cuda/cublaslt.h).
 #include <algorithm>
 #include <array>
-#include <map>
-#include <mutex>
-#include <unordered_map>
 #include <utility>
 
 #include "core/dispatch.h"
 #include "core/kernels.h"
-#include "cuda/allocator.h"
+#include "cuda/cublaslt.h"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
 namespace {
-
-// NVIDIA's recommended cuBLASLt workspace on Hopper; one per stream, kept for the process.
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 template <typename T> struct LtTraits { static constexpr bool kSupported = false; };
 template <> struct LtTraits<float> {
@@ -54,13 +47,6 @@ template <> struct LtTraits<Complex64> {
   using Scale = Complex64;
 };
 
-void check_lt(cublasStatus_t s) {
-  if (s == CUBLAS_STATUS_SUCCESS) return;
-  cudaGetLastError();
-  throw DeviceError(
-      detail::cat_message("[bmm] cuBLASLt error: ", cublasLtGetStatusName(s), ": ", cublasLtGetStatusString(s)));
-}
-
 // A row-major [rows, cols] matrix X with element strides, seen by cuBLASLt as X^T (cols x rows).
 struct Operand {
   cublasOperation_t op;
@@ -79,115 +65,28 @@ Operand transposed_view(int64_t rows, int64_t cols, int64_t stride_row, int64_t 
                                         ", ", stride_col, ") for a [", rows, ", ", cols, "] operand"));
 }
 
-// Largest power of two (<= 256) dividing the address of every batch's matrix: cuBLASLt picks
-// kernels assuming 256-byte alignment unless told otherwise.
-uint32_t alignment_of(const void* ptr, int64_t batch_stride_bytes, int64_t batch) {
-  uint64_t a = reinterpret_cast<uintptr_t>(ptr) | 256u;
-  if (batch > 1) a |= static_cast<uint64_t>(batch_stride_bytes);
-  return static_cast<uint32_t>(a & (~a + 1));
-}
-
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-};
-
-using PlanKey = std::array<int64_t, 17>;
-
-struct PlanKeyHash {
-  size_t operator()(const PlanKey& k) const {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
-    for (int64_t v : k) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
-    return static_cast<size_t>(h);
-  }
-};
-
-struct LtState {
-  std::mutex mu;
-  std::unordered_map<int, cublasLtHandle_t> handles;
-  std::map<std::pair<int, cudaStream_t>, void*> workspaces;
-  std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;  // descriptors are read-only once built
-};
-
-// Never destroyed: cuBLASLt objects are released with the process.
-LtState& lt_state() {
-  static auto* s = new LtState;
-  return *s;
-}
-
-cublasLtHandle_t lt_handle(LtState& s, int device) {
-  auto it = s.handles.find(device);
-  if (it != s.handles.end()) return it->second;
-  cublasLtHandle_t h = nullptr;
-  check_lt(cublasLtCreate(&h));
-  s.handles.emplace(device, h);
-  return h;
-}
-
-void* lt_workspace(LtState& s, int device, cudaStream_t stream) {
-  auto key = std::make_pair(device, stream);
-  auto it = s.workspaces.find(key);
-  if (it != s.workspaces.end()) return it->second;
-  void* ws = allocator::allocate(device, kWorkspaceBytes, stream, /*persistent=*/true);
-  s.workspaces.emplace(key, ws);
-  return ws;
-}
-
-cublasLtMatrixLayout_t make_layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld, int64_t batch,
-                                   int64_t batch_stride) {
-  cublasLtMatrixLayout_t layout = nullptr;
-  check_lt(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld));
-  int32_t count = static_cast<int32_t>(batch);
-  check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-  check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
-                                            sizeof(batch_stride)));
-  return layout;
-}
+constexpr const char* kOp = "[bmm]";
 
 template <typename T>
-Plan make_plan(cublasLtHandle_t handle, const BmmParams& p, const Operand& first, const Operand& second,
-               const std::array<uint32_t, 3>& align) {
+lt::Plan make_plan(cublasLtHandle_t handle, const BmmParams& p, const Operand& first, const Operand& second,
+                   const std::array<uint32_t, 3>& align) {
   using Tr = LtTraits<T>;
-  Plan plan;
-  check_lt(cublasLtMatmulDescCreate(&plan.desc, Tr::kCompute, Tr::kScale));
-  check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &first.op, sizeof(first.op)));
-  check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &second.op, sizeof(second.op)));
-  plan.first = make_layout(Tr::kData, first.rows, first.cols, first.ld, p.batch, p.stride_b_batch);
-  plan.second = make_layout(Tr::kData, second.rows, second.cols, second.ld, p.batch, p.stride_a_batch);
-  plan.out = make_layout(Tr::kData, static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.m), p.n, p.batch, p.m * p.n);
-
-  cublasLtMatmulPreference_t pref = nullptr;
-  check_lt(cublasLtMatmulPreferenceCreate(&pref));
-  uint64_t ws = kWorkspaceBytes;
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]}};
-  for (const auto& [attr, bytes] : alignments)
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
-  // Split-k partials must be added in the compute type: the in-place and output-type schemes add
-  // them in bf16 (H200: bf16 [4, 1000] x [1000, 127] with row-major B was off by 5e-2).
-  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
-                                                sizeof(reduction)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.first, plan.second, plan.out, plan.out,
-                                                     pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    cublasLtMatmulDescDestroy(plan.desc);
-    cublasLtMatrixLayoutDestroy(plan.first);
-    cublasLtMatrixLayoutDestroy(plan.second);
-    cublasLtMatrixLayoutDestroy(plan.out);
-    check_lt(st);
-    throw DeviceError(detail::cat_message("[bmm] cuBLASLt has no algorithm for ", dtype_name(p.dtype), " batch ",
+  lt::Plan plan;
+  lt::check(cublasLtMatmulDescCreate(&plan.desc, Tr::kCompute, Tr::kScale), kOp);
+  lt::check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &first.op, sizeof(first.op)), kOp);
+  lt::check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &second.op, sizeof(second.op)),
+            kOp);
+  plan.first = lt::make_layout(Tr::kData, first.rows, first.cols, first.ld, p.batch, p.stride_b_batch);
+  plan.second = lt::make_layout(Tr::kData, second.rows, second.cols, second.ld, p.batch, p.stride_a_batch);
+  plan.out =
+      lt::make_layout(Tr::kData, static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.m), p.n, p.batch, p.m * p.n);
+  const cublasStatus_t st = lt::choose_algo(handle, plan, align);
+  if (!plan.found) {
+    lt::destroy(plan);
+    lt::check(st, kOp);
+    throw DeviceError(detail::cat_message(kOp, " cuBLASLt has no algorithm for ", dtype_name(p.dtype), " batch ",
                                           p.batch, ", m ", p.m, ", n ", p.n, ", k ", p.k));
   }
-  plan.algo = result.algo;
   return plan;
 }
 
@@ -203,27 +102,20 @@ void bmm_lt(BmmParams p, const KernelLaunch& launch) {
   ANVIL_CHECK(p.batch <= INT32_MAX, ShapeError, "[bmm] batch ", p.batch, " exceeds cuBLASLt's int32 batch count");
   const Operand first = transposed_view(p.k, p.n, p.stride_b_row, p.stride_b_col);    // B^T: n x k
   const Operand second = transposed_view(p.m, p.k, p.stride_a_row, p.stride_a_col);   // A^T: k x m
-  const std::array<uint32_t, 3> align = {alignment_of(p.b, p.stride_b_batch * es, p.batch),
-                                         alignment_of(p.a, p.stride_a_batch * es, p.batch),
-                                         alignment_of(p.c, p.m * p.n * es, p.batch)};
-  const PlanKey key = {launch.device(), static_cast<int64_t>(p.dtype), p.batch, p.m, p.n, p.k,
-                       static_cast<int64_t>(first.op), first.ld, static_cast<int64_t>(second.op), second.ld,
-                       p.stride_a_batch, p.stride_b_batch, align[0], align[1], align[2], 0, 0};
-  LtState& s = lt_state();
-  cublasLtHandle_t handle;
-  void* workspace;
-  const Plan* plan;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    handle = lt_handle(s, launch.device());
-    workspace = lt_workspace(s, launch.device(), launch.stream());
-    auto it = s.plans.find(key);
-    if (it == s.plans.end()) it = s.plans.emplace(key, make_plan<T>(handle, p, first, second, align)).first;
-    plan = &it->second;  // unordered_map nodes are stable
-  }
+  const std::array<uint32_t, 3> align = {lt::alignment_of(p.b, p.stride_b_batch * es, p.batch),
+                                         lt::alignment_of(p.a, p.stride_a_batch * es, p.batch),
+                                         lt::alignment_of(p.c, p.m * p.n * es, p.batch)};
+  const lt::PlanKey key = {lt::kKeyBmm, launch.device(), static_cast<int64_t>(p.dtype), p.batch, p.m, p.n, p.k,
+                           static_cast<int64_t>(first.op), first.ld, static_cast<int64_t>(second.op), second.ld,
+                           p.stride_a_batch, p.stride_b_batch, align[0], align[1], align[2]};
+  const lt::Context ctx = lt::context(launch.device(), launch.stream());
+  const lt::Plan& plan = lt::plan(launch.device(), key, [&](cublasLtHandle_t handle) {
+    return make_plan<T>(handle, p, first, second, align);
+  });
   const typename Tr::Scale alpha(1), beta(0);
-  check_lt(cublasLtMatmul(handle, plan->desc, &alpha, p.b, plan->first, p.a, plan->second, &beta, p.c, plan->out, p.c,
-                          plan->out, &plan->algo, workspace, kWorkspaceBytes, launch.stream()));
+  lt::check(cublasLtMatmul(ctx.handle, plan.desc, &alpha, p.b, plan.first, p.a, plan.second, &beta, p.c, plan.out,
+                           p.c, plan.out, &plan.algo, ctx.workspace, lt::kWorkspaceBytes, launch.stream()),
+            kOp);
 }
 
 }  // namespace

@@ -1,8 +1,539 @@
-// Placeholder until the CUDA scaled_mm kernels land: the op exists on the CPU only.
+// scaled_mm on CUDA: out[i, j] = round(acc(i, j) * (sa(i) * sw(j)) + bias[j]) with
+// acc(i, j) = sum_q a[i, q] w[j, q] in float32, w float8 [n, k] (ScaledMmParams). Three paths,
+// chosen by the predicates next to their launchers (scaled_mm at the bottom):
+//  gemv      m <= 8 with w rows unit-stride along k (decode): the weight is streamed once and
+//            decoded in registers to float16 (bfloat16 against bfloat16 / float32 activations;
+//            both exact for float8 values), then mma.sync m16n8k16 with 8 weight rows as B, as
+//            linear.cu's bf16 GEMV; float32 activations are split into three bfloat16 terms
+//            (exact). Launched as a programmatic dependent: a weight of up to 32 MiB is
+//            prefetched into L2 while the previous kernel drains; everything else waits for it.
+//  cublaslt  m > 8, float8 x float8 (not e5m2 x e5m2), both unit-stride along k, k and n
+//            multiples of 16, 16-byte alignment: cuBLASLt FP8 (TN) with the scales as device
+//            pointers (scalars, or row-wise outer vectors) and the bias epilogue; what it refuses
+//            runs as a float32 product and a fused scale + bias epilogue kernel. Its FP8 tensor
+//            cores add in fewer bits than float32 (H200: errors up to 2^-13.7 of sum |a b| at
+//            k = 256), as PyTorch's CUDA scaled_mm does.
+//  tiled     everything else: 64 x 64 output tiles, operands decoded into shared memory as
+//            float32, FMA.
+#include <algorithm>
+#include <array>
+#include <type_traits>
+
+#include "core/dispatch.h"
 #include "core/kernels.h"
+#include "cuda/allocator.h"
+#include "cuda/cublaslt.h"
+#include "cuda/device/convert.cuh"
+#include "cuda/device/mma.cuh"
+#include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
+namespace {
 
-void scaled_mm(const ScaledMmParams&) { throw DeviceError("[scaled_mm] not implemented on CUDA yet"); }
+using cuda_device::from_compute;
+using cuda_device::load_cached16;
+using cuda_device::load_stream16;
+using cuda_device::mma_16816;
+using cuda_device::to_compute;
+
+constexpr const char* kOp = "[scaled_mm]";
+constexpr int kGemvMaxRows = 8;  // the front end's decode limit, as linear's
+
+template <typename T>
+inline constexpr bool is_act_v = is_float8_v<T> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half> ||
+                                 std::is_same_v<T, float>;
+template <typename T>
+inline constexpr bool is_out_v = std::is_same_v<T, BFloat16> || std::is_same_v<T, Half> || std::is_same_v<T, float>;
+
+// (A, W, Out) from the params: a float8 / bfloat16 / float16 / float32, w float8, out (and
+// bias) bfloat16 / float16 / float32.
+template <typename F>
+void dispatch_scaled_mm_types(const ScaledMmParams& p, F&& f) {
+  dispatch_all_types(p.a_dtype, kOp, [&](auto a) {
+    using A = typename decltype(a)::type;
+    if constexpr (is_act_v<A>) {
+      dispatch_all_types(p.w_dtype, kOp, [&](auto w) {
+        using W = typename decltype(w)::type;
+        if constexpr (is_float8_v<W>) {
+          dispatch_float_types(p.out_dtype, kOp, [&](auto o) {
+            using Out = typename decltype(o)::type;
+            if constexpr (is_out_v<Out>) f(a, w, o);
+            else throw DTypeError(detail::cat_message(kOp, " output dtype ", dtype_name(p.out_dtype)));
+          });
+        } else {
+          throw DTypeError(detail::cat_message(kOp, " w must be float8, got ", dtype_name(p.w_dtype)));
+        }
+      });
+    } else {
+      throw DTypeError(detail::cat_message(kOp, " a must be float8 or float32 / bfloat16 / float16, got ",
+                                           dtype_name(p.a_dtype)));
+    }
+  });
+}
+
+// ---- shared epilogue: out[i, j] = round(acc * (sa(i) * sw(j)) + bias[j]); bias has Out's dtype.
+template <typename Out>
+__device__ __forceinline__ void store_scaled(const ScaledMmParams& p, int64_t i, int64_t j, float acc) {
+  const float sa = p.scale_a ? p.scale_a[p.scale_a_per_row ? i : 0] : 1.f;
+  const float sw = p.scale_w ? p.scale_w[p.scale_w_per_row ? j : 0] : 1.f;
+  float v = acc * (sa * sw);
+  if (p.bias) v += to_compute(static_cast<const Out*>(p.bias)[j]);
+  static_cast<Out*>(p.out)[i * p.stride_out_row + j] = from_compute<Out>(v);
+}
+
+// ---- gemv
+
+// Programmatic dependent launch: let the next kernel in the stream start its prologue now, and
+// wait here until the previous one has finished and its writes are visible.
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// Sixteen float8 -> eight pairs of the mma type M (element order kept, exact).
+template <typename F8, typename M>
+__device__ __forceinline__ void decode16(const uint4& v, uint32_t (&h)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) cuda_device::fp8x4_to<M, F8>(words[i], h[2 * i], h[2 * i + 1]);
+}
+
+// How activations of type A meet the tensor cores: the mma operand type, the number of terms
+// an element is split into (float32: three bfloat16 that sum to it exactly), the chunk loads.
+template <typename A>
+struct GemvAct {
+  using Mma = std::conditional_t<std::is_same_v<A, BFloat16> || std::is_same_v<A, float>, BFloat16, Half>;
+  static constexpr int kTerms = std::is_same_v<A, float> ? 3 : 1;
+  static constexpr int kUnroll = std::is_same_v<A, float> ? 2 : 4;  // 64-column chunks per lane per step
+};
+
+template <typename T>
+using Bits = std::conditional_t<sizeof(T) == 1, uint8_t, std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>>;
+
+// Elements [k0, k0 + 16) of a row with element stride `stride`, zero past k: the path for
+// misaligned or strided rows and for the chunk that crosses k.
+template <typename T>
+__device__ __forceinline__ void gather16(const T* row, int64_t k0, int64_t k, int64_t stride,
+                                         uint4 (&raw)[sizeof(T)]) {
+  Bits<T> e[16];
+  const Bits<T>* r = reinterpret_cast<const Bits<T>*>(row);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) e[i] = k0 + i < k ? r[(k0 + i) * stride] : Bits<T>(0);
+  uint32_t* words = reinterpret_cast<uint32_t*>(raw);
+#pragma unroll
+  for (int wi = 0; wi < 4 * static_cast<int>(sizeof(T)); ++wi) {
+    if constexpr (sizeof(T) == 1)
+      words[wi] = e[4 * wi] | (e[4 * wi + 1] << 8) | (e[4 * wi + 2] << 16) | (uint32_t(e[4 * wi + 3]) << 24);
+    else if constexpr (sizeof(T) == 2)
+      words[wi] = e[2 * wi] | (uint32_t(e[2 * wi + 1]) << 16);
+    else
+      words[wi] = e[wi];
+  }
+}
+
+// Raw activation chunk -> kTerms x 8 pairs of the mma type, same element order as the weight.
+template <typename A>
+__device__ __forceinline__ void act_pairs(const uint4 (&raw)[sizeof(A)],
+                                          uint32_t (&x)[GemvAct<A>::kTerms][8]) {
+  using M = typename GemvAct<A>::Mma;
+  if constexpr (is_float8_v<A>) {
+    decode16<A, M>(raw[0], x[0]);
+  } else if constexpr (sizeof(A) == 2) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[0][i] = w[i];
+  } else {
+    // x = hi + mid + lo, each bfloat16: each residual is exact in float32 and the last has at
+    // most 8 significant bits left. An infinite term leaves zero residuals (inf * w stays inf).
+    const float* f = reinterpret_cast<const float*>(raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float r0 = f[2 * i], r1 = f[2 * i + 1];
+#pragma unroll
+      for (int term = 0; term < 3; ++term) {
+        uint32_t b;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(b) : "f"(r1), "f"(r0));
+        x[term][i] = b;
+        const float h0 = __uint_as_float(b << 16), h1 = __uint_as_float(b & 0xFFFF0000u);
+        r0 = isinf(h0) ? 0.f : r0 - h0;
+        r1 = isinf(h1) ? 0.f : r1 - h1;
+      }
+    }
+  }
+}
+
+// acc += one step of U 64-column chunks of R 8-row tiles: the lane's 16 columns of each chunk,
+// decoded and fed to 4 mma.sync per tile and activation term.
+template <typename A, typename W, int U, int R>
+__device__ __forceinline__ void gemv_step(float (&acc)[R][4], const uint4 (&wv)[U][R],
+                                          const uint4 (&xv)[U][sizeof(A)]) {
+  using M = typename GemvAct<A>::Mma;
+  constexpr int T = GemvAct<A>::kTerms;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    uint32_t xh[T][8];
+    act_pairs<A>(xv[u], xh);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      uint32_t wh[8];
+      decode16<W, M>(wv[u][r], wh);
+#pragma unroll
+      for (int term = 0; term < T; ++term) {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) mma_16816<M>(acc[r], xh[term][2 * s], xh[term][2 * s + 1], wh[2 * s], wh[2 * s + 1]);
+      }
+    }
+  }
+}
+
+struct GemvConfig {
+  int rows_per_block = 16;  // 8 or 16 weight rows (R = 1 or 2 mma tiles)
+  int warps = 8;            // warps splitting k
+  bool pdl = true;          // programmatic dependent launch
+  bool prefetch = true;     // bulk L2 prefetch of the block's weight rows before the wait
+};
+
+struct GemvArgs {
+  bool w_vec, x_vec;  // 16-byte loads allowed on w rows / on a rows
+  bool prefetch;
+};
+
+constexpr int kGemvMaxWarps = 16;
+
+// Only the weight is touched before griddepcontrol.wait, and only through L2 (coherent with the
+// previous kernel's writes): a bulk prefetch of weight rows [row0, row0 + rows), 16-byte aligned.
+__device__ __forceinline__ void prefetch_rows_l2(const ScaledMmParams& p, int64_t row0, int rows) {
+  if (static_cast<int>(threadIdx.x) >= rows) return;
+  const int64_t j = row0 + threadIdx.x;
+  const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(p.k, int64_t{1} << 20) & ~int64_t{15});
+  if (j < p.n && bytes > 0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const uint8_t*>(p.w) + j * p.stride_w_row),
+                 "r"(bytes)
+                 : "memory");
+}
+
+// Sums the warps' partials of an 8-row tile and stores it: d[0], d[1] of lane (g, t) are
+// acc(g, row0 + 2t + {0, 1}); thread i < 64 takes lane i / 2, element i % 2.
+template <typename Out>
+__device__ __forceinline__ void store_tile(const ScaledMmParams& p, const float (*partial)[32][2], int warps,
+                                           int64_t row0, int i) {
+  const int l = i / 2, e = i % 2;
+  const int64_t row = l / 4, j = row0 + 2 * (l % 4) + e;
+  if (row >= p.m || j >= p.n) return;
+  float s = 0.f;
+  for (int wi = 0; wi < warps; ++wi) s += partial[wi][l][e];
+  store_scaled<Out>(p, row, j, s);
+}
+
+// A block per 8 * R weight rows; warps split k in 64-column chunks (4 lanes x 16 columns); lane
+// (g, t) holds columns [16t, 16t + 16) of weight row g and of x row g (rows past m read row
+// m - 1, rows past n read row n - 1; both only reach dropped outputs).
+template <typename A, typename W, typename Out, int R>
+__global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const __grid_constant__ ScaledMmParams p,
+                                                                         const GemvArgs args) {
+  constexpr int U = GemvAct<A>::kUnroll;
+  __shared__ float partial[R][kGemvMaxWarps][32][2];
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 8 * R;
+
+  pdl_launch_dependents();
+  if (args.prefetch) prefetch_rows_l2(p, row0, 8 * R);
+  pdl_wait();
+
+  const uint8_t* w[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) w[r] = static_cast<const uint8_t*>(p.w) + std::min(row0 + r * 8 + g, p.n - 1) * p.stride_w_row;
+  const A* x = static_cast<const A*>(p.a) + std::min<int64_t>(g, p.m - 1) * p.stride_a_row;
+  float acc[R][4] = {};
+  const int64_t chunks = (p.k + 63) / 64, step = static_cast<int64_t>(warps) * U;
+
+  int64_t c = warp;
+  if (args.w_vec) {
+    // Steps whose chunks all lie inside k: every load issued before the first use.
+    for (const int64_t full = p.k / 64; c + (U - 1) * warps < full; c += step) {
+      uint4 wv[U][R], xv[U][sizeof(A)];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t k0 = (c + u * warps) * 64 + t * 16;
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[u][r] = load_stream16(w[r] + k0);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t k0 = (c + u * warps) * 64 + t * 16;
+        if (args.x_vec) {
+#pragma unroll
+          for (int v = 0; v < static_cast<int>(sizeof(A)); ++v) xv[u][v] = load_cached16(x + k0 + v * 16 / sizeof(A));
+        } else {
+          gather16(x, k0, p.k, p.stride_a_col, xv[u]);
+        }
+      }
+      gemv_step<A, W, U, R>(acc, wv, xv);
+    }
+  }
+  // The last step, or every step of a misaligned weight: chunks past k load zeros.
+  for (; c < chunks; c += step) {
+    uint4 wv[U][R], xv[U][sizeof(A)];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k0 = (c + u * warps) * 64 + t * 16;
+      const bool inside = k0 + 16 <= p.k;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (inside && args.w_vec) wv[u][r] = load_stream16(w[r] + k0);
+        else gather16(w[r], k0, p.k, 1, *reinterpret_cast<uint4(*)[1]>(&wv[u][r]));
+      }
+      if (inside && args.x_vec) {
+#pragma unroll
+        for (int v = 0; v < static_cast<int>(sizeof(A)); ++v) xv[u][v] = load_cached16(x + k0 + v * 16 / sizeof(A));
+      } else {
+        gather16(x, k0, p.k, p.stride_a_col, xv[u]);
+      }
+    }
+    __syncwarp();  // mma.sync is warp-collective: reconverge after the per-lane loads
+    gemv_step<A, W, U, R>(acc, wv, xv);
+  }
+
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    partial[r][warp][lane][0] = acc[r][0];
+    partial[r][warp][lane][1] = acc[r][1];
+  }
+  __syncthreads();
+  if (threadIdx.x < 64 * R)
+    store_tile<Out>(p, partial[threadIdx.x / 64], warps, row0 + 8 * (threadIdx.x / 64), threadIdx.x % 64);
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// 16-byte loads need a 16-byte aligned base and, when a second row is read, row stride.
+bool rows_aligned(const void* ptr, int64_t rows, int64_t stride_row, size_t elem) {
+  return aligned16(ptr) && (rows <= 1 || (stride_row * static_cast<int64_t>(elem)) % 16 == 0);
+}
+
+bool use_gemv(const ScaledMmParams& p) { return p.m <= kGemvMaxRows && p.stride_w_col == 1; }
+
+// H200, graph replay of 20 calls (e4m3 1 x 4096 x 4096; bf16 x e4m3 2048 -> 4096, 4096 ->
+// 14336, 2048 -> 151936): 16 weight rows per block beat 8 by 10-30% (x loaded and decoded once
+// for two tiles), 8 warps beat 4 and 16. The L2 prefetch under PDL hides the previous kernel's
+// drain: 6.3 us against 7.0 at 16.8 MB, 4.4 against 5.5 at 8.4 MB; on 59 MB and 311 MB weights
+// it costs 3-6% (the prefetches compete with the previous kernel's stream), so it stops at 32 MiB.
+GemvConfig gemv_config(const ScaledMmParams& p) {
+  GemvConfig c;
+  c.prefetch = p.n * p.k <= (int64_t{32} << 20);
+  return c;
+}
+
+template <typename A, typename W, typename Out>
+void launch_gemv(const ScaledMmParams& p, cudaStream_t stream, const GemvConfig& c) {
+  const bool w_vec = rows_aligned(p.w, p.n, p.stride_w_row, 1);
+  const GemvArgs args{w_vec, p.stride_a_col == 1 && rows_aligned(p.a, p.m, p.stride_a_row, sizeof(A)),
+                      c.prefetch && w_vec};
+  const int64_t tiles = (p.n + c.rows_per_block - 1) / c.rows_per_block;
+  ANVIL_CHECK(tiles <= 0x7FFFFFFF, ShapeError, kOp, " n = ", p.n, " is too large for the CUDA gemv");
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(tiles));
+  cfg.blockDim = dim3(c.warps * 32);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = c.pdl ? 1 : 0;
+  auto kernel = c.rows_per_block == 16 ? scaled_gemv_kernel<A, W, Out, 2> : scaled_gemv_kernel<A, W, Out, 1>;
+  ANVIL_CUDA_CHECK(kOp, cudaLaunchKernelEx(&cfg, kernel, p, args));
+}
+
+// ---- tiled: any strides, any dtypes; a 64 x 64 tile of out per block, 4 x 4 per thread.
+constexpr int kTile = 64, kTileK = 16, kTiledThreads = 256;
+
+template <typename A, typename W, typename Out>
+__global__ void __launch_bounds__(kTiledThreads) scaled_mm_tiled_kernel(const __grid_constant__ ScaledMmParams p) {
+  __shared__ float as[kTileK][kTile + 4], ws[kTileK][kTile + 4];  // [q][i], [q][j]
+  const int64_t tiles_n = (p.n + kTile - 1) / kTile;
+  const int64_t i0 = blockIdx.x / tiles_n * kTile, j0 = blockIdx.x % tiles_n * kTile;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const A* a = static_cast<const A*>(p.a);
+  const W* w = static_cast<const W*>(p.w);
+  // Consecutive threads walk the operand's unit-stride dim when it has one (coalesced loads).
+  const bool a_q_fast = p.stride_a_col == 1, w_q_fast = p.stride_w_col == 1;
+  float acc[4][4] = {};
+  for (int64_t q0 = 0; q0 < p.k; q0 += kTileK) {
+    for (int e = threadIdx.x; e < kTile * kTileK; e += kTiledThreads) {
+      int r = a_q_fast ? e / kTileK : e % kTile, c = a_q_fast ? e % kTileK : e / kTile;
+      int64_t i = i0 + r, q = q0 + c;
+      as[c][r] = i < p.m && q < p.k ? static_cast<float>(a[i * p.stride_a_row + q * p.stride_a_col]) : 0.f;
+      r = w_q_fast ? e / kTileK : e % kTile;
+      c = w_q_fast ? e % kTileK : e / kTile;
+      const int64_t j = j0 + r;
+      q = q0 + c;
+      ws[c][r] = j < p.n && q < p.k ? static_cast<float>(w[j * p.stride_w_row + q * p.stride_w_col]) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kTileK; ++q) {
+      float av[4], wv[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        av[u] = as[q][ty + 16 * u];
+        wv[u] = ws[q][tx + 16 * u];
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v) acc[u][v] = fmaf(av[u], wv[v], acc[u][v]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      const int64_t i = i0 + ty + 16 * u, j = j0 + tx + 16 * v;
+      if (i < p.m && j < p.n) store_scaled<Out>(p, i, j, acc[u][v]);
+    }
+  }
+}
+
+template <typename A, typename W, typename Out>
+void launch_tiled(const ScaledMmParams& p, cudaStream_t stream) {
+  const int64_t blocks = ((p.m + kTile - 1) / kTile) * ((p.n + kTile - 1) / kTile);
+  ANVIL_CHECK(blocks <= 0x7FFFFFFF, ShapeError, kOp, " [", p.m, ", ", p.n, "] output is too large");
+  scaled_mm_tiled_kernel<A, W, Out><<<static_cast<unsigned>(blocks), kTiledThreads, 0, stream>>>(p);
+}
+
+// ---- cuBLASLt FP8. out^T [n, m] (column-major) = w [n, k] . a^T: cuBLASLt's A is w read
+// transposed (k x n, ld stride_w_row), its B is a (k x m, ld stride_a_row): the TN layout FP8
+// needs. So cuBLASLt's A scale is scale_w (an outer vector over n) and its B scale scale_a.
+
+// Row-wise scales and the bias in the epilogue of a float32 product [m, n].
+template <typename Out>
+__global__ void __launch_bounds__(256) scale_bias_kernel(const __grid_constant__ ScaledMmParams p, const float* prod) {
+  const int64_t total = p.m * p.n;
+  for (int64_t e = blockIdx.x * int64_t{256} + threadIdx.x; e < total; e += int64_t{gridDim.x} * 256)
+    store_scaled<Out>(p, e / p.n, e % p.n, prod[e]);
+}
+
+bool use_cublaslt(const ScaledMmParams& p) {
+  const int64_t out_bytes = static_cast<int64_t>(element_size(p.out_dtype));
+  return p.m > kGemvMaxRows && is_float8(p.a_dtype) && is_float8(p.w_dtype) &&
+         !(p.a_dtype == kFloat8_e5m2 && p.w_dtype == kFloat8_e5m2) && p.stride_a_col == 1 && p.stride_w_col == 1 &&
+         p.k % 16 == 0 && p.n % 16 == 0 && aligned16(p.a) && aligned16(p.w) && aligned16(p.out) &&
+         p.stride_a_row % 16 == 0 && p.stride_a_row >= p.k && p.stride_w_row % 16 == 0 && p.stride_w_row >= p.k &&
+         (p.stride_out_row * out_bytes) % 16 == 0 && p.stride_out_row >= p.n &&
+         (!p.bias || (aligned16(p.bias) && p.bias_dtype == p.out_dtype));
+}
+
+// cuBLASLt's name of a dtype this path uses.
+cudaDataType_t cuda_type(DType t) {
+  return dispatch_all_types(t, kOp, [](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, Float8_e4m3fn>) return CUDA_R_8F_E4M3;
+    else if constexpr (std::is_same_v<T, Float8_e5m2>) return CUDA_R_8F_E5M2;
+    else if constexpr (std::is_same_v<T, BFloat16>) return CUDA_R_16BF;
+    else if constexpr (std::is_same_v<T, Half>) return CUDA_R_16F;
+    else return CUDA_R_32F;  // float32 (other dtypes never reach cuBLASLt here)
+  });
+}
+
+// fused: scales and bias inside cuBLASLt, out written directly; otherwise a float32 product.
+cublasLtMatmulDesc_t make_fp8_desc(const ScaledMmParams& p, bool fused) {
+  cublasLtMatmulDesc_t d = nullptr;
+  lt::check(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F), kOp);
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const auto& v) {
+    lt::check(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)), kOp);
+  };
+  set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{0});  // torch._scaled_mm's default
+  if (!fused) return d;
+  const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  if (p.scale_w) {
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.scale_w));
+    if (p.scale_w_per_row) set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, outer);
+  }
+  if (p.scale_a) {
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.scale_a));
+    if (p.scale_a_per_row) set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, outer);
+  }
+  if (p.bias) {
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(cuda_type(p.bias_dtype)));
+  }
+  return d;
+}
+
+// The plan for one configuration; `found` false when cuBLASLt has no algorithm for it.
+lt::Plan make_fp8_plan(cublasLtHandle_t handle, const ScaledMmParams& p, bool fused,
+                       const std::array<uint32_t, 3>& align) {
+  lt::Plan plan;
+  plan.desc = make_fp8_desc(p, fused);
+  const auto n = static_cast<uint64_t>(p.n), m = static_cast<uint64_t>(p.m), k = static_cast<uint64_t>(p.k);
+  plan.first = lt::make_layout(cuda_type(p.w_dtype), k, n, p.stride_w_row);
+  plan.second = lt::make_layout(cuda_type(p.a_dtype), k, m, p.stride_a_row);
+  plan.out = fused ? lt::make_layout(cuda_type(p.out_dtype), n, m, p.stride_out_row)
+                   : lt::make_layout(CUDA_R_32F, n, m, p.n);
+  lt::choose_algo(handle, plan, align);
+  return plan;
+}
+
+// Returns false (nothing launched) when cuBLASLt takes neither form.
+bool run_cublaslt(const ScaledMmParams& p, int device, cudaStream_t stream) {
+  const std::array<uint32_t, 3> align = {lt::alignment_of(p.w), lt::alignment_of(p.a), lt::alignment_of(p.out)};
+  auto scale_mode = [](const float* s, bool per_row) { return s == nullptr ? 0 : per_row ? 2 : 1; };
+  lt::PlanKey key = {lt::kKeyScaledMm, device, static_cast<int64_t>(p.a_dtype), static_cast<int64_t>(p.w_dtype),
+                     static_cast<int64_t>(p.out_dtype), p.bias ? 1 : 0, p.m, p.n, p.k, p.stride_a_row,
+                     p.stride_w_row, p.stride_out_row, scale_mode(p.scale_a, p.scale_a_per_row),
+                     scale_mode(p.scale_w, p.scale_w_per_row), align[0], align[1], align[2], /*fused=*/1};
+  const lt::Plan* plan =
+      &lt::plan(device, key, [&](cublasLtHandle_t h) { return make_fp8_plan(h, p, true, align); });
+  const bool fused = plan->found;
+  if (!fused) {
+    key.back() = 0;
+    plan = &lt::plan(device, key, [&](cublasLtHandle_t h) { return make_fp8_plan(h, p, false, align); });
+    if (!plan->found) return false;
+  }
+  const lt::Context ctx = lt::context(device, stream);
+  // The descriptor carries this call's scale and bias pointers, so it is made per call.
+  cublasLtMatmulDesc_t desc = make_fp8_desc(p, fused);
+  allocator::Scratch prod(device, fused ? 0 : static_cast<size_t>(p.m * p.n) * sizeof(float), stream);
+  void* d = fused ? p.out : prod.get();
+  const float alpha = 1.f, beta = 0.f;
+  const cublasStatus_t st = cublasLtMatmul(ctx.handle, desc, &alpha, p.w, plan->first, p.a, plan->second, &beta, d,
+                                           plan->out, d, plan->out, &plan->algo, ctx.workspace, lt::kWorkspaceBytes,
+                                           stream);
+  cublasLtMatmulDescDestroy(desc);
+  lt::check(st, kOp);
+  if (!fused) {
+    dispatch_float_types(p.out_dtype, kOp, [&](auto o) {
+      using Out = typename decltype(o)::type;
+      if constexpr (is_out_v<Out>) {
+        const int64_t blocks = std::min<int64_t>((p.m * p.n + 255) / 256, int64_t{1} << 16);
+        scale_bias_kernel<Out><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, static_cast<const float*>(d));
+      }
+    });
+  }
+  return true;
+}
+
+}  // namespace
+
+void scaled_mm(const ScaledMmParams& p) {
+  if (p.m == 0 || p.n == 0) return;
+  ANVIL_CHECK(!p.bias || p.bias_dtype == p.out_dtype, DTypeError, kOp, " bias dtype ", dtype_name(p.bias_dtype),
+              " must be the output's (", dtype_name(p.out_dtype), ")");
+  KernelLaunch launch(p.out);
+  if (p.k == 0 || !use_cublaslt(p) || !run_cublaslt(p, launch.device(), launch.stream())) {
+    dispatch_scaled_mm_types(p, [&](auto a, auto w, auto o) {
+      using A = typename decltype(a)::type;
+      using W = typename decltype(w)::type;
+      using Out = typename decltype(o)::type;
+      if (p.k > 0 && use_gemv(p)) launch_gemv<A, W, Out>(p, launch.stream(), gemv_config(p));
+      else launch_tiled<A, W, Out>(p, launch.stream());
+    });
+  }
+  launch.check(kOp);
+}
 
 }  // namespace anvil::cuda_backend

@@ -166,13 +166,14 @@ Tensor scaled_linear(const Tensor& input, const Tensor& weight, const Tensor& we
     return y.to(t).view(out_shape);
   }
   const Tensor x = as_rows(input, m, k);
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
   Tensor out = empty({m, n}, opts);
   ScaledMmParams p;
   p.a = x.raw_data_ptr();
   p.w = weight.raw_data_ptr();
   p.scale_w = static_cast<const float*>(scale.raw_data_ptr());
   p.scale_w_per_row = per_row;
-  p.bias = bias.defined() ? bias.contiguous().raw_data_ptr() : nullptr;
+  p.bias = b.defined() ? b.raw_data_ptr() : nullptr;
   p.bias_dtype = t;
   p.out = out.raw_data_ptr();
   p.a_dtype = t;
