@@ -140,6 +140,148 @@ Case linear_case(Device dev, const std::string& label, int64_t m, int64_t k, int
           group, spec};
 }
 
+// scaled_mm e4m3 x e4m3 -> bf16 with b = W^T of a row-major W [n, k] (the GEMV's and cuBLASLt's
+// layout), tensor-wise or row-wise scales from quantize_fp8; weight copies rotate. The spec's
+// flops let the torch script print TFLOP/s for the compute-bound shapes.
+Case scaled_mm_case(Device dev, int64_t m, int64_t k, int64_t n, bool row_wise) {
+  const double bytes = static_cast<double>(n) * k + static_cast<double>(m) * k + 2.0 * m * n;
+  const std::string recipe = row_wise ? "row-wise" : "tensor-wise";
+  std::string name = "scaled_mm e4m3 " + recipe + " m" + std::to_string(m) + " " + std::to_string(k) + "->" +
+                     std::to_string(n);
+  nlohmann::json spec{{"op", "scaled_mm"}, {"m", m},         {"k", k}, {"n", n}, {"dtype", "float8_e4m3fn"},
+                      {"recipe", row_wise ? "rowwise" : "tensorwise"}, {"out_dtype", "bfloat16"},
+                      {"flops", 2.0 * m * n * k}};
+  return {name, bytes, ceiling_for(dev), [=]() -> Runner {
+            const int rot = rotations_for(dev, static_cast<double>(n) * k);
+            const TensorOptions o = TensorOptions(kFloat32).device(dev);
+            const ScalingType r = row_wise ? ScalingType::RowWise : ScalingType::TensorWise;
+            std::vector<Tensor> b, sb;
+            for (int i = 0; i < rot; ++i) {
+              auto [wq, ws] = quantize_fp8(randn({n, k}, o), r);
+              b.push_back(wq.t());
+              sb.push_back(row_wise ? ws.reshape({1, n}) : ws);
+            }
+            const auto [aq, as] = quantize_fp8(randn({m, k}, o), r);
+            const Tensor a = aq, sa = as;
+            return [=](int i) { (void)scaled_mm(a, b[i % rot], sa, r, sb[i % rot], r); };
+          },
+          "", spec};
+}
+
+// Weight-only FP8 linear: bf16 x [1, k], e4m3 W [n, k] with one scale per weight row.
+Case scaled_linear_case(Device dev, const std::string& label, int64_t k, int64_t n) {
+  const double bytes = static_cast<double>(n) * k + 2.0 * k + 2.0 * n + 4.0 * n;
+  std::string name = "scaled_linear bf16 x e4m3 m1 " + std::to_string(k) + "->" + std::to_string(n) + " " + label;
+  nlohmann::json spec{{"op", "scaled_linear"}, {"m", 1}, {"k", k}, {"n", n}, {"dtype", "bfloat16"},
+                      {"w_dtype", "float8_e4m3fn"}};
+  return {name, bytes, ceiling_for(dev), [=]() -> Runner {
+            const int rot = rotations_for(dev, static_cast<double>(n) * k);
+            const TensorOptions o = TensorOptions(kFloat32).device(dev);
+            std::vector<Tensor> w, s;
+            for (int i = 0; i < rot; ++i) {
+              auto [wq, ws] = quantize_fp8(randn({n, k}, o), ScalingType::RowWise);
+              w.push_back(wq);
+              s.push_back(ws);
+            }
+            Tensor x = randn({1, k}, TensorOptions(kBFloat16).device(dev));
+            return [=](int i) { (void)scaled_linear(x, w[i % rot], s[i % rot]); };
+          },
+          "", spec};
+}
+
+// MoE experts through grouped_mm: `tokens` x top-8 of 128 experts, b = W^T of row-major expert
+// weights W [128, n, k] (transformers' layout). Decode (one token): each call routes to 8 other
+// experts (offs rotate, so the active weights come from DRAM); bytes are the active experts'
+// weights. Prefill: uniform routing, every expert's weights plus activations and output.
+// fp8: e4m3 weights with per-column scales, bf16 activations (scaled_grouped_mm weight-only).
+Case grouped_case(Device dev, const std::string& label, int64_t tokens, int64_t k, int64_t n, bool fp8) {
+  constexpr int64_t kExperts = 128, kTopK = 8;
+  const int64_t rows = tokens * kTopK;
+  const double wes = fp8 ? 1.0 : 2.0, expert_bytes = wes * static_cast<double>(n) * k;
+  const bool decode = tokens == 1;
+  const double bytes = decode ? kTopK * expert_bytes : kExperts * expert_bytes + 2.0 * rows * (k + n);
+  std::string name = std::string("grouped_mm ") + (fp8 ? "bf16 x e4m3 " : "bf16 ") + std::to_string(tokens) + "x top8/128 " +
+                     std::to_string(k) + "->" + std::to_string(n) + " " + label;
+  nlohmann::json spec{{"op", fp8 ? "scaled_grouped_mm" : "grouped_mm"}, {"tokens", tokens}, {"top_k", kTopK},
+                      {"experts", kExperts}, {"k", k}, {"n", n}, {"dtype", "bfloat16"},
+                      {"w_dtype", fp8 ? "float8_e4m3fn" : "bfloat16"}};
+  if (!decode) spec["flops"] = 2.0 * rows * n * k;
+  return {name, bytes, ceiling_for(dev), [=]() -> Runner {
+            const Device d = dev;
+            // Decode: call i takes experts 16 j + i % rot, j < 8 (distinct for rot <= 16).
+            const int rot = decode ? std::min(16, rotations_for(d, kTopK * expert_bytes)) : 1;
+            std::vector<Tensor> offs;
+            for (int i = 0; i < rot; ++i) {
+              std::vector<int32_t> o(kExperts);
+              int32_t count = 0;
+              for (int64_t g = 0; g < kExperts; ++g) {
+                if (decode) count += g % 16 == i ? 1 : 0;
+                else count += static_cast<int32_t>(tokens * kTopK / kExperts);
+                o[static_cast<size_t>(g)] = count;
+              }
+              offs.push_back(from_blob(o.data(), {kExperts}, kInt32).clone().to(d));
+            }
+            Tensor w = mul(randn({kExperts, n, k}, TensorOptions(kBFloat16).device(d)), 0.05);
+            Tensor a = randn({rows, k}, TensorOptions(kBFloat16).device(d));
+            if (!fp8) {
+              Tensor b = w.transpose(1, 2);
+              return [=](int i) { (void)grouped_mm(a, b, offs[i % rot]); };
+            }
+            Tensor b = w.to(kFloat8_e4m3fn).transpose(1, 2);
+            Tensor sb = add(rand({kExperts, n}, TensorOptions(kFloat32).device(d)), 0.5);
+            return [=](int i) { (void)scaled_grouped_mm(a, b, Tensor(), sb, offs[i % rot], kBFloat16); };
+          },
+          "", spec};
+}
+
+// Decode attention of one token, 32 query heads over `kv_heads` cached heads of `ctx` keys:
+// decode_attention with device-side cache lengths, or scaled_dot_product_attention with
+// enable_gqa over the same keys. Bytes are the K / V read (plus q and out); caches rotate.
+Case attention_decode_case(Device dev, int64_t kv_heads, int64_t ctx, int64_t head_dim, bool sdpa) {
+  constexpr int64_t kHeads = 32;
+  const double kv_bytes = 2.0 * 2.0 * kv_heads * ctx * head_dim, bytes = kv_bytes + 4.0 * kHeads * head_dim;
+  std::string name = "attention decode bf16 " + std::to_string(kHeads) + "q/" + std::to_string(kv_heads) + "kv hd" +
+                     std::to_string(head_dim) + " ctx " + std::to_string(ctx) + (sdpa ? " sdpa gqa" : " cache_lens");
+  nlohmann::json spec{{"op", "attention"}, {"batch", 1},      {"heads_q", kHeads}, {"heads_kv", kv_heads},
+                      {"q_len", 1},         {"kv_len", ctx},  {"head_dim", head_dim}, {"causal", false},
+                      {"dtype", "bfloat16"}};
+  return {name, bytes, ceiling_for(dev), [=]() -> Runner {
+            const int rot = rotations_for(dev, kv_bytes);
+            const TensorOptions o = TensorOptions(kBFloat16).device(dev);
+            std::vector<Tensor> k, v;
+            for (int i = 0; i < rot; ++i) {
+              k.push_back(randn({1, kv_heads, ctx, head_dim}, o));
+              v.push_back(randn({1, kv_heads, ctx, head_dim}, o));
+            }
+            Tensor q = randn({1, kHeads, 1, head_dim}, o);
+            Tensor lens = full({1}, ctx, TensorOptions(kInt32).device(dev));
+            if (sdpa)
+              return [=](int i) {
+                (void)scaled_dot_product_attention(q, k[i % rot], v[i % rot], {}, 0.0, false, std::nullopt, true);
+              };
+            return [=](int i) { (void)decode_attention(q, k[i % rot], v[i % rot], lens); };
+          },
+          "", spec};
+}
+
+// Prefill attention, `heads` heads of seq x seq (bf16): compute-bound, the spec's flops (4 L S E
+// per head, half with is_causal) give TFLOP/s in the torch script.
+Case attention_prefill_case(Device dev, int64_t heads, int64_t seq, int64_t head_dim, bool causal) {
+  const double elems = static_cast<double>(heads) * seq * head_dim, bytes = 4.0 * 2.0 * elems;
+  std::string name = "attention prefill bf16 " + std::to_string(heads) + "h " + std::to_string(seq) + "x" +
+                     std::to_string(seq) + " hd" + std::to_string(head_dim) + (causal ? " causal" : "");
+  nlohmann::json spec{{"op", "attention"}, {"batch", 1},     {"heads_q", heads},     {"heads_kv", heads},
+                      {"q_len", seq},       {"kv_len", seq}, {"head_dim", head_dim}, {"causal", causal},
+                      {"dtype", "bfloat16"}, {"flops", 4.0 * elems * seq * (causal ? 0.5 : 1.0)}};
+  return {name, bytes, ceiling_for(dev), [=]() -> Runner {
+            const TensorOptions o = TensorOptions(kBFloat16).device(dev);
+            Tensor q = randn({1, heads, seq, head_dim}, o), k = randn({1, heads, seq, head_dim}, o),
+                   v = randn({1, heads, seq, head_dim}, o);
+            return [=](int) { (void)scaled_dot_product_attention(q, k, v, {}, 0.0, causal); };
+          },
+          "", spec};
+}
+
 // A unary-shaped op over `shape`: rotated inputs, `bytes` read + written per call.
 Case shaped_case(Device dev, const std::string& op, const Shape& shape, DType t, double bytes,
                  std::function<Runner(std::vector<Tensor>, int)> make) {
@@ -167,6 +309,36 @@ std::vector<Case> decode_cases(Device dev) {
   cases.push_back(linear_case(dev, "Qwen3-30B-A3B q_proj", 1, 2048, 4096, kFloat32, false, ""));
   cases.push_back(linear_case(dev, "Qwen2.5-7B q_proj", 1, 3584, 3584, kBFloat16, true, ""));
   for (int64_t m : {2, 4, 8}) cases.push_back(linear_case(dev, "Qwen3-30B-A3B q_proj", m, 2048, 4096, kBFloat16, false, ""));
+
+  // FP8: decode GEMVs (the weight's bytes against copy bandwidth) and the 8192^3 cuBLASLt GEMM
+  // (compute-bound: compare the time, or the TFLOP/s the torch script prints, with PyTorch).
+  for (bool row_wise : {false, true}) {
+    for (int64_t m : {1, 8}) cases.push_back(scaled_mm_case(dev, m, 4096, 4096, row_wise));
+    if (dev.is_cuda()) cases.push_back(scaled_mm_case(dev, 8192, 8192, 8192, row_wise));
+  }
+  cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B q_proj", 2048, 4096));
+  cases.push_back(scaled_linear_case(dev, "Llama-3.1-8B up_proj", 4096, 14336));
+  cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B lm_head", 2048, 151936));
+
+  // MoE experts at the Qwen3-30B-A3B shape: decode gate_up / up and down, bf16 and fp8 weights;
+  // a 512-token prefill.
+  for (bool fp8 : {false, true}) {
+    cases.push_back(grouped_case(dev, "Qwen3-30B-A3B up", 1, 2048, 768, fp8));
+    cases.push_back(grouped_case(dev, "Qwen3-30B-A3B gate_up", 1, 2048, 1536, fp8));
+    cases.push_back(grouped_case(dev, "Qwen3-30B-A3B down", 1, 768, 2048, fp8));
+  }
+  if (dev.is_cuda()) cases.push_back(grouped_case(dev, "Qwen3-30B-A3B gate_up prefill", 512, 2048, 1536, false));
+
+  // Attention: decode over a KV cache (32q / 8kv GQA, head dims 80 and 128), prefill 4K x 4K
+  // head dim 40 and 8K causal head dim 128 (CUDA only: minutes on a CPU).
+  for (int64_t ctx : {4096, 32768}) {
+    for (bool sdpa : {false, true}) cases.push_back(attention_decode_case(dev, 8, ctx, 80, sdpa));
+  }
+  for (int64_t ctx : {4096, 16384}) cases.push_back(attention_decode_case(dev, 8, ctx, 128, false));
+  if (dev.is_cuda()) {
+    cases.push_back(attention_prefill_case(dev, 32, 4096, 40, false));
+    cases.push_back(attention_prefill_case(dev, 32, 8192, 128, true));
+  }
 
   for (const char* op : {"softmax", "log_softmax"}) {
     for (const Shape& shape : {Shape{1, 151936}, Shape{1, 128256}, Shape{32, 128}, Shape{64, 151936}}) {

@@ -6,68 +6,14 @@
 #include <cmath>
 
 #include "harness.h"
+#include "reference/ref_attention.h"
 
 namespace {
 
 using namespace anvil;
 using th::Layout;
 
-// Float64 reference over [B, Hq, L, E] x [B, Hk, S, E] x [B, Hk, S, Ev]. mask: null or the full
-// [B, Hq, L, S] (bool as 0 / 1 when mask_bool, else added). lens: per-batch valid keys or null.
-struct AttnRef {
-  ref::Array out, err;  // err: the per-element tolerance term (see check_attention)
-};
-AttnRef attention_ref(const ref::Array& q, const ref::Array& k, const ref::Array& v, const ref::Array* mask,
-                      bool mask_bool, const std::vector<int64_t>* lens, bool causal, bool from_end, double scale) {
-  const int64_t B = q.sizes[0], Hq = q.sizes[1], L = q.sizes[2], E = q.sizes[3];
-  const int64_t Hk = k.sizes[1], S = k.sizes[2], Ev = v.sizes[3];
-  AttnRef r{ref::Array({B, Hq, L, Ev}), ref::Array({B, Hq, L, Ev})};
-  const double u32 = th::unit_roundoff(kFloat32);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < Hq; ++h) {
-      const int64_t hk = h * Hk / Hq;
-      const int64_t len = lens ? std::clamp<int64_t>((*lens)[static_cast<size_t>(b)], 0, S) : S;
-      for (int64_t i = 0; i < L; ++i) {
-        const int64_t limit = causal ? std::clamp<int64_t>(i + 1 + (from_end ? len - L : 0), 0, len) : len;
-        std::vector<double> s(static_cast<size_t>(limit)), mag(static_cast<size_t>(limit));
-        double mx = -INFINITY, amax = 0;
-        for (int64_t j = 0; j < limit; ++j) {
-          double d = 0, a = 0;
-          for (int64_t e = 0; e < E; ++e) {
-            d += q.at({b, h, i, e}) * k.at({b, hk, j, e});
-            a += std::fabs(q.at({b, h, i, e}) * k.at({b, hk, j, e}));
-          }
-          d *= scale;
-          amax = std::max(amax, a * std::fabs(scale));
-          if (mask) {
-            const double m = mask->at({b, h, i, j});
-            if (mask_bool) d = m != 0 ? d : -INFINITY;
-            else d += m;
-          }
-          s[static_cast<size_t>(j)] = d;
-          mx = std::max(mx, d);
-        }
-        if (mx == -INFINITY) continue;  // zeros
-        double sum = 0;
-        for (double& x : s) sum += x = std::exp(x - mx);
-        for (int64_t e = 0; e < Ev; ++e) {
-          double o = 0, mag_sum = 0;
-          for (int64_t j = 0; j < limit; ++j) {
-            o += s[static_cast<size_t>(j)] / sum * v.at({b, hk, j, e});
-            mag_sum += s[static_cast<size_t>(j)] / sum * std::fabs(v.at({b, hk, j, e}));
-          }
-          r.out.at({b, h, i, e}) = o;
-          // score errors of float32 dots (2 E u |q||k|) move the weights by twice that; exp,
-          // the sums over S keys and the division add (2 S + 16) u.
-          r.err.at({b, h, i, e}) =
-              (4.0 * static_cast<double>(E) * amax + 2.0 * static_cast<double>(limit) + 16.0) * u32 * mag_sum;
-        }
-      }
-    }
-  return r;
-}
-
-::testing::AssertionResult check_attention(const Tensor& got, const AttnRef& want, DType t) {
+::testing::AssertionResult check_attention(const Tensor& got, const ref::AttentionRef& want, DType t) {
   ref::Array err = want.err;
   const DType acc = t == kFloat64 ? kFloat64 : kFloat32;
   if (acc == kFloat64)
@@ -150,7 +96,7 @@ TEST_P(Attention, Table) {
           const double scale = 1.0 / std::sqrt(static_cast<double>(c.E));
           Tensor y = scaled_dot_product_attention(tq, tk, tv, {}, 0.0, causal, std::nullopt, gqa);
           ASSERT_TRUE(th::expect_shape(y, {c.B, c.Hq, c.L, c.Ev}, t));
-          ASSERT_TRUE(check_attention(y, attention_ref(q, k, v, nullptr, false, nullptr, causal, false, scale), t));
+          ASSERT_TRUE(check_attention(y, ref::attention(q, k, v, nullptr, false, nullptr, causal, false, scale), t));
         }))
           return;
       }
@@ -182,7 +128,7 @@ TEST_P(Attention, Masks) {
           Tensor y = scaled_dot_product_attention(th::make_tensor(q, t, dev()), th::make_tensor(k, t, dev()),
                                                   th::make_tensor(v, t, dev()), th::make_tensor(m, mt, dev()), 0.0,
                                                   false, 0.3);
-          ASSERT_TRUE(check_attention(y, attention_ref(q, k, v, &full, mt == kBool, nullptr, false, false, 0.3), t));
+          ASSERT_TRUE(check_attention(y, ref::attention(q, k, v, &full, mt == kBool, nullptr, false, false, 0.3), t));
         }))
           return;
       }
@@ -248,7 +194,7 @@ TEST_P(Attention, Broadcasting) {
       return r;
     };
     const int64_t L = c.q[c.q.size() - 2], S = c.k[c.k.size() - 2];
-    AttnRef want = attention_ref(expand(q, L, c.q.back()), expand(k, S, c.k.back()), expand(v, S, c.v.back()), nullptr,
+    ref::AttentionRef want = ref::attention(expand(q, L, c.q.back()), expand(k, S, c.k.back()), expand(v, S, c.v.back()), nullptr,
                                  false, nullptr, false, false, 1.0 / std::sqrt(static_cast<double>(c.q.back())));
     EXPECT_TRUE(check_attention(y, want, kFloat32));
   }
@@ -281,7 +227,7 @@ TEST_P(Attention, DecodeAttentionOverCache) {
                                       th::make_tensor(vp, t, dev()), th::make_tensor(la, kInt32, dev()));
           ASSERT_TRUE(th::expect_shape(y, {B, Hq, L, E}, t));
           ASSERT_TRUE(check_attention(
-              y, attention_ref(q, k, v, nullptr, false, &lens, true, true, 1.0 / std::sqrt(static_cast<double>(E))), t));
+              y, ref::attention(q, k, v, nullptr, false, &lens, true, true, 1.0 / std::sqrt(static_cast<double>(E))), t));
         }))
           return;
       }
@@ -298,7 +244,7 @@ TEST_P(Attention, ManyBatchHeads) {
   ref::Array v = th::random_array({c.B, c.Hk, c.S, c.Ev}, kBFloat16, g, -1, 1);
   Tensor y = scaled_dot_product_attention(th::make_tensor(q, kBFloat16, dev()), th::make_tensor(k, kBFloat16, dev()),
                                           th::make_tensor(v, kBFloat16, dev()));
-  EXPECT_TRUE(check_attention(y, attention_ref(q, k, v, nullptr, false, nullptr, false, false, 1.0 / std::sqrt(8.0)),
+  EXPECT_TRUE(check_attention(y, ref::attention(q, k, v, nullptr, false, nullptr, false, false, 1.0 / std::sqrt(8.0)),
                               kBFloat16));
 }
 
@@ -417,7 +363,7 @@ TEST(AttentionGraph, DecodeReplaysNewLengths) {
     Tensor eager = decode_attention(q, tk, tv, lens);
     s.synchronize();
     EXPECT_EQ(th::to_bits(y), th::to_bits(eager)) << "lens " << l[0] << ", " << l[1];
-    EXPECT_TRUE(check_attention(y, attention_ref(nq.a, k, v, nullptr, false, &l, true, true, 1.0 / std::sqrt(80.0)),
+    EXPECT_TRUE(check_attention(y, ref::attention(nq.a, k, v, nullptr, false, &l, true, true, 1.0 / std::sqrt(80.0)),
                                 kBFloat16));
   }
   graph.reset();

@@ -1,8 +1,965 @@
-// Placeholder until the CUDA attention kernels land: the op exists on the CPU only.
+// Attention on CUDA: out = softmax(q k^T * scale + mask) v per (batch, query head), with float32
+// scores, softmax and accumulation and one rounding at the store (AttentionParams, core/params.h).
+//  decode (q_len <= 8, head_dim = v_head_dim in {64, 80, 96, 128, 256}, 16-byte K / V rows):
+//    split-K over the keys (flash-decoding). A block of 256 threads serves every query head
+//    of one kv head (up to 8 rows: heads x q_len) over one key range, so K and V leave DRAM
+//    once; key tiles stream through shared memory by cp.async, double-buffered; SIMT float32
+//    math. Splits write (max, sum, unnormalised output) partials that a second kernel
+//    combines; it is launched as a programmatic dependent, so its blocks wait resident instead
+//    of being launched after the first kernel drains.
+//  prefill (bfloat16 / float16, head_dim = v_head_dim <= 256, a multiple of 8, 16-byte rows):
+//    FlashAttention-2: a block per 128 query rows (64 above head_dim 128) of one head, 4 warps
+//    of 16-row m-tiles, mma.sync m16n8k16 for q k^T and p v with float32 accumulators, online
+//    softmax in registers; K / V tiles double-buffered by cp.async; causal blocks stop at their
+//    last visible key. p enters the p v product as two 16-bit terms (see kExactP).
+//  simple (everything else: float32 / float64 beyond decode, odd head dims, unaligned rows,
+//    head_dim > 256): 16 query rows per block, 32-key tiles converted into shared memory, a lane
+//    per key for the scores and per output column for p v.
+// Scores live in log2 units (x log2(e)) so that every exponential is one ex2.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "core/dispatch.h"
 #include "core/kernels.h"
+#include "cuda/allocator.h"
+#include "cuda/device/convert.cuh"
+#include "cuda/device/mma.cuh"
+#include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
+namespace {
 
-void attention(const AttentionParams&) { throw DeviceError("[scaled_dot_product_attention] not implemented on CUDA yet"); }
+using cuda_device::cp_async16;
+using cuda_device::cp_async_commit;
+using cuda_device::cp_async_wait;
+using cuda_device::ldmatrix_x4;
+using cuda_device::ldmatrix_x4_trans;
+using cuda_device::mma_m16n8k16;
+using cuda_device::smem_u32;
+using cuda_device::to_compute;
+
+constexpr float kLog2e = 1.4426950408889634f;
+// The prefill's p v product takes p as hi + lo in two 16-bit mma operands: rounding p once to
+// bfloat16 (FlashAttention's choice) moves the output by up to 2^-9 of sum |p v|, more than
+// float32 accumulation allows. 1.5x the mma work; false restores the single product.
+constexpr bool kExactP = true;
+constexpr int kMaxSmem = 227 * 1024;  // per block on sm_90
+
+// ---- shared helpers
+
+// Valid keys of batch b: kv_lens[b] clamped to [0, kv_len], or kv_len.
+__device__ __forceinline__ int64_t valid_len(const AttentionParams& p, int64_t b) {
+  if (!p.kv_lens) return p.kv_len;
+  return std::min<int64_t>(std::max<int64_t>(p.kv_lens[b], 0), p.kv_len);
+}
+
+// Query row i attends keys j < key_end(i); shift = len - q_len for bottom-right causal.
+__device__ __forceinline__ int64_t key_end(const AttentionParams& p, int64_t len, int64_t shift, int64_t i) {
+  return p.causal ? std::max<int64_t>(0, std::min(len, i + shift + 1)) : len;
+}
+
+// Additive mask value at element offset `off`, natural-log units; bool false is -inf.
+template <typename A>
+__device__ __forceinline__ A mask_at(const AttentionParams& p, int64_t off) {
+  switch (p.mask_dtype) {
+    case DType::Bool: return static_cast<const bool*>(p.mask)[off] ? A(0) : A(-INFINITY);
+    case DType::BFloat16: return to_compute(static_cast<const BFloat16*>(p.mask)[off]);
+    case DType::Float16: return to_compute(static_cast<const Half*>(p.mask)[off]);
+    case DType::Float64: return static_cast<A>(static_cast<const double*>(p.mask)[off]);
+    default: return static_cast<const float*>(p.mask)[off];
+  }
+}
+
+__device__ __forceinline__ int64_t mask_offset(const AttentionParams& p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  return b * p.stride_mask[0] + h * p.stride_mask[1] + i * p.stride_mask[2] + j * p.stride_mask[3];
+}
+
+// 2^x; ex2.approx flushes results below 2^-126 to zero, which no softmax weight notices.
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// 16 bytes of T -> 16 / sizeof(T) floats.
+template <typename T>
+__device__ __forceinline__ void unpack16(const void* src, float* f) {
+  const uint4 u = *static_cast<const uint4*>(src);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] = __uint_as_float(w[i]);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  }
+}
+
+// Two floats -> one register of the mma operand type, `lo` in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// p = hi + lo in the mma operand type: hi is p rounded, lo the rounding error rounded, so
+// hi v + lo v carries p to about twice the type's precision (lo = 0 without kExactP).
+template <typename T>
+__device__ __forceinline__ void split2(float p0, float p1, uint32_t& hi, uint32_t& lo) {
+  hi = pack2<T>(p0, p1);
+  if constexpr (kExactP) {
+    float h[2];
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      h[0] = __uint_as_float(hi << 16);
+      h[1] = __uint_as_float(hi & 0xFFFF0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+      h[0] = f.x;
+      h[1] = f.y;
+    }
+    lo = pack2<T>(p0 - h[0], p1 - h[1]);  // exact differences
+  } else {
+    lo = 0;
+  }
+}
+
+template <typename T, typename A>
+__device__ __forceinline__ void store_out(const AttentionParams& p, int64_t off, A v) {
+  static_cast<T*>(p.out)[off] = cuda_device::from_compute<T>(v);
+}
+
+// ---- decode: split-K, one block per (batch, kv head, head chunk, split)
+
+constexpr int kDecodeThreads = 256;
+constexpr int kDecodeMaxRows = 8;
+constexpr int kMaxSplits = 1024;  // the combine kernel's shared weights
+
+template <typename T, int D, int R>  // R: rows held per block (4 or 8)
+struct DecodeShape {
+  static constexpr int kPack = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte load
+  static constexpr int kPacks = D / kPack;                          // loads per row
+  static constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
+  // An odd number of 16-byte units: the 8 rows a quarter warp reads hit distinct banks.
+  static constexpr int kPitch = kRowBytes + ((kRowBytes / 16) % 2 == 0 ? 16 : 0);
+  static constexpr int kTile = kRowBytes <= 128 ? 128 : kRowBytes <= 256 ? 64 : 32;  // keys
+  static constexpr int kTpk = kDecodeThreads / kTile;      // threads per key for the scores
+  static constexpr int kPacksPerThread = (kPacks + kTpk - 1) / kTpk;
+  static constexpr int kGroups = kDecodeThreads / kPacks;  // key groups for p v
+  static constexpr int kStageBytes = 2 * kTile * kPitch;   // K then V
+  static constexpr int kRedBytes = kGroups * R * D * 4;
+  static constexpr int kFloats = R * (D + kTile + 3);      // q, scores, m / l / alpha
+  static_assert(kRowBytes % 16 == 0 && kGroups >= 1 && kTpk <= 32);
+  static constexpr int region(int stages) {
+    return stages * kStageBytes > kRedBytes ? stages * kStageBytes : kRedBytes;
+  }
+  static constexpr int smem(int stages) { return region(stages) + R * 32 + kFloats * 4; }
+};
+
+struct DecodePlan {
+  int64_t chunks, heads_per_chunk, splits, tiles_per_split;
+  int stages;
+};
+
+// Per-row constants, computed once per block (64-bit divisions stay out of the key loops).
+struct DecodeRow {
+  int64_t key_end;   // keys [0, key_end) of this row (valid length and causal limit)
+  int64_t mask_off;  // mask offset of key 0
+  int64_t out_off;   // output offset of column 0
+  int64_t part_row;  // (b, h, i) row index into the split partials
+};
+
+template <typename T, int D, int R>
+__global__ void __launch_bounds__(kDecodeThreads)
+    attention_decode_kernel(const __grid_constant__ AttentionParams p, const DecodePlan plan, float* part_ml,
+                            float* part_acc) {
+  using S = DecodeShape<T, D, R>;
+  asm volatile("griddepcontrol.launch_dependents;");  // let the combine kernel's blocks come in
+  extern __shared__ __align__(128) unsigned char smem[];
+  DecodeRow* row_s = reinterpret_cast<DecodeRow*>(smem + S::region(plan.stages));
+  float* q_s = reinterpret_cast<float*>(row_s + R);  // [R][D]
+  float* s_s = q_s + R * D;                           // [R][kTile] scores, then weights
+  float* m_s = s_s + R * S::kTile;
+  float* l_s = m_s + R;
+  float* alpha_s = l_s + R;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  int64_t id = blockIdx.x;
+  const int64_t split = id % plan.splits;
+  id /= plan.splits;
+  const int64_t chunk = id % plan.chunks;
+  id /= plan.chunks;
+  const int64_t hkv = id % p.heads_kv, b = id / p.heads_kv;
+  const int64_t group = p.heads_q / p.heads_kv;
+  const int64_t h0 = hkv * group + chunk * plan.heads_per_chunk;
+  const int rows = static_cast<int>(std::min(plan.heads_per_chunk, group - chunk * plan.heads_per_chunk) * p.q_len);
+  const int64_t len = valid_len(p, b), shift = p.causal_from_end ? len - p.q_len : 0;
+  const int64_t k0 = split * plan.tiles_per_split * S::kTile;
+  const int64_t k1 = std::min(k0 + plan.tiles_per_split * S::kTile, key_end(p, len, shift, p.q_len - 1));
+  const int64_t tiles = k1 > k0 ? (k1 - k0 + S::kTile - 1) / S::kTile : 0;
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+
+  if (tid < rows) {
+    const int64_t h = h0 + tid / p.q_len, i = tid % p.q_len;
+    row_s[tid] = {key_end(p, len, shift, i), p.mask ? mask_offset(p, b, h, i, 0) : 0,
+                  b * p.stride_out[0] + h * p.stride_out[1] + i * p.stride_out[2], (b * p.heads_q + h) * p.q_len + i};
+  }
+  if (tid < R) {
+    m_s[tid] = -INFINITY;
+    l_s[tid] = 0.f;
+  }
+  for (int r = warp; r < rows; r += kDecodeThreads / 32) {
+    const int64_t h = h0 + r / p.q_len, i = r % p.q_len;
+    const T* q = static_cast<const T*>(p.q) + b * p.stride_q[0] + h * p.stride_q[1] + i * p.stride_q[2];
+    for (int d = lane; d < D; d += 32) q_s[r * D + d] = to_compute(q[d]);
+  }
+
+  const T* kbase = static_cast<const T*>(p.k) + b * p.stride_k[0] + hkv * p.stride_k[1];
+  const T* vbase = static_cast<const T*>(p.v) + b * p.stride_v[0] + hkv * p.stride_v[1];
+  auto load_tile = [&](int64_t t) {
+    const uint32_t dst = smem_u32(smem + (t % plan.stages) * S::kStageBytes);
+    const int64_t kt = k0 + t * S::kTile;
+    for (int idx = tid; idx < 2 * S::kTile * S::kPacks; idx += kDecodeThreads) {
+      const int which = idx / (S::kTile * S::kPacks), rem = idx % (S::kTile * S::kPacks);
+      const int j = rem / S::kPacks, c = rem % S::kPacks;
+      const bool ok = kt + j < k1;  // keys past the valid length may hold anything: never read
+      const T* src = which ? vbase + (ok ? (kt + j) * p.stride_v[2] : 0) : kbase + (ok ? (kt + j) * p.stride_k[2] : 0);
+      cp_async16(dst + (which * S::kTile + j) * S::kPitch + c * 16, src + c * S::kPack, ok ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+
+  float acc[R][S::kPack] = {};
+  const int pc = tid % S::kPacks, kg = tid / S::kPacks;  // p v: 16-byte column, key group
+  if (tiles > 0) load_tile(0);
+  for (int64_t t = 0; t < tiles; ++t) {
+    if (plan.stages > 1 && t + 1 < tiles) {
+      load_tile(t + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const unsigned char* ks = smem + (t % plan.stages) * S::kStageBytes;
+    const unsigned char* vs = ks + S::kTile * S::kPitch;
+    const int64_t kt = k0 + t * S::kTile;
+
+    {  // scores: kTpk neighbouring threads per key, each over a share of the 16-byte loads
+      const int j = tid / S::kTpk, sub = tid % S::kTpk;
+      float dot[R] = {};
+#pragma unroll
+      for (int cc = 0; cc < S::kPacksPerThread; ++cc) {
+        const int c = cc * S::kTpk + sub;
+        if (c < S::kPacks) {
+          float kf[S::kPack];
+          unpack16<T>(ks + j * S::kPitch + c * 16, kf);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int e = 0; e < S::kPack; e += 4) {
+              const float4 qv = *reinterpret_cast<const float4*>(q_s + r * D + c * S::kPack + e);
+              dot[r] += qv.x * kf[e] + qv.y * kf[e + 1] + qv.z * kf[e + 2] + qv.w * kf[e + 3];
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int o = S::kTpk / 2; o > 0; o >>= 1) dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], o);
+      }
+      if (sub == 0) {
+        const int64_t key = kt + j;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < rows) {
+            float s = -INFINITY;
+            if (key < row_s[r].key_end) {
+              s = dot[r] * scale_log2;
+              if (p.mask) s += mask_at<float>(p, row_s[r].mask_off + key * p.stride_mask[3]) * kLog2e;
+            }
+            s_s[r * S::kTile + j] = s;
+          }
+        }
+      }
+    }
+    __syncthreads();
+    // online softmax: warp w owns row w
+    for (int r = warp; r < rows; r += kDecodeThreads / 32) {
+      float* sr = s_s + r * S::kTile;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = lane; j < S::kTile; j += 32) mx = fmaxf(mx, sr[j]);
+      mx = warp_max(mx);
+      const float m_old = m_s[r], m_new = fmaxf(m_old, mx), m_use = m_new == -INFINITY ? 0.f : m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = lane; j < S::kTile; j += 32) {
+        const float e = exp2f(sr[j] - m_use);
+        sr[j] = e;
+        sum += e;
+      }
+      sum = warp_sum(sum);
+      __syncwarp();
+      if (lane == 0) {
+        const float alpha = exp2f(m_old - m_use);
+        alpha_s[r] = alpha;
+        l_s[r] = l_s[r] * alpha + sum;
+        m_s[r] = m_new;
+      }
+    }
+    __syncthreads();
+    if (kg < S::kGroups) {  // p v: this thread's 16-byte column over keys kg, kg + kGroups, ...
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float a = r < rows ? alpha_s[r] : 1.f;
+#pragma unroll
+        for (int e = 0; e < S::kPack; ++e) acc[r][e] *= a;
+      }
+      for (int j = kg; j < S::kTile; j += S::kGroups) {
+        float vf[S::kPack];
+        unpack16<T>(vs + j * S::kPitch + pc * 16, vf);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < rows) {
+            const float w = s_s[r * S::kTile + j];
+#pragma unroll
+            for (int e = 0; e < S::kPack; ++e) acc[r][e] += w * vf[e];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // Sum the key groups' partial outputs through shared memory (the stages are free now).
+  float* red = reinterpret_cast<float*>(smem);  // [kGroups][R][D]
+  if (kg < S::kGroups) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r < rows) {
+#pragma unroll
+        for (int e = 0; e < S::kPack; ++e) red[(kg * R + r) * D + pc * S::kPack + e] = acc[r][e];
+      }
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < rows * D; idx += kDecodeThreads) {
+    const int r = idx / D, d = idx % D;
+    float o = 0.f;
+    for (int g = 0; g < S::kGroups; ++g) o += red[(g * R + r) * D + d];
+    if (plan.splits == 1) {
+      const float l = l_s[r];
+      store_out<T>(p, row_s[r].out_off + d, l == 0.f ? 0.f : o / l);
+    } else {
+      part_acc[(row_s[r].part_row * plan.splits + split) * D + d] = o;  // zeros for an empty split
+    }
+  }
+  if (plan.splits > 1 && tid < rows) {
+    const int64_t at = (row_s[tid].part_row * plan.splits + split) * 2;
+    part_ml[at] = m_s[tid];
+    part_ml[at + 1] = l_s[tid];
+  }
+}
+
+// Max and sum over a block of kDecodeThreads; every thread gets the result.
+template <bool kMax>
+__device__ __forceinline__ float block_all(float v, float* scratch) {
+  v = kMax ? warp_max(v) : warp_sum(v);
+  __syncthreads();  // scratch may still be read from a previous call
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < kDecodeThreads / 32; ++w) v = kMax ? fmaxf(v, scratch[w]) : v + scratch[w];
+  return v;
+}
+
+// One block per (batch, head, row): weights 2^(m_s - max) of the splits, then each output
+// column sums its splits' partials (threads split the splits too, so many loads are in flight).
+template <typename T>
+__global__ void __launch_bounds__(kDecodeThreads)
+    attention_combine_kernel(const __grid_constant__ AttentionParams p, int64_t splits, const float* part_ml,
+                             const float* part_acc) {
+  __shared__ float w_s[kMaxSplits];
+  __shared__ float scratch[kDecodeThreads / 32];
+  __shared__ float sums[kDecodeThreads];
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the decode kernel has finished
+  const int tid = threadIdx.x;
+  const int64_t row = blockIdx.x, dv = p.v_head_dim;
+  const float* ml = part_ml + row * splits * 2;
+  float mx = -INFINITY;
+  for (int64_t s = tid; s < splits; s += kDecodeThreads) mx = fmaxf(mx, ml[2 * s]);
+  mx = block_all<true>(mx, scratch);
+  float l = 0.f;
+  for (int64_t s = tid; s < splits; s += kDecodeThreads) {
+    const float m = ml[2 * s], w = m == -INFINITY ? 0.f : exp2f(m - mx);
+    w_s[s] = w;
+    l += w * ml[2 * s + 1];
+  }
+  l = block_all<false>(l, scratch);  // its barriers also publish w_s
+  const int groups = static_cast<int>(kDecodeThreads / dv);
+  const int d = static_cast<int>(tid % dv), g = static_cast<int>(tid / dv);
+  float o = 0.f;
+  if (g < groups) {
+    const float* acc = part_acc + row * splits * dv + d;
+#pragma unroll 4
+    for (int64_t s = g; s < splits; s += groups) o += w_s[s] * acc[s * dv];
+  }
+  sums[tid] = o;
+  __syncthreads();
+  if (g == 0) {
+    for (int x = 1; x < groups; ++x) o += sums[x * dv + d];
+    const int64_t i = row % p.q_len, h = (row / p.q_len) % p.heads_q, b = row / (p.q_len * p.heads_q);
+    store_out<T>(p, b * p.stride_out[0] + h * p.stride_out[1] + i * p.stride_out[2] + d, l == 0.f ? 0.f : o / l);
+  }
+}
+
+// ---- prefill: FlashAttention-2 with mma.sync; one block per (batch, head, row block)
+
+constexpr int kPrefillWarps = 4;
+
+template <int D>  // D: the head dim padded to a multiple of 16
+struct PrefillShape {
+  static constexpr int kMTiles = D <= 128 ? 2 : 1;         // 16-row m-tiles per warp
+  static constexpr int kRows = kPrefillWarps * 16 * kMTiles;
+  static constexpr int kKeys = D <= 64 ? 64 : 32;          // keys per tile
+  static constexpr int kChunks = D / 8;                    // 16-byte chunks per row
+  static constexpr int kPitch = D * 2 + 16;                // bytes: an odd number of 16-byte units
+  static constexpr int kKSteps = D / 16;
+  static constexpr int kNTiles = kKeys / 8;                // 8-key tiles of the scores
+  static constexpr int kDTiles = D / 8;                    // 8-column tiles of the output
+  static constexpr bool kQInRegs = kMTiles * kKSteps * 4 <= 32;
+  static constexpr int kStageBytes = 2 * kKeys * kPitch;   // K then V
+  static constexpr int kSmem = kRows * kPitch + 2 * kStageBytes;
+  static_assert(D % 16 == 0 && (D / 8) % 2 == 0);
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kPrefillWarps * 32)
+    attention_prefill_kernel(const __grid_constant__ AttentionParams p, int64_t row_blocks) {
+  using S = PrefillShape<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t q_s = smem_u32(smem), kv_s = q_s + S::kRows * S::kPitch;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4;
+
+  int64_t id = blockIdx.x;
+  int64_t rb = id % row_blocks;
+  id /= row_blocks;
+  if (p.causal) rb = row_blocks - 1 - rb;  // the longest blocks first
+  const int64_t h = id % p.heads_q, b = id / p.heads_q;
+  const int64_t hkv = h * p.heads_kv / p.heads_q;
+  const int64_t len = valid_len(p, b), shift = p.causal_from_end ? len - p.q_len : 0;
+  const int64_t r0 = rb * S::kRows;
+  const int64_t last_row = std::min<int64_t>(r0 + S::kRows, p.q_len) - 1;
+  const int64_t kv_end = key_end(p, len, shift, last_row);
+  const int64_t tiles = (kv_end + S::kKeys - 1) / S::kKeys;
+  const int64_t rw0 = r0 + warp * 16 * S::kMTiles, rw1 = rw0 + 16 * S::kMTiles - 1;  // this warp's rows
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+
+  const T* qbase = static_cast<const T*>(p.q) + b * p.stride_q[0] + h * p.stride_q[1];
+  const T* kbase = static_cast<const T*>(p.k) + b * p.stride_k[0] + hkv * p.stride_k[1];
+  const T* vbase = static_cast<const T*>(p.v) + b * p.stride_v[0] + hkv * p.stride_v[1];
+  // Rows [row0, row0 + n) of one operand into shared memory; rows past `limit` and columns past
+  // head_dim are zero-filled, so padded products add zeros and unread keys hold no NaN.
+  auto load_rows = [&](uint32_t dst, const T* base, int64_t stride_row, int64_t row0, int n, int64_t limit) {
+    for (int idx = tid; idx < n * S::kChunks; idx += kPrefillWarps * 32) {
+      const int r = idx / S::kChunks, c = idx % S::kChunks;
+      const bool ok = row0 + r < limit && c * 8 < p.head_dim;
+      cp_async16(dst + r * S::kPitch + c * 16, ok ? base + (row0 + r) * stride_row + c * 8 : base, ok ? 16 : 0);
+    }
+  };
+  auto load_kv = [&](int64_t t) {
+    const uint32_t st = kv_s + (t % 2) * S::kStageBytes;
+    load_rows(st, kbase, p.stride_k[2], t * S::kKeys, S::kKeys, kv_end);
+    load_rows(st + S::kKeys * S::kPitch, vbase, p.stride_v[2], t * S::kKeys, S::kKeys, kv_end);
+  };
+
+  float o[S::kMTiles][S::kDTiles][4] = {};
+  float m_r[S::kMTiles][2], l_r[S::kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < S::kMTiles; ++mt) {
+    m_r[mt][0] = m_r[mt][1] = -INFINITY;
+    l_r[mt][0] = l_r[mt][1] = 0.f;
+  }
+  uint32_t qf[S::kQInRegs ? S::kMTiles : 1][S::kQInRegs ? S::kKSteps : 1][4];
+  // A operand (16 rows x 16 columns of q) at this lane's ldmatrix row address.
+  auto q_addr = [&](int mt, int ks) {
+    return q_s + (warp * 16 * S::kMTiles + mt * 16 + lane % 8 + (lane / 8 % 2) * 8) * S::kPitch +
+           (ks * 16 + (lane / 16) * 8) * 2;
+  };
+
+  if (tiles > 0) {
+    load_rows(q_s, qbase, p.stride_q[2], r0, S::kRows, p.q_len);
+    load_kv(0);
+  }
+  cp_async_commit();
+  for (int64_t t = 0; t < tiles; ++t) {
+    if (t + 1 < tiles) load_kv(t + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if constexpr (S::kQInRegs) {
+      if (t == 0) {
+#pragma unroll
+        for (int mt = 0; mt < S::kMTiles; ++mt)
+#pragma unroll
+          for (int ks = 0; ks < S::kKSteps; ++ks) ldmatrix_x4(qf[mt][ks], q_addr(mt, ks));
+      }
+    }
+    const int64_t kt = t * S::kKeys;
+    // A warp whose rows all end before this tile (causal) has nothing to add.
+    if (!(p.causal && kt > rw1 + shift)) {
+      const uint32_t ks_s = kv_s + (t % 2) * S::kStageBytes, vs_s = ks_s + S::kKeys * S::kPitch;
+      float s[S::kMTiles][S::kNTiles][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < S::kKSteps; ++ks) {
+        uint32_t a[S::kMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < S::kMTiles; ++mt) {
+          if constexpr (S::kQInRegs) {
+#pragma unroll
+            for (int x = 0; x < 4; ++x) a[mt][x] = qf[mt][ks][x];
+          } else {
+            ldmatrix_x4(a[mt], q_addr(mt, ks));
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < S::kNTiles / 2; ++np) {
+          uint32_t bk[4];
+          ldmatrix_x4(bk, ks_s + (np * 16 + lane % 8 + (lane / 16) * 8) * S::kPitch +
+                              (ks * 16 + (lane / 8 % 2) * 8) * 2);
+#pragma unroll
+          for (int mt = 0; mt < S::kMTiles; ++mt) {
+            mma_m16n8k16<T>(s[mt][2 * np], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[0], bk[1]);
+            mma_m16n8k16<T>(s[mt][2 * np + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[2], bk[3]);
+          }
+        }
+      }
+      // Scale to log2 units; the tiles that cross a boundary (valid length, causal diagonal,
+      // any mask) check each element.
+#pragma unroll
+      for (int mt = 0; mt < S::kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < S::kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] *= scale_log2;
+      if (kt + S::kKeys > len || (p.causal && kt + S::kKeys - 1 > rw0 + shift)) {
+        // Row (mt, hf) keeps tile keys [0, lim): 32-bit compares, one limit per row.
+#pragma unroll
+        for (int mt = 0; mt < S::kMTiles; ++mt) {
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int64_t end = key_end(p, len, shift, rw0 + mt * 16 + g + 8 * hf) - kt;
+            const int lim = static_cast<int>(std::clamp<int64_t>(end, 0, S::kKeys));
+#pragma unroll
+            for (int nt = 0; nt < S::kNTiles; ++nt) {
+              if (nt * 8 + 2 * t4 >= lim) s[mt][nt][2 * hf] = -INFINITY;
+              if (nt * 8 + 2 * t4 + 1 >= lim) s[mt][nt][2 * hf + 1] = -INFINITY;
+            }
+          }
+        }
+      }
+      if (p.mask) {
+#pragma unroll
+        for (int mt = 0; mt < S::kMTiles; ++mt) {
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            // rows past q_len are never stored: they read the last row's mask
+            const int64_t row = std::min<int64_t>(rw0 + mt * 16 + g + 8 * hf, p.q_len - 1);
+            const int64_t off = mask_offset(p, b, h, row, kt + 2 * t4);
+            const int64_t valid = len - kt - 2 * t4;  // keys past the valid length: already -inf, not read
+#pragma unroll
+            for (int nt = 0; nt < S::kNTiles; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                if (nt * 8 + e < valid)
+                  s[mt][nt][2 * hf + e] += mask_at<float>(p, off + (nt * 8 + e) * p.stride_mask[3]) * kLog2e;
+              }
+            }
+          }
+        }
+      }
+      // Online softmax per row (rows g and g + 8 of each m-tile; a row spans the 4 lanes of g).
+#pragma unroll
+      for (int mt = 0; mt < S::kMTiles; ++mt) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int nt = 0; nt < S::kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hf], s[mt][nt][2 * hf + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m_r[mt][hf], mx), m_use = m_new == -INFINITY ? 0.f : m_new;
+          const float alpha = exp2_fast(m_r[mt][hf] - m_use);
+          m_r[mt][hf] = m_new;
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < S::kNTiles; ++nt) {
+#pragma unroll
+            for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+              s[mt][nt][e] = exp2_fast(s[mt][nt][e] - m_use);
+              sum += s[mt][nt][e];
+            }
+          }
+          l_r[mt][hf] = l_r[mt][hf] * alpha + sum;  // this lane's share; the 4 lanes add at the end
+#pragma unroll
+          for (int dt = 0; dt < S::kDTiles; ++dt) {
+            o[mt][dt][2 * hf] *= alpha;
+            o[mt][dt][2 * hf + 1] *= alpha;
+          }
+        }
+      }
+      // o += p v: the score accumulators of two 8-key tiles are the A fragment of one k16 step.
+#pragma unroll
+      for (int kk = 0; kk < S::kKeys / 16; ++kk) {
+        uint32_t a[S::kMTiles][4], a_lo[S::kMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < S::kMTiles; ++mt) {
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const int nt = 2 * kk + x / 2, e = (x % 2) * 2;
+            split2<T>(s[mt][nt][e], s[mt][nt][e + 1], a[mt][x], a_lo[mt][x]);
+          }
+        }
+#pragma unroll
+        for (int dp = 0; dp < S::kDTiles / 2; ++dp) {
+          uint32_t bv[4];
+          ldmatrix_x4_trans(bv, vs_s + (kk * 16 + lane % 8 + (lane / 8 % 2) * 8) * S::kPitch +
+                                    (dp * 16 + (lane / 16) * 8) * 2);
+#pragma unroll
+          for (int mt = 0; mt < S::kMTiles; ++mt) {
+            mma_m16n8k16<T>(o[mt][2 * dp], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bv[0], bv[1]);
+            mma_m16n8k16<T>(o[mt][2 * dp + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bv[2], bv[3]);
+            if constexpr (kExactP) {
+              mma_m16n8k16<T>(o[mt][2 * dp], a_lo[mt][0], a_lo[mt][1], a_lo[mt][2], a_lo[mt][3], bv[0], bv[1]);
+              mma_m16n8k16<T>(o[mt][2 * dp + 1], a_lo[mt][0], a_lo[mt][1], a_lo[mt][2], a_lo[mt][3], bv[2], bv[3]);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // the stage is refilled next iteration
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int mt = 0; mt < S::kMTiles; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float l = l_r[mt][hf];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l == 0.f ? 0.f : 1.f / l;  // a row with no key gives zeros
+      const int64_t row = rw0 + mt * 16 + g + 8 * hf;
+      if (row >= p.q_len) continue;
+      const int64_t base = b * p.stride_out[0] + h * p.stride_out[1] + row * p.stride_out[2];
+#pragma unroll
+      for (int dt = 0; dt < S::kDTiles; ++dt) {
+        const int d = dt * 8 + 2 * t4;
+        if (d < p.v_head_dim) store_out<T>(p, base + d, o[mt][dt][2 * hf] * inv);
+        if (d + 1 < p.v_head_dim) store_out<T>(p, base + d + 1, o[mt][dt][2 * hf + 1] * inv);
+      }
+    }
+  }
+}
+
+// ---- simple: any shape, strides and float type; 4 warps x 4 query rows, 32-key tiles
+
+constexpr int kSimpleRowsPerWarp = 4, kSimpleRows = 4 * kSimpleRowsPerWarp, kSimpleKeys = 32;
+constexpr int kSimpleCols = 256;  // output columns per block (more: the grid repeats the scores)
+
+template <typename A>
+__device__ __forceinline__ A exp_a(A v) {
+  if constexpr (std::is_same_v<A, float>) return expf(v);
+  else return exp(v);
+}
+
+template <typename T, typename A>
+__global__ void __launch_bounds__(128)
+    attention_simple_kernel(const __grid_constant__ AttentionParams p, int64_t row_blocks, int64_t col_blocks) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  A* smem = reinterpret_cast<A*>(smem_raw);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t dk = p.head_dim;
+  int64_t id = blockIdx.x;
+  const int64_t cb = id % col_blocks;
+  id /= col_blocks;
+  const int64_t rb = id % row_blocks;
+  id /= row_blocks;
+  const int64_t h = id % p.heads_q, b = id / p.heads_q;
+  const int64_t hkv = h * p.heads_kv / p.heads_q;
+  const int64_t c0 = cb * kSimpleCols, cols = std::min<int64_t>(kSimpleCols, p.v_head_dim - c0);
+  const int64_t len = valid_len(p, b), shift = p.causal_from_end ? len - p.q_len : 0;
+  const int64_t r0 = rb * kSimpleRows;
+  const int64_t kv_end = key_end(p, len, shift, std::min<int64_t>(r0 + kSimpleRows, p.q_len) - 1);
+  A* q_s = smem;                                // [kSimpleRows][dk]
+  A* k_s = q_s + kSimpleRows * dk;              // [kSimpleKeys][dk + 1]
+  A* v_s = k_s + kSimpleKeys * (dk + 1);        // [kSimpleKeys][cols + 1]
+  const T* q = static_cast<const T*>(p.q) + b * p.stride_q[0] + h * p.stride_q[1];
+  const T* k = static_cast<const T*>(p.k) + b * p.stride_k[0] + hkv * p.stride_k[1];
+  const T* v = static_cast<const T*>(p.v) + b * p.stride_v[0] + hkv * p.stride_v[1] + c0;
+  for (int64_t idx = threadIdx.x; idx < kSimpleRows * dk; idx += blockDim.x) {
+    const int64_t r = idx / dk, d = idx % dk;
+    q_s[idx] = r0 + r < p.q_len ? to_compute(q[(r0 + r) * p.stride_q[2] + d]) : A(0);
+  }
+  constexpr int kC = kSimpleCols / 32;
+  A acc[kSimpleRowsPerWarp][kC] = {}, m[kSimpleRowsPerWarp], l[kSimpleRowsPerWarp];
+#pragma unroll
+  for (int rr = 0; rr < kSimpleRowsPerWarp; ++rr) {
+    m[rr] = A(-INFINITY);
+    l[rr] = A(0);
+  }
+  const A scale = static_cast<A>(p.scale);
+  for (int64_t kt = 0; kt < kv_end; kt += kSimpleKeys) {
+    __syncthreads();  // the previous tile has been read
+    for (int64_t idx = threadIdx.x; idx < kSimpleKeys * dk; idx += blockDim.x) {
+      const int64_t j = idx / dk, d = idx % dk;
+      k_s[j * (dk + 1) + d] = kt + j < kv_end ? to_compute(k[(kt + j) * p.stride_k[2] + d]) : A(0);
+    }
+    for (int64_t idx = threadIdx.x; idx < kSimpleKeys * cols; idx += blockDim.x) {
+      const int64_t j = idx / cols, d = idx % cols;
+      v_s[j * (cols + 1) + d] = kt + j < kv_end ? to_compute(v[(kt + j) * p.stride_v[2] + d]) : A(0);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < kSimpleRowsPerWarp; ++rr) {
+      const int r = warp * kSimpleRowsPerWarp + rr;
+      const int64_t row = r0 + r, key = kt + lane;
+      if (row >= p.q_len) continue;  // warp-uniform
+      A s = A(0);
+      for (int64_t d = 0; d < dk; ++d) s += q_s[r * dk + d] * k_s[lane * (dk + 1) + d];
+      s = key < key_end(p, len, shift, row) ? s * scale : A(-INFINITY);
+      if (p.mask && s != A(-INFINITY)) s += mask_at<A>(p, mask_offset(p, b, h, row, key));
+      A mx = s;
+      for (int o = 16; o > 0; o >>= 1) mx = std::max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const A m_new = std::max(m[rr], mx), m_use = m_new == A(-INFINITY) ? A(0) : m_new;
+      const A alpha = exp_a(m[rr] - m_use), e = exp_a(s - m_use);
+      A sum = e;
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      l[rr] = l[rr] * alpha + sum;
+      m[rr] = m_new;
+#pragma unroll
+      for (int c = 0; c < kC; ++c) acc[rr][c] *= alpha;
+      for (int jj = 0; jj < kSimpleKeys; ++jj) {
+        const A pj = __shfl_sync(0xffffffffu, e, jj);
+#pragma unroll
+        for (int c = 0; c < kC; ++c)
+          if (lane + 32 * c < cols) acc[rr][c] += pj * v_s[jj * (cols + 1) + lane + 32 * c];
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kSimpleRowsPerWarp; ++rr) {
+    const int64_t row = r0 + warp * kSimpleRowsPerWarp + rr;
+    if (row >= p.q_len) continue;
+    const int64_t base = b * p.stride_out[0] + h * p.stride_out[1] + row * p.stride_out[2] + c0;
+#pragma unroll
+    for (int c = 0; c < kC; ++c)
+      if (lane + 32 * c < cols) store_out<T>(p, base + lane + 32 * c, l[rr] == A(0) ? A(0) : acc[rr][c] / l[rr]);
+  }
+}
+
+// ---- launch
+
+bool rows_aligned16(const void* ptr, const int64_t* stride, size_t elem) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if ((stride[d] * static_cast<int64_t>(elem)) % 16 != 0) return false;
+  return true;
+}
+
+unsigned grid_of(int64_t blocks) {
+  ANVIL_CHECK(blocks <= 0x7FFFFFFF, ShapeError, "[scaled_dot_product_attention] ", blocks,
+              " blocks exceed the CUDA grid limit");
+  return static_cast<unsigned>(blocks);
+}
+
+// Lets a kernel use more than 48 KiB of dynamic shared memory (once per kernel).
+template <typename Kernel>
+void allow_smem(Kernel kernel, int bytes) {
+  if (bytes > 48 * 1024)
+    ANVIL_CUDA_CHECK("[scaled_dot_product_attention]",
+                     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+// Head dims with a decode kernel instance.
+template <typename F>
+bool dispatch_decode_head_dim(int64_t d, F&& f) {
+  switch (d) {
+    case 64: f(std::integral_constant<int, 64>{}); return true;
+    case 80: f(std::integral_constant<int, 80>{}); return true;
+    case 96: f(std::integral_constant<int, 96>{}); return true;
+    case 128: f(std::integral_constant<int, 128>{}); return true;
+    case 256: f(std::integral_constant<int, 256>{}); return true;
+    default: return false;
+  }
+}
+
+// Prefill instances, by head dim rounded up to the next of these.
+template <typename F>
+void dispatch_prefill_head_dim(int64_t d, F&& f) {
+  if (d <= 32) f(std::integral_constant<int, 32>{});
+  else if (d <= 48) f(std::integral_constant<int, 48>{});
+  else if (d <= 64) f(std::integral_constant<int, 64>{});
+  else if (d <= 80) f(std::integral_constant<int, 80>{});
+  else if (d <= 96) f(std::integral_constant<int, 96>{});
+  else if (d <= 128) f(std::integral_constant<int, 128>{});
+  else f(std::integral_constant<int, 256>{});
+}
+
+// Decode: a handful of query rows per kv head, K / V rows 16-byte aligned for cp.async.
+bool use_decode(const AttentionParams& p, size_t elem) {
+  return p.q_len <= kDecodeMaxRows && p.heads_q % p.heads_kv == 0 && p.head_dim == p.v_head_dim &&
+         (p.head_dim == 64 || p.head_dim == 80 || p.head_dim == 96 || p.head_dim == 128 || p.head_dim == 256) &&
+         rows_aligned16(p.k, p.stride_k, elem) && rows_aligned16(p.v, p.stride_v, elem);
+}
+
+// Prefill: 16-bit types, equal q / v head dims up to 256 in whole 16-byte chunks.
+bool use_prefill(const AttentionParams& p) {
+  return (p.dtype == kBFloat16 || p.dtype == kFloat16) && p.head_dim == p.v_head_dim && p.head_dim > 0 &&
+         p.head_dim <= 256 && p.head_dim % 8 == 0 && rows_aligned16(p.q, p.stride_q, 2) &&
+         rows_aligned16(p.k, p.stride_k, 2) && rows_aligned16(p.v, p.stride_v, 2);
+}
+
+template <typename Kernel, typename... Args>
+void launch_programmatic(Kernel kernel, unsigned grid, unsigned block, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, kernel, args...) != cudaSuccess) {  // no programmatic launch: a plain one
+    cudaGetLastError();
+    kernel<<<grid, block, 0, stream>>>(args...);
+  }
+}
+
+template <typename T, int D, int R>
+void launch_decode(const AttentionParams& p, const DecodePlan& base, int64_t units, const KernelLaunch& launch) {
+  using S = DecodeShape<T, D, R>;
+  auto kernel = attention_decode_kernel<T, D, R>;
+  // Blocks of two stages that fit on one SM (asked once per instance).
+  static const int resident = [&] {
+    allow_smem(kernel, S::smem(2));
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kDecodeThreads, S::smem(2)) != cudaSuccess) {
+      cudaGetLastError();
+      n = 1;
+    }
+    return std::max(n, 1);
+  }();
+  DecodePlan plan = base;
+  const int64_t tiles = std::max<int64_t>(1, (p.kv_len + S::kTile - 1) / S::kTile);
+  // Enough splits to fill every SM's resident blocks once, each a whole number of tiles and two
+  // or more where the keys allow (the second tile's load overlaps the first one's math).
+  const int64_t want = int64_t{resident} * launch.sm_count();
+  plan.splits = std::clamp<int64_t>((want + units - 1) / units, 1, std::clamp<int64_t>(tiles / 2, 1, kMaxSplits));
+  plan.tiles_per_split = (tiles + plan.splits - 1) / plan.splits;
+  plan.splits = (tiles + plan.tiles_per_split - 1) / plan.tiles_per_split;
+  plan.stages = plan.tiles_per_split > 1 ? 2 : 1;
+  const int64_t rows = p.batch * p.heads_q * p.q_len;
+  const size_t part = plan.splits > 1 ? static_cast<size_t>(rows * plan.splits) : 0;
+  allocator::Scratch ml(launch.device(), part * 2 * sizeof(float), launch.stream());
+  allocator::Scratch acc(launch.device(), part * D * sizeof(float), launch.stream());
+  kernel<<<grid_of(units * plan.splits), kDecodeThreads, S::smem(plan.stages), launch.stream()>>>(
+      p, plan, static_cast<float*>(ml.get()), static_cast<float*>(acc.get()));
+  launch.check("[scaled_dot_product_attention]");
+  if (plan.splits > 1)
+    launch_programmatic(attention_combine_kernel<T>, grid_of(rows), kDecodeThreads, launch.stream(), p, plan.splits,
+                        static_cast<const float*>(ml.get()), static_cast<const float*>(acc.get()));
+}
+
+// Query heads of one kv head go to one block, at most 8 rows (heads x q_len) per block.
+template <typename T, int D>
+void launch_decode(const AttentionParams& p, const KernelLaunch& launch) {
+  DecodePlan plan{};
+  const int64_t group = p.heads_q / p.heads_kv;
+  plan.heads_per_chunk = std::min<int64_t>(group, kDecodeMaxRows / p.q_len);
+  plan.chunks = (group + plan.heads_per_chunk - 1) / plan.heads_per_chunk;
+  const int64_t units = p.batch * p.heads_kv * plan.chunks;
+  if (plan.heads_per_chunk * p.q_len <= 4) launch_decode<T, D, 4>(p, plan, units, launch);
+  else launch_decode<T, D, kDecodeMaxRows>(p, plan, units, launch);
+}
+
+template <typename T, int D>
+void launch_prefill(const AttentionParams& p, const KernelLaunch& launch) {
+  using S = PrefillShape<D>;
+  auto kernel = attention_prefill_kernel<T, D>;
+  static const bool configured = (allow_smem(kernel, S::kSmem), true);
+  (void)configured;
+  const int64_t row_blocks = (p.q_len + S::kRows - 1) / S::kRows;
+  kernel<<<grid_of(p.batch * p.heads_q * row_blocks), kPrefillWarps * 32, S::kSmem, launch.stream()>>>(p, row_blocks);
+}
+
+template <typename T>
+void launch_simple(const AttentionParams& p, const KernelLaunch& launch) {
+  using A = cuda_device::compute_t<T>;
+  auto kernel = attention_simple_kernel<T, A>;
+  static const bool configured = (allow_smem(kernel, kMaxSmem), true);
+  (void)configured;
+  const int64_t cols = std::min<int64_t>(kSimpleCols, p.v_head_dim);
+  const int64_t smem = (kSimpleRows * p.head_dim + kSimpleKeys * (p.head_dim + 1) + kSimpleKeys * (cols + 1)) *
+                       static_cast<int64_t>(sizeof(A));
+  ANVIL_CHECK(smem <= kMaxSmem, ShapeError, "[scaled_dot_product_attention] head_dim ", p.head_dim,
+              " is too large for the CUDA kernel");
+  const int64_t row_blocks = (p.q_len + kSimpleRows - 1) / kSimpleRows;
+  const int64_t col_blocks = (p.v_head_dim + kSimpleCols - 1) / kSimpleCols;
+  kernel<<<grid_of(p.batch * p.heads_q * row_blocks * col_blocks), 128, static_cast<size_t>(smem), launch.stream()>>>(
+      p, row_blocks, col_blocks);
+}
+
+}  // namespace
+
+void attention(const AttentionParams& p) {
+  if (p.batch == 0 || p.heads_q == 0 || p.q_len == 0 || p.v_head_dim == 0) return;
+  ANVIL_CHECK(p.heads_kv > 0, ShapeError, "[scaled_dot_product_attention] heads_kv must be positive");
+  KernelLaunch launch(p.out);
+  dispatch_float_types(p.dtype, "[scaled_dot_product_attention]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, double>) {
+      if (use_decode(p, sizeof(T)) &&
+          dispatch_decode_head_dim(p.head_dim, [&](auto d) { launch_decode<T, decltype(d)::value>(p, launch); }))
+        return;
+    }
+    if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+      if (use_prefill(p)) {
+        dispatch_prefill_head_dim(p.head_dim, [&](auto d) { launch_prefill<T, decltype(d)::value>(p, launch); });
+        return;
+      }
+    }
+    launch_simple<T>(p, launch);
+  });
+  launch.check("[scaled_dot_product_attention]");
+}
 
 }  // namespace anvil::cuda_backend
