@@ -75,6 +75,55 @@ def rotate_hf_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
+def moe_route(logits, top_k, experts):
+    """Hugging Face's Qwen3-MoE routing, sorted for grouped_mm as transformers' integration does."""
+    probs = F.softmax(logits, dim=-1, dtype=torch.float)
+    w, ids = torch.topk(probs, top_k, dim=-1)
+    w = w / w.sum(dim=-1, keepdim=True)
+    flat = ids.flatten()
+    order = torch.argsort(flat, stable=True)
+    offs = torch.cumsum(torch.bincount(flat, minlength=experts), 0, dtype=torch.int32)
+    return w, order, offs
+
+
+def build_moe(op, spec, dev, t):
+    """MoE cases of bench/cases_moe.cpp: routing, combine, the whole experts block of one token."""
+    experts, top_k = spec.get("experts", 128), spec["top_k"]
+    if op == "moe_route":
+        tokens = spec["tokens"]
+        rot = rotations(dev, 2 * tokens * experts)
+        xs = [torch.randn(tokens, experts, device=dev, dtype=t) for _ in range(rot)]
+        return lambda i: moe_route(xs[i % rot], top_k, experts)
+    if op == "moe_combine":
+        tokens, hidden = spec["tokens"], spec["hidden"]
+        y = torch.randn(tokens * top_k, hidden, device=dev, dtype=t)
+        w, order, _ = moe_route(torch.randn(tokens, experts, device=dev), top_k, experts)
+        token_index, wsorted = order // top_k, w.flatten()[order]
+
+        def combine(i):
+            out = torch.zeros(tokens, hidden, device=dev, dtype=t)
+            return out.index_add_(0, token_index, (y * wsorted[:, None]).to(t))
+        return combine
+    hidden, inter = spec["hidden"], spec["inter"]
+    router = torch.randn(experts, hidden, device=dev, dtype=t) * 0.05
+    gate_up = torch.randn(experts, 2 * inter, hidden, device=dev, dtype=t) * 0.02
+    down = torch.randn(experts, hidden, inter, device=dev, dtype=t) * 0.02
+    hs = [torch.randn(1, hidden, device=dev, dtype=t) for _ in range(16)]
+
+    def block(i):
+        h = hs[i % 16]
+        w, order, offs = moe_route(F.linear(h, router), top_k, experts)
+        x = h[order // top_k]
+        gu = torch._grouped_mm(x, gate_up.transpose(-2, -1), offs=offs)
+        act = F.silu(gu[:, :inter]) * gu[:, inter:]
+        y = torch._grouped_mm(act, down.transpose(-2, -1), offs=offs)
+        out = torch.zeros_like(h)
+        return out.index_add_(0, order // top_k, (y * w.flatten()[order][:, None]).to(t))
+    if spec.get("fp8"):
+        block.note = "torch: the bf16 block (no weight-only FP8 grouped kernel)"
+    return block
+
+
 def build(spec, dev):
     """Returns fn(i) for call i, the PyTorch composition of the anvil op the spec names."""
     op = spec["op"]
@@ -154,6 +203,8 @@ def build(spec, dev):
         q = torch.randn(b, hq, lq, d, device=dev, dtype=t)
         gqa, causal = hq != hk, spec["causal"]
         return lambda i: F.scaled_dot_product_attention(q, ks[i % rot], vs[i % rot], is_causal=causal, enable_gqa=gqa)
+    if op in ("moe_route", "moe_combine", "moe_block"):
+        return build_moe(op, spec, dev, t)
     shape = spec["shape"]
     numel = math.prod(shape)
     rot = rotations(dev, numel * 4)
