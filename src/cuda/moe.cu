@@ -6,10 +6,12 @@
 // experts, and a walk of each segment in order whose in-warp ranks come from __match_any_sync,
 // so the sort is stable (rows of one expert in token order) and needs no atomics in global
 // memory. Up to 64 tokens (decode) everything is one block and one launch; more tokens route in a
-// grid first. Combine: one thread per V hidden elements of a token sums its top_k rows.
+// grid first; up to 32 (token, slot) pairs (a decode token's top 8, or four tokens') one warp
+// does it all. Combine: one thread per V hidden elements of a token sums its top_k rows.
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <climits>
 
 #include "core/dispatch.h"
 #include "core/kernels.h"
@@ -158,6 +160,78 @@ __global__ void __launch_bounds__(kSortThreads) route_sort_kernel(const __grid_c
   sort_pairs(p, smem);
 }
 
+// Decode (tokens * top_k <= 32 pairs): one warp does everything in shared memory and registers.
+// Per token the probabilities go to shared memory once; each of the top_k rounds is a lane-local
+// best-of over its experts and a warp best-of, the winner's slot set to -inf; then lane i holds
+// pair i's expert, its sorted row is the number of pairs before it in (expert, pair) order, and
+// offs[e] counts the pairs with expert <= e.
+constexpr int kWarpPairs = 32;
+template <typename T>
+__global__ void __launch_bounds__(32) route_warp_kernel(const __grid_constant__ MoeRouteParams p) {
+  extern __shared__ float prob[];  // [experts], then counts [experts] as int
+  int* counts = reinterpret_cast<int*>(prob + p.experts);
+  __shared__ float sel_p[kWarpPairs];
+  __shared__ int sel_e[kWarpPairs];
+  const int lane = threadIdx.x, E = static_cast<int>(p.experts), K = static_cast<int>(p.top_k);
+  const int n = static_cast<int>(p.tokens) * K;
+  for (int t = 0; t < static_cast<int>(p.tokens); ++t) {
+    const T* row = static_cast<const T*>(p.logits) + t * p.stride_row;
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32) {
+      const float x = to_compute(row[e]);
+      prob[e] = x;
+      mx = fmaxf(mx, x);
+    }
+    for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+    float sum = 0.f;
+    for (int e = lane; e < E; e += 32) sum += prob[e] = expf(prob[e] - mx);
+    for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+    const float inv = 1.f / sum;
+    for (int e = lane; e < E; e += 32) prob[e] *= inv;
+    __syncwarp();
+    float total = 0.f;
+    for (int s = 0; s < K; ++s) {
+      float best_p = 0.f;
+      int best_e = -1;
+      for (int e = lane; e < E; e += 32)
+        if (routes_before(prob[e], e, best_p, best_e)) best_p = prob[e], best_e = e;
+      for (int d = 16; d > 0; d >>= 1) {
+        const float op = __shfl_xor_sync(0xffffffffu, best_p, d);
+        const int oe = __shfl_xor_sync(0xffffffffu, best_e, d);
+        if (routes_before(op, oe, best_p, best_e)) best_p = op, best_e = oe;
+      }
+      total += best_p;
+      if (lane == 0) {
+        prob[best_e] = -INFINITY;  // taken: below every probability
+        sel_p[t * K + s] = best_p;
+        sel_e[t * K + s] = best_e;
+      }
+      __syncwarp();
+    }
+    if (lane < K) {
+      const float w = sel_p[t * K + lane];
+      p.weights[t * K + lane] = p.renormalize ? w * (1.f / total) : w;
+      p.ids[t * K + lane] = sel_e[t * K + lane];
+    }
+    __syncwarp();
+  }
+  // Pair i (< n) on lane i; its row in (expert, pair) order.
+  const int my_e = lane < n ? sel_e[lane] : INT_MAX;
+  int rank = 0;
+  for (int e = lane; e < E; e += 32) counts[e] = 0;
+  __syncwarp();
+  for (int j = 0; j < n; ++j) {
+    const int ej = __shfl_sync(0xffffffffu, my_e, j);
+    rank += ej < my_e || (ej == my_e && j < lane);
+    for (int e = lane; e < E; e += 32) counts[e] += ej <= e;
+  }
+  if (lane < n) {
+    p.sorted_pos[lane] = rank;
+    p.token_index[rank] = lane / K;
+  }
+  for (int e = lane; e < E; e += 32) p.offs[e] = counts[e];
+}
+
 template <typename K>
 void allow_smem(K kernel, size_t bytes) {
   if (bytes > 48 * 1024)
@@ -204,7 +278,9 @@ void moe_route(const MoeRouteParams& p) {
       throw DTypeError("[moe_route] float64 logits are not supported on CUDA");
     } else {
       const size_t sort_bytes = sort_smem_bytes(p.experts);
-      if (p.tokens <= kFusedMaxTokens) {
+      if (p.tokens * p.top_k <= kWarpPairs) {
+        route_warp_kernel<T><<<1, 32, 2 * sizeof(float) * p.experts, launch.stream()>>>(p);
+      } else if (p.tokens <= kFusedMaxTokens) {
         const size_t bytes = std::max(sort_bytes, sizeof(uint32_t) * kSortWarps * taken_words(p.experts));
         allow_smem(route_fused_kernel<T>, bytes);
         route_fused_kernel<T><<<1, kSortThreads, bytes, launch.stream()>>>(p);
