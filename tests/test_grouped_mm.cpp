@@ -14,8 +14,6 @@ namespace {
 using namespace anvil;
 using th::Layout;
 
-ref::Array abs_array(const ref::Array& a) { return ref::map(a, [](double v) { return std::fabs(v); }); }
-
 // float32 accumulation over the group's K range (2 k u32 |a| |b|, scales included), one
 // rounding to the output. Elements the op does not write are NaN in the reference.
 ::testing::AssertionResult check_grouped(const Tensor& got, const ref::Array& a, const ref::Array& b,
@@ -28,8 +26,8 @@ ref::Array abs_array(const ref::Array& a) { return ref::map(a, [](double v) { re
     asa.resize(sa->size());
     for (size_t i = 0; i < asa.size(); ++i) asa[i] = std::fabs((*sa)[i]);
   }
-  if (sb) asb = abs_array(*sb);
-  ref::Array scale = ref::grouped_mm(abs_array(a), abs_array(b), offs, sa ? &asa : nullptr, sb ? &asb : nullptr);
+  if (sb) asb = ref::abs(*sb);
+  ref::Array scale = ref::grouped_mm(ref::abs(a), ref::abs(b), offs, sa ? &asa : nullptr, sb ? &asb : nullptr);
   const double k = static_cast<double>(a.sizes.back()), u32 = th::unit_roundoff(kFloat32);
   ref::Array extra(want.sizes);
   for (size_t i = 0; i < extra.v.size(); ++i) extra.v[i] = std::isnan(scale.v[i]) ? 0.0 : (2.0 * k + 4.0) * u32 * scale.v[i];

@@ -119,14 +119,12 @@ const std::vector<Layout> kXLayouts = {Layout::Contiguous, Layout::Transposed, L
 const std::vector<Layout> kWLayouts = {Layout::Contiguous, Layout::RowPadded, Layout::Transposed, Layout::Offset};
 const std::vector<Layout> kFewXLayouts = {Layout::Contiguous, Layout::RowPadded, Layout::Transposed};
 
-ref::Array abs_array(const ref::Array& a) { return ref::map(a, [](double v) { return std::fabs(v); }); }
-
 // |got - want| <= 2 k u_acc (|x| |w|^T)_ij + 2 u_O |want|, + 2 u_O |x w^T|_ij with a bias: it
 // may be added after the product was rounded (the GEMM path, biases other than [n]).
 ::testing::AssertionResult check_linear(const Tensor& y, const ref::Array& x, const ref::Array& w, const ref::Array* b,
                                         DType t) {
   ref::Array want = ref::linear(x, w, b);
-  ref::Array scale = ref::linear(abs_array(x), abs_array(w));
+  ref::Array scale = ref::linear(ref::abs(x), ref::abs(w));
   ref::Array product = ref::linear(x, w);
   const double k = static_cast<double>(x.sizes.back());
   const double uacc = th::unit_roundoff(th::compute_dtype(t)), uo = th::unit_roundoff(t);

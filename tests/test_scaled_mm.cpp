@@ -50,8 +50,6 @@ Tensor make_b(const ref::Array& b, DType t, Device dev, Layout l) {
 
 std::vector<double> values(const ref::Array& a) { return a.v; }
 
-ref::Array abs_array(const ref::Array& a) { return ref::map(a, [](double v) { return std::fabs(v); }); }
-
 // float32 dots (2 k u32 |a| |b| |sa sb|), the scale product and the bias in float32 (4 u32 of
 // the result's parts), one rounding to the output. On CUDA the FP8 tensor cores (cuBLASLt's path
 // for more than 8 rows, as PyTorch's _scaled_mm) add their partial sums in fewer bits than
@@ -64,7 +62,7 @@ ref::Array abs_array(const ref::Array& a) { return ref::map(a, [](double v) { re
   std::vector<double> asa(sa.size()), asb(sb.size());
   for (size_t i = 0; i < sa.size(); ++i) asa[i] = std::fabs(sa[i]);
   for (size_t i = 0; i < sb.size(); ++i) asb[i] = std::fabs(sb[i]);
-  ref::Array scale = ref::scaled_mm(abs_array(a), abs_array(b), asa, asb);
+  ref::Array scale = ref::scaled_mm(ref::abs(a), ref::abs(b), asa, asb);
   const double k = static_cast<double>(a.sizes[1]);
   const double u32 = th::unit_roundoff(kFloat32), uo = th::unit_roundoff(out);
   ref::Array extra(want.sizes);
@@ -337,7 +335,7 @@ TEST_P(ScaledMm, ScaledLinearTable) {
           ref::Array want = ref::scaled_mm(x2, wt, {1.0}, s.a.v, with_bias ? &b.a : nullptr);
           std::vector<double> abs_s(s.a.v.size());
           for (size_t i = 0; i < abs_s.size(); ++i) abs_s[i] = std::fabs(s.a.v[i]);
-          ref::Array scale = ref::scaled_mm(abs_array(x2), abs_array(wt), {1.0}, abs_s);
+          ref::Array scale = ref::scaled_mm(ref::abs(x2), ref::abs(wt), {1.0}, abs_s);
           const double uo = th::unit_roundoff(t), u32 = th::unit_roundoff(kFloat32);
           ref::Array extra(want.sizes);
           // Few rows: float32 dots, one rounding. More rows: the product rounded to t before the

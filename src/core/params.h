@@ -225,6 +225,10 @@ struct SampleParams {
 
 // ---- FP8 and grouped products
 
+// Rows up to which linear / scaled_mm take the GEMV kernels: the weight streams once for all of
+// them; past this the GEMM, which re-reads it per row tile, wins.
+inline constexpr int64_t kGemvMaxRows = 8;
+
 // acc(i, j) = sum_q a[i, q] * w[j, q] in float32 over a [m, k] and w [n, k] (w[j, q] is
 // mat_b[q, j]: the weight rows of a linear layer); out[i, j] = round(acc * (sa(i) * sw(j)) +
 // bias[j]) with the scale product and the bias in float32. sa(i) = scale_a[per_row ? i : 0],

@@ -59,7 +59,6 @@ namespace {
 
 // Below this many weight elements one thread reads the weight faster than a team wakes up.
 constexpr int64_t kParallelElements = 1 << 16;
-constexpr int64_t kGemvMaxRows = 8;
 
 bool has_simd_dots(DType t) {
   return t == DType::Float32 || t == DType::BFloat16 || t == DType::Float16 || is_float8(t);

@@ -37,7 +37,6 @@ using cuda_device::mma_16816;
 using cuda_device::to_compute;
 
 constexpr const char* kOp = "[scaled_mm]";
-constexpr int kGemvMaxRows = 8;  // the front end's decode limit, as linear's
 
 template <typename T>
 inline constexpr bool is_act_v = is_float8_v<T> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half> ||

@@ -8,9 +8,6 @@
 namespace anvil {
 namespace {
 
-// Decode rows (one token, or one per sequence of a small batch) stream the weight once through
-// the GEMV kernels; past this the weight is re-read per row there and the GEMM wins.
-constexpr int64_t kGemvMaxRows = 8;
 
 bool can_use_gemv(int64_t m, const Tensor& weight) { return m <= kGemvMaxRows && (weight.size(1) <= 1 || weight.stride(1) == 1); }
 

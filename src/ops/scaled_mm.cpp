@@ -11,7 +11,6 @@
 namespace anvil {
 namespace {
 
-constexpr int64_t kGemvMaxRows = 8;  // as linear: the decode rows that stream the weight once
 
 bool is_out_dtype(DType t) { return t == kFloat32 || t == kBFloat16 || t == kFloat16; }
 

@@ -56,4 +56,6 @@ double clamp(double x, bool has_lo, double lo, bool has_hi, double hi) {
 double div_trunc(double a, double b) { return std::trunc(a / b); }
 double div_floor(double a, double b) { return std::floor(a / b); }
 
+Array abs(const Array& x) { return map(x, [](double v) { return std::fabs(v); }); }
+
 }  // namespace ref

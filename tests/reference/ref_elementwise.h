@@ -7,6 +7,8 @@
 namespace ref {
 
 Array map(const Array& x, const std::function<double(double)>& f);
+// |x| elementwise: the scale of rounding-error bounds.
+Array abs(const Array& x);
 Array zip(const Array& a, const Array& b, const std::function<double(double, double)>& f);
 Array zip3(const Array& a, const Array& b, const Array& c, const std::function<double(double, double, double)>& f);
 
