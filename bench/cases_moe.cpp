@@ -1,7 +1,8 @@
 // Mixture-of-experts cases at the Qwen3-30B-A3B layer's shapes (hidden 2048, 128 experts, top 8,
 // expert intermediate 768): routing, combine, and the whole experts block of one decode token
 // (router linear, moe_route, index_select, grouped gate_up, SwiGLU, grouped down, combine) in
-// bfloat16 and with float8 expert weights. Bytes are what one call must read and write: for the
+// bfloat16 and with float8 expert weights, composed from the public ops and through the fused
+// moe_experts op (router linear, moe_route, moe_experts). Bytes are what one call must read and write: for the
 // block, the router and the eight active experts' weights.
 #include "cases.h"
 
@@ -33,9 +34,10 @@ Experts make_experts(Device dev, bool fp8) {
   return e;
 }
 
-Tensor experts_block(const Experts& e, const Tensor& h) {
+Tensor experts_block(const Experts& e, const Tensor& h, bool fused) {
   Tensor logits = linear(h, e.router);
   MoeRouting r = moe_route(logits, kTopK, true);
+  if (fused) return moe_experts(h, r, e.gate_up, e.down, e.gate_up_scale, e.down_scale);
   Tensor x = index_select(h, 0, r.token_index);
   const bool fp8 = e.gate_up_scale.defined();
   Tensor gu = fp8 ? scaled_grouped_mm(x, e.gate_up.transpose(1, 2), {}, e.gate_up_scale, r.offs)
@@ -75,20 +77,23 @@ std::vector<Case> moe_cases(Device dev) {
                      },
                      "", spec});
   }
-  for (bool fp8 : {false, true}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool fp8 = variant % 2 == 1, fused = variant >= 2;
     const double wbytes = fp8 ? 1.0 : 2.0;
     const double bytes = 2.0 * kExperts * kHidden +
                          kTopK * (wbytes * 3.0 * kInter * kHidden + (fp8 ? 4.0 * (2 * kInter + kHidden) : 0.0));
     nlohmann::json spec{{"op", "moe_block"}, {"tokens", 1},        {"hidden", kHidden}, {"experts", kExperts},
                         {"top_k", kTopK},    {"inter", kInter},    {"fp8", fp8},        {"dtype", "bfloat16"}};
-    cases.push_back({std::string("moe_block ") + (fp8 ? "fp8-weights" : "bf16") + " Qwen3-30B-A3B 1 token", bytes,
+    cases.push_back({std::string("moe_block ") + (fused ? "fused " : "") + (fp8 ? "fp8-weights" : "bf16") +
+                         " Qwen3-30B-A3B 1 token",
+                     bytes,
                      ceiling_for(dev), [=]() -> Runner {
                        Experts e = make_experts(dev, fp8);
                        // Rotating tokens route to different experts, so the weights come from memory.
                        const int rot = 16;
                        std::vector<Tensor> h;
                        for (int i = 0; i < rot; ++i) h.push_back(randn({1, kHidden}, TensorOptions(kBFloat16).device(dev)));
-                       return [=](int i) { (void)experts_block(e, h[i % rot]); };
+                       return [=](int i) { (void)experts_block(e, h[i % rot], fused); };
                      },
                      "", spec});
   }

@@ -1,7 +1,9 @@
 // MoE routing (softmax over the experts, top-k, renormalisation, the stable sort of the pairs by
 // expert) and combine against float64 loop references; a whole MoE block composed from public
 // ops (router linear, moe_route, index_select, grouped_mm gate_up, silu_mul, grouped_mm down,
-// moe_combine) against a float64 per-token reference; errors; CUDA graph replay.
+// moe_combine) against a float64 per-token reference; the fused moe_experts op (decode kernels
+// and the grouped composition it falls back to) against float64 and against the composition;
+// errors; CUDA graph replay.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -223,6 +225,212 @@ TEST_P(Moe, ExpertsBlockMatchesReference) {
   }
 }
 
+// Experts of one MoE layer for the moe_experts tests: bf16 / f16 / f32 weights, or float8 with
+// row-wise scales (the reference reads the float8 values times their scales).
+struct ExpertWeights {
+  Tensor gate_up, down, gate_up_scale, down_scale;
+  ref::Array gu, dn;  // float64 values, scales applied: [E, 2I, H], [E, H, I]
+};
+
+ExpertWeights make_expert_weights(int64_t E, int64_t H, int64_t I, DType hidden, DType w, Device dev, th::Gen& g) {
+  const bool fp8 = is_float8(w);
+  const DType src = fp8 ? kFloat32 : hidden;
+  th::Input gu = th::make_input({E, 2 * I, H}, src, dev, Layout::Contiguous, g, -0.2, 0.2);
+  th::Input dn = th::make_input({E, H, I}, src, dev, Layout::Contiguous, g, -0.2, 0.2);
+  ExpertWeights r;
+  if (!fp8) {
+    r.gate_up = gu.t, r.down = dn.t, r.gu = gu.a, r.dn = dn.a;
+    return r;
+  }
+  auto quantize = [&](const Tensor& x, Tensor& q, Tensor& scale, ref::Array& values) {
+    auto [qq, ss] = quantize_fp8(x, ScalingType::RowWise, w);
+    q = qq;
+    scale = ss.reshape({x.size(0), x.size(1)});
+    values = th::to_array(q);
+    const ref::Array sa = th::to_array(scale);  // [E, rows]: one scale per row of `values`
+    const int64_t cols = x.size(2);
+    for (size_t i = 0; i < values.v.size(); ++i) values.v[i] *= sa.v[i / static_cast<size_t>(cols)];
+  };
+  quantize(gu.t, r.gate_up, r.gate_up_scale, r.gu);
+  quantize(dn.t, r.down, r.down_scale, r.dn);
+  return r;
+}
+
+// Float64 experts block with the given routing (flat indexing: the weights are large).
+ref::Array experts_ref(const ref::Array& h, const ExpertWeights& w, const std::vector<int64_t>& ids,
+                       const ref::Array& weights, int64_t k) {
+  const int64_t T = h.sizes[0], H = h.sizes[1], I = w.dn.sizes[2], E = w.dn.sizes[0];
+  ref::Array want({T, H});
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t s = 0; s < k; ++s) {
+      const int64_t e = std::clamp<int64_t>(ids[static_cast<size_t>(t * k + s)], 0, E - 1);
+      const double* x = h.v.data() + t * H;
+      const double* gu = w.gu.v.data() + e * 2 * I * H;
+      const double* dn = w.dn.v.data() + e * H * I;
+      std::vector<double> a(static_cast<size_t>(I));
+      for (int64_t i = 0; i < I; ++i) {
+        double gv = 0, uv = 0;
+        for (int64_t q = 0; q < H; ++q) {
+          gv += gu[i * H + q] * x[q];
+          uv += gu[(I + i) * H + q] * x[q];
+        }
+        a[static_cast<size_t>(i)] = gv / (1 + std::exp(-gv)) * uv;
+      }
+      for (int64_t q = 0; q < H; ++q) {
+        double yv = 0;
+        for (int64_t i = 0; i < I; ++i) yv += dn[q * I + i] * a[static_cast<size_t>(i)];
+        want.v[static_cast<size_t>(t * H + q)] += weights.v[static_cast<size_t>(t * k + s)] * yv;
+      }
+    }
+  return want;
+}
+
+// Roundings to t after gate_up, SwiGLU, down and the combine (as ExpertsBlockMatchesReference).
+th::Tol experts_tol(DType t, const ref::Array& want) {
+  double row_max = 0;
+  for (double v : want.v) row_max = std::max(row_max, std::fabs(v));
+  const double u = th::unit_roundoff(t);
+  return th::Tol{32 * u * row_max, 8 * u};
+}
+
+// moe_experts against float64 and against the public-op composition, over the fused decode
+// path (T * top_k <= 64, top_k <= 32) and the grouped path, every activation / weight dtype,
+// shapes off the CUDA kernels' alignment (hidden 72: the float8 CUDA path needs multiples of 16).
+TEST_P(Moe, ExpertsMatchReferenceAndComposition) {
+  th::Gen g(7004);
+  struct Case {
+    DType hidden, w;
+    int64_t E, H, I, k;
+    std::vector<int64_t> tokens;
+  };
+  const std::vector<Case> cases = {
+      {kBFloat16, kBFloat16, 16, 64, 48, 4, {1, 3, 16, 17}},
+      {kFloat16, kFloat16, 16, 64, 40, 8, {1, 8, 9}},
+      {kFloat32, kFloat32, 16, 64, 48, 4, {1, 5, 20}},
+      {kBFloat16, kFloat8_e4m3fn, 16, 64, 48, 4, {1, 5, 20}},
+      {kFloat16, kFloat8_e5m2, 8, 64, 32, 2, {2, 40}},
+      {kBFloat16, kBFloat16, 12, 72, 24, 3, {1, 30}},
+      {kBFloat16, kFloat8_e4m3fn, 12, 72, 24, 3, {1, 30}},
+      {kBFloat16, kBFloat16, 40, 32, 16, 33, {1}},  // top_k > 32: the grouped path
+      {kBFloat16, kBFloat16, 6, 16, 8, 1, {1, 64, 65}},
+  };
+  for (const Case& c : cases) {
+    const ExpertWeights w = make_expert_weights(c.E, c.H, c.I, c.hidden, c.w, dev(), g);
+    for (int64_t T : c.tokens) {
+      SCOPED_TRACE(th::dtype_str(c.hidden) + " x " + th::dtype_str(c.w) + " E " + std::to_string(c.E) + " H " +
+                   std::to_string(c.H) + " I " + std::to_string(c.I) + " top " + std::to_string(c.k) + " tokens " +
+                   std::to_string(T));
+      th::Input h = th::make_input({T, c.H}, c.hidden, dev(), Layout::Contiguous, g, -1, 1);
+      Tensor logits = th::make_input({T, c.E}, kFloat32, dev(), Layout::Contiguous, g, -2, 2).t;
+      MoeRouting r = moe_route(logits, c.k, true);
+      Tensor out = moe_experts(h.t, r, w.gate_up, w.down, w.gate_up_scale, w.down_scale);
+      ASSERT_TRUE(th::expect_shape(out, {T, c.H}, c.hidden));
+      const ref::Array want = experts_ref(h.a, w, ints(r.topk_ids), th::to_array(r.topk_weights), c.k);
+      EXPECT_TRUE(th::expect_close(out, want, experts_tol(c.hidden, want)));
+
+      // The composition the op is defined by: the same roundings, so only the float32 dot
+      // orders differ (a last-place flip of an intermediate at most).
+      const bool fp8 = w.gate_up_scale.defined();
+      Tensor x = index_select(h.t, 0, r.token_index);
+      Tensor gu = fp8 ? scaled_grouped_mm(x, w.gate_up.transpose(1, 2), {}, w.gate_up_scale, r.offs, c.hidden)
+                      : grouped_mm(x, w.gate_up.transpose(1, 2), r.offs);
+      Tensor act = silu_mul(gu.narrow(1, 0, c.I), gu.narrow(1, c.I, c.I));
+      Tensor y = fp8 ? scaled_grouped_mm(act, w.down.transpose(1, 2), {}, w.down_scale, r.offs, c.hidden)
+                     : grouped_mm(act, w.down.transpose(1, 2), r.offs);
+      const ref::Array comp = th::to_array(moe_combine(y, r.topk_weights, r.sorted_pos));
+      double row_max = 0;
+      for (double v : comp.v) row_max = std::max(row_max, std::fabs(v));
+      const double u = th::unit_roundoff(c.hidden);
+      EXPECT_TRUE(th::expect_close(out, comp, th::Tol{4 * u * row_max, 2 * u}));
+    }
+  }
+}
+
+// The Qwen3-30B-A3B layer's expert shapes (hidden 2048, top 8, inter 768; 8 experts rather than
+// 128 keep the float64 weights small): the decode kernels at full size, bf16 and float8
+// weights, one and four tokens.
+TEST_P(Moe, ExpertsQwen3Shape) {
+  th::Gen g(7005);
+  const int64_t E = 8, H = 2048, I = 768, k = 8;
+  for (DType w_dtype : {kBFloat16, kFloat8_e4m3fn}) {
+    const ExpertWeights w = make_expert_weights(E, H, I, kBFloat16, w_dtype, dev(), g);
+    for (int64_t T : {1, 4}) {
+      SCOPED_TRACE(th::dtype_str(w_dtype) + " tokens " + std::to_string(T));
+      th::Input h = th::make_input({T, H}, kBFloat16, dev(), Layout::Contiguous, g, -1, 1);
+      MoeRouting r = moe_route(th::make_input({T, E}, kFloat32, dev(), Layout::Contiguous, g, -2, 2).t, k, true);
+      Tensor out = moe_experts(h.t, r, w.gate_up, w.down, w.gate_up_scale, w.down_scale);
+      const ref::Array want = experts_ref(h.a, w, ints(r.topk_ids), th::to_array(r.topk_weights), k);
+      EXPECT_TRUE(th::expect_close(out, want, experts_tol(kBFloat16, want)));
+    }
+  }
+}
+
+// Expert ids outside [0, E) read the nearest expert (never out of bounds), on the fused path.
+TEST_P(Moe, ExpertsClampIds) {
+  auto array = [](Shape sizes, std::vector<double> v) {
+    ref::Array a(std::move(sizes));
+    a.v = std::move(v);
+    return a;
+  };
+  th::Gen g(7006);
+  const int64_t E = 4, H = 32, I = 16;
+  const ExpertWeights w = make_expert_weights(E, H, I, kBFloat16, kBFloat16, dev(), g);
+  th::Input h = th::make_input({1, H}, kBFloat16, dev(), Layout::Contiguous, g, -1, 1);
+  MoeRouting bad, good;
+  bad.topk_ids = th::make_index(array({1, 3}, {-5, 2, 9}), dev());
+  good.topk_ids = th::make_index(array({1, 3}, {0, 2, 3}), dev());
+  bad.topk_weights = good.topk_weights = th::make_tensor(array({1, 3}, {0.5, 0.25, 0.25}), kFloat32, dev());
+  EXPECT_EQ(th::to_bits(moe_experts(h.t, bad, w.gate_up, w.down)), th::to_bits(moe_experts(h.t, good, w.gate_up, w.down)));
+  const ref::Array want = experts_ref(h.a, w, {0, 2, 3}, th::to_array(good.topk_weights), 3);
+  EXPECT_TRUE(th::expect_close(moe_experts(h.t, bad, w.gate_up, w.down), want, experts_tol(kBFloat16, want)));
+}
+
+TEST_P(Moe, ExpertsErrors) {
+  const TensorOptions b = TensorOptions(kBFloat16).device(dev());
+  const int64_t E = 4, H = 16, I = 8;
+  Tensor h = zeros({2, H}, b), gu = zeros({E, 2 * I, H}, b), dn = zeros({E, H, I}, b);
+  MoeRouting r = moe_route(zeros({2, E}, TensorOptions(kFloat32).device(dev())), 2, true);
+  EXPECT_THROWS_OP(Error, "moe_experts", moe_experts(Tensor(), r, gu, dn));
+  EXPECT_THROWS_OP(Error, "moe_experts", moe_experts(h, MoeRouting{}, gu, dn));
+  EXPECT_THROWS_OP(DTypeError, "moe_experts", moe_experts(h.to(kInt32), r, gu, dn));
+  EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h.reshape({2, 1, H}), r, gu, dn));
+  EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r, zeros({E, 2 * I + 1, H}, b), dn));
+  EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r, zeros({E, 2 * I, H + 1}, b), dn));
+  EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r, gu, zeros({E, H, I + 1}, b)));
+  EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r, gu, zeros({E + 1, H, I}, b)));
+  EXPECT_THROWS_OP(DTypeError, "moe_experts", moe_experts(h, r, gu.to(kFloat16), dn));
+  EXPECT_THROWS_OP(Error, "moe_experts", moe_experts(h, r, gu, dn, zeros({E, 2 * I}, TensorOptions(kFloat32).device(dev())), {}));
+  Tensor gq = gu.to(kFloat8_e4m3fn), dq = dn.to(kFloat8_e4m3fn);
+  const TensorOptions f = TensorOptions(kFloat32).device(dev());
+  Tensor gs = ones({E, 2 * I}, f), ds = ones({E, H}, f);
+  EXPECT_NO_THROW(moe_experts(h, r, gq, dq, gs, ds));
+  EXPECT_THROWS_OP(Error, "moe_experts", moe_experts(h, r, gq, dq));
+  EXPECT_THROWS_OP(DTypeError, "moe_experts", moe_experts(h, r, gq, dn, gs, ds));
+  EXPECT_THROWS_OP(DTypeError, "moe_experts", moe_experts(h, r, gq, dn.to(kFloat8_e5m2), gs, ds));
+  EXPECT_THROWS_OP(DTypeError, "moe_experts", moe_experts(h.to(kFloat32), r, gq, dq, gs, ds));
+  EXPECT_THROWS_OP(DTypeError, "moe_experts", moe_experts(h, r, gq, dq, gs.to(kBFloat16), ds));
+  EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r, gq, dq, ones({E, I}, f), ds));
+  EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r, gq, dq, gs, ones({E + 1, H}, f)));
+  MoeRouting r1 = r;
+  r1.topk_ids = r.topk_ids.to(kInt32);
+  EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r1, gu, dn));
+  r1 = r;
+  r1.topk_weights = r.topk_weights.narrow(1, 0, 1);
+  EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r1, gu, dn));
+  r1 = r;
+  r1.topk_ids = r.topk_ids.narrow(0, 0, 1);
+  EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r1, gu, dn));
+  // Many tokens take the grouped products, which need the sorted routing.
+  Tensor many = zeros({40, H}, b);
+  MoeRouting rm = moe_route(zeros({40, E}, f), 2, true);
+  EXPECT_NO_THROW(moe_experts(many, rm, gu, dn));
+  rm.offs = Tensor();
+  EXPECT_THROWS_OP(Error, "moe_experts", moe_experts(many, rm, gu, dn));
+  if (dev().is_cuda()) {
+    EXPECT_THROWS_OP(DeviceError, "moe_experts", moe_experts(h.to(kCPU), r, gu, dn));
+  }
+}
+
 TEST_P(Moe, Errors) {
   const TensorOptions f = TensorOptions(kFloat32).device(dev());
   Tensor logits = zeros({4, 8}, f);
@@ -280,6 +488,40 @@ TEST(MoeGraph, RouteAndCombineReplayNewInputs) {
       EXPECT_EQ(th::to_bits(r.token_index), th::to_bits(e.token_index)) << "round " << round;
       EXPECT_EQ(th::to_bits(r.topk_weights), th::to_bits(e.topk_weights)) << "round " << round;
       EXPECT_EQ(th::to_bits(out), th::to_bits(eo)) << "round " << round;
+    }
+    graph.reset();
+  }
+}
+
+// Routing + fused experts of one decode token captured once; new hidden states and logits
+// copied in before each replay; the replay equals an eager call bit for bit.
+TEST(MoeGraph, ExpertsReplayNewInputs) {
+  ANVIL_REQUIRE_CUDA();
+  const Device dev(kCUDA, 0);
+  Stream s = Stream::create(dev);
+  StreamGuard guard(s);
+  th::Gen gen(7007);
+  const int64_t E = 32, H = 256, I = 64, k = 4;
+  for (DType w_dtype : {kBFloat16, kFloat8_e4m3fn}) {
+    SCOPED_TRACE(th::dtype_str(w_dtype));
+    const ExpertWeights w = make_expert_weights(E, H, I, kBFloat16, w_dtype, dev, gen);
+    Tensor h = th::make_input({2, H}, kBFloat16, dev, Layout::Contiguous, gen, -1, 1).t;
+    Tensor logits = th::make_input({2, E}, kBFloat16, dev, Layout::Contiguous, gen, -3, 3).t;
+    moe_experts(h, moe_route(logits, k, true), w.gate_up, w.down, w.gate_up_scale, w.down_scale);
+    s.synchronize();
+    cuda::Graph graph;
+    graph.capture_begin();
+    MoeRouting r = moe_route(logits, k, true);
+    Tensor out = moe_experts(h, r, w.gate_up, w.down, w.gate_up_scale, w.down_scale);
+    graph.capture_end();
+    for (int round = 0; round < 2; ++round) {
+      h.copy_(th::make_input({2, H}, kBFloat16, dev, Layout::Contiguous, gen, -1, 1).t);
+      logits.copy_(th::make_input({2, E}, kBFloat16, dev, Layout::Contiguous, gen, -3, 3).t);
+      graph.replay();
+      s.synchronize();
+      Tensor eager = moe_experts(h, moe_route(logits, k, true), w.gate_up, w.down, w.gate_up_scale, w.down_scale);
+      s.synchronize();
+      EXPECT_EQ(th::to_bits(out), th::to_bits(eager)) << "round " << round;
     }
     graph.reset();
   }

@@ -167,6 +167,21 @@ ANVIL_API MoeRouting moe_route(const Tensor& router_logits, int64_t top_k, bool 
 // sorted_pos values outside [0, T * top_k) are clamped (never read out of bounds).
 ANVIL_API Tensor moe_combine(const Tensor& expert_out, const Tensor& topk_weights, const Tensor& sorted_pos);
 
+// The routed experts of an MoE block (a SwiGLU MLP per expert) for every token and slot:
+//   e = routing.topk_ids[t, s]; [g, u] = hidden[t] @ gate_up[e]^T, rounded, split in halves;
+//   a = silu(g) * u, rounded; y_s = a @ down[e]^T, rounded;
+//   out[t] = sum_s routing.topk_weights[t, s] * y_s in float32 (slots in order), one rounding.
+// hidden [T, H] float32 / bfloat16 / float16; gate_up [E, 2I, H] (the I gate rows, then the I up
+// rows: transformers v5's fused layout), down [E, H, I], both hidden's dtype, or float8 with
+// row-wise scales gate_up_scale [E, 2I] and down_scale [E, H] (float32; a product row is
+// multiplied by its scale before rounding). Expert ids outside [0, E) are clamped. Equal to the
+// composition index_select, grouped_mm (scaled_grouped_mm), silu_mul, grouped_mm, moe_combine
+// over the routing's sorted order, which is what runs for many tokens; for few tokens (decode,
+// T * top_k <= 64) fused kernels read each chosen expert's rows once per pair and never
+// materialise the gathered or sorted rows (only routing.topk_ids / topk_weights are read).
+ANVIL_API Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up,
+                             const Tensor& down, const Tensor& gate_up_scale = {}, const Tensor& down_scale = {});
+
 // ---- attention
 
 // torch.nn.functional.scaled_dot_product_attention: query [..., Hq, L, E], key [..., H, S, E],

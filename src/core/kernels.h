@@ -37,6 +37,7 @@
   X(grouped_mm, const GroupedMmParams&)              \
   X(moe_route, const MoeRouteParams&)                \
   X(moe_combine, const MoeCombineParams&)            \
+  X(moe_experts, const MoeExpertsParams&)            \
   X(attention, const AttentionParams&)                \
   X(cache_write, const CacheWriteParams&)
 

@@ -306,6 +306,33 @@ struct MoeCombineParams {
   int64_t tokens = 0, top_k = 0, hidden = 0, stride_in_row = 0, stride_out_row = 0;
 };
 
+// The routed experts of an MoE block for few (token, slot) pairs, fused (moe_experts' decode
+// path): for pair q = t * top_k + s with expert e = clamp(ids[q], 0, experts - 1),
+//   g_i, u_i = round(dot(hidden[t], gate_up[e, i]) * sg), round(dot(hidden[t], gate_up[e, inter + i]) * su)
+//   act[q, i] = round(silu(g_i) * u_i)
+//   y[q, j] = round(dot(act[q], down[e, j]) * sd)
+//   out[t, j] = round(sum_s weights[t, s] * y[t * top_k + s, j])  (float32, slots in order)
+// with the scales 1 unless gate_up_scale [experts, 2 inter] / down_scale [experts, hidden]
+// (float8 weights). Every rounding is to `dtype`, as the composition's intermediates. Weight rows
+// have unit stride along their columns; ids, weights are [tokens, top_k] contiguous; act is
+// [tokens * top_k, inter] contiguous scratch (CUDA). The CUDA kernels take 16-bit activations,
+// 16-byte aligned rows, hidden and inter multiples of 16 / sizeof(w element), top_k <= 32.
+struct MoeExpertsParams {
+  const void* hidden = nullptr;
+  const int64_t* ids = nullptr;
+  const float* weights = nullptr;
+  const void* gate_up = nullptr;
+  const void* down = nullptr;
+  const float* gate_up_scale = nullptr;
+  const float* down_scale = nullptr;
+  void* act = nullptr;
+  void* out = nullptr;
+  DType dtype = kBFloat16, w_dtype = kBFloat16;
+  int64_t tokens = 0, top_k = 0, experts = 0, hidden_size = 0, inter = 0;
+  int64_t stride_hidden_row = 0, stride_out_row = 0;
+  int64_t stride_gu_expert = 0, stride_gu_row = 0, stride_down_expert = 0, stride_down_row = 0;
+};
+
 // Attention over batch x heads_q of q [q_len, head_dim], k [kv_len, head_dim], v [kv_len,
 // v_head_dim]; query head h reads key / value head h * heads_kv / heads_q (grouped-query heads
 // and a broadcast single head alike). Every operand is addressed through strides over [batch,

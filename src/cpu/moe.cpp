@@ -2,10 +2,12 @@
 // (token, slot) pairs by expert) and the weighted combine back to token order.
 #include <algorithm>
 #include <cmath>
+#include <omp.h>
 #include <vector>
 
 #include "core/dispatch.h"
 #include "core/kernels.h"
+#include "cpu/simd.h"
 
 namespace anvil::cpu {
 namespace {
@@ -91,6 +93,77 @@ void moe_combine(const MoeCombineParams& p) {
           for (int64_t h = 0; h < p.hidden; ++h) acc[static_cast<size_t>(h)] += w * static_cast<float>(row[h]);
         }
         for (int64_t h = 0; h < p.hidden; ++h) out[t * p.stride_out_row + h] = S(acc[static_cast<size_t>(h)]);
+      }
+    }
+  });
+}
+
+namespace {
+
+// f(pair, r0, r1) for the rows [r0, r1) of every pair's weight matrix of `rows` rows: the
+// pairs x rows are cut into one contiguous range per thread (one parallel region for all
+// experts of a decode token, not one per expert).
+template <class F>
+void split_rows(int64_t pairs, int64_t rows, int64_t k, const F& f) {
+#pragma omp parallel if (pairs * rows * k >= kParallelWork)
+  {
+    const int64_t nt = omp_get_num_threads(), th = omp_get_thread_num(), total = pairs * rows;
+    const int64_t q1 = total * (th + 1) / nt;
+    for (int64_t q = total * th / nt; q < q1;) {
+      const int64_t pair = q / rows, r0 = q % rows, r1 = std::min(rows, r0 + (q1 - q));
+      f(pair, r0, r1);
+      q += r1 - r0;
+    }
+  }
+}
+
+}  // namespace
+
+void moe_experts(const MoeExpertsParams& p) {
+  dispatch_float_types(p.dtype, "[moe_experts]", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    const int64_t T = p.tokens, K = p.top_k, P = T * K, H = p.hidden_size, I = p.inter;
+    const size_t wsize = element_size(p.w_dtype);
+    auto round = [](float v) { return static_cast<float>(S(v)); };
+    auto expert = [&](int64_t pair) { return std::clamp<int64_t>(p.ids[pair], 0, p.experts - 1); };
+    std::vector<float> x(static_cast<size_t>(T * H)), gu(static_cast<size_t>(P * 2 * I)),
+        act(static_cast<size_t>(P * I)), y(static_cast<size_t>(P * H));
+    for (int64_t t = 0; t < T; ++t)
+      simd::decode_f32(p.dtype, static_cast<const S*>(p.hidden) + t * p.stride_hidden_row, x.data() + t * H, H);
+    const char* gate_up = static_cast<const char*>(p.gate_up);
+    const char* down = static_cast<const char*>(p.down);
+    split_rows(P, 2 * I, H, [&](int64_t pair, int64_t r0, int64_t r1) {
+      const char* w = gate_up + expert(pair) * p.stride_gu_expert * static_cast<int64_t>(wsize);
+      simd::gemv_dots(p.w_dtype, w, p.stride_gu_row, x.data() + pair / K * H, 1, H, gu.data() + pair * 2 * I, 0, r0,
+                      r1);
+    });
+    for (int64_t pair = 0; pair < P; ++pair) {
+      const int64_t e = expert(pair);
+      for (int64_t i = 0; i < I; ++i) {
+        float g = gu[static_cast<size_t>(pair * 2 * I + i)], u = gu[static_cast<size_t>(pair * 2 * I + I + i)];
+        if (p.gate_up_scale) {
+          g *= p.gate_up_scale[e * 2 * I + i];
+          u *= p.gate_up_scale[e * 2 * I + I + i];
+        }
+        g = round(g);
+        act[static_cast<size_t>(pair * I + i)] = round(g / (1.f + std::exp(-g)) * round(u));
+      }
+    }
+    split_rows(P, H, I, [&](int64_t pair, int64_t r0, int64_t r1) {
+      const char* w = down + expert(pair) * p.stride_down_expert * static_cast<int64_t>(wsize);
+      simd::gemv_dots(p.w_dtype, w, p.stride_down_row, act.data() + pair * I, 1, I, y.data() + pair * H, 0, r0, r1);
+    });
+    S* out = static_cast<S*>(p.out);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < H; ++j) {
+        float acc = 0.f;
+        for (int64_t s = 0; s < K; ++s) {
+          const int64_t pair = t * K + s;
+          float v = y[static_cast<size_t>(pair * H + j)];
+          if (p.down_scale) v *= p.down_scale[expert(pair) * H + j];
+          acc += p.weights[pair] * round(v);
+        }
+        out[t * p.stride_out_row + j] = S(acc);
       }
     }
   });

@@ -18,6 +18,7 @@
 #include "core/element.h"
 #include "core/kernels.h"
 #include "cpu/simd-inl.h"
+#include "cpu/simd.h"
 #include "cpu/gemv-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -53,6 +54,18 @@ HWY_EXPORT(DotsBF16);
 HWY_EXPORT(DotsF16);
 HWY_EXPORT(DotsE4M3);
 HWY_EXPORT(DotsE5M2);
+
+void gemv_dots(DType t, const void* w, int64_t sw, const float* x, int64_t m, int64_t k, float* d, int64_t sd,
+                int64_t j0, int64_t j1) {
+  switch (t) {
+    case DType::Float32: return HWY_DYNAMIC_DISPATCH(DotsF32)(w, sw, x, m, k, d, sd, j0, j1);
+    case DType::BFloat16: return HWY_DYNAMIC_DISPATCH(DotsBF16)(w, sw, x, m, k, d, sd, j0, j1);
+    case DType::Float16: return HWY_DYNAMIC_DISPATCH(DotsF16)(w, sw, x, m, k, d, sd, j0, j1);
+    case DType::Float8_e4m3fn: return HWY_DYNAMIC_DISPATCH(DotsE4M3)(w, sw, x, m, k, d, sd, j0, j1);
+    default: return HWY_DYNAMIC_DISPATCH(DotsE5M2)(w, sw, x, m, k, d, sd, j0, j1);
+  }
+}
+
 }  // namespace simd
 
 namespace {
@@ -62,17 +75,6 @@ constexpr int64_t kParallelElements = 1 << 16;
 
 bool has_simd_dots(DType t) {
   return t == DType::Float32 || t == DType::BFloat16 || t == DType::Float16 || is_float8(t);
-}
-
-void dots_range(DType t, const void* w, int64_t sw, const float* x, int64_t m, int64_t k, float* d, int64_t sd,
-                int64_t j0, int64_t j1) {
-  switch (t) {
-    case DType::Float32: return HWY_DYNAMIC_DISPATCH(simd::DotsF32)(w, sw, x, m, k, d, sd, j0, j1);
-    case DType::BFloat16: return HWY_DYNAMIC_DISPATCH(simd::DotsBF16)(w, sw, x, m, k, d, sd, j0, j1);
-    case DType::Float16: return HWY_DYNAMIC_DISPATCH(simd::DotsF16)(w, sw, x, m, k, d, sd, j0, j1);
-    case DType::Float8_e4m3fn: return HWY_DYNAMIC_DISPATCH(simd::DotsE4M3)(w, sw, x, m, k, d, sd, j0, j1);
-    default: return HWY_DYNAMIC_DISPATCH(simd::DotsE5M2)(w, sw, x, m, k, d, sd, j0, j1);
-  }
 }
 
 // src[r * s_row + c * s_col] widened to float32 dst[r * cols + c] (exact for every input dtype).
@@ -101,7 +103,7 @@ void scaled_mm(const ScaledMmParams& p) {
       const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
       const int64_t blocks = (n + 3) / 4;
       const int64_t j0 = std::min(n, blocks * t / nt * 4), j1 = std::min(n, blocks * (t + 1) / nt * 4);
-      if (j0 < j1) dots_range(p.w_dtype, p.w, p.stride_w_row, a32.data(), m, k, dots.data(), n, j0, j1);
+      if (j0 < j1) simd::gemv_dots(p.w_dtype, p.w, p.stride_w_row, a32.data(), m, k, dots.data(), n, j0, j1);
     }
   } else {
     std::vector<float> w32(static_cast<size_t>(n * k));

@@ -23,5 +23,10 @@ const char* target_name();
 // rounds to nearest even like anvil's scalar conversions, float8 saturating).
 void decode_f32(DType from, const void* src, float* out, int64_t n);
 void encode_f32(DType to, const float* in, void* dst, int64_t n);
+// GEMV dots through the shared core (cpu/gemv-inl.h): d[i * stride_d + j] = dot(x[i, :], w[j, :])
+// for weight rows [j0, j1) of w (float32 / bfloat16 / float16 / float8, unit column stride,
+// row stride stride_w) and m <= 8 float32 rows x [m, k] contiguous.
+void gemv_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k, float* d,
+               int64_t stride_d, int64_t j0, int64_t j1);
 
 }  // namespace anvil::cpu::simd

@@ -9,6 +9,7 @@
 #include "core/kernels.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
+#include "cuda/device/pdl.cuh"
 #include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
@@ -29,6 +30,8 @@ __device__ __forceinline__ A silu_mul_one(A g, A u) {
 // V elements per pack (16 bytes, or 1 for misaligned rows); packs_per_row = cols / V.
 template <typename T, int V>
 __global__ void __launch_bounds__(256) silu_mul_kernel(const __grid_constant__ SiluMulParams p, int64_t packs_per_row) {
+  cuda_device::pdl_launch_dependents();
+  cuda_device::pdl_wait();
   using P = Pack<T, V>;
   const int64_t total = p.rows * packs_per_row, nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   auto load = [&](int64_t i, P& g, P& u, int64_t& out_off) {
@@ -70,8 +73,8 @@ void launch_silu_mul(const SiluMulParams& p_in, const KernelLaunch& launch) {
                    stride_ok(p.stride_gate_row) && stride_ok(p.stride_up_row) && stride_ok(p.stride_out_row);
   const int64_t ppr = vec ? p.cols / V : p.cols;
   const unsigned grid = launch.blocks(p.rows * ppr, 2);
-  if (vec) silu_mul_kernel<T, V><<<grid, 256, 0, launch.stream()>>>(p, ppr);
-  else silu_mul_kernel<T, 1><<<grid, 256, 0, launch.stream()>>>(p, ppr);
+  launch_pdl("[silu_mul]", vec ? silu_mul_kernel<T, V> : silu_mul_kernel<T, 1>, dim3(grid), dim3(256), 0, launch.stream(),
+             p, ppr);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "cuda/allocator.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/mma.cuh"
+#include "cuda/device/pdl.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
@@ -200,7 +201,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
     attention_decode_kernel(const __grid_constant__ AttentionParams p, const DecodePlan plan, float* part_ml,
                             float* part_acc) {
   using S = DecodeShape<T, D, R>;
-  asm volatile("griddepcontrol.launch_dependents;");  // let the combine kernel's blocks come in
+  cuda_device::pdl_launch_dependents();  // let the combine kernel's blocks come in
+  cuda_device::pdl_wait();
   extern __shared__ __align__(128) unsigned char smem[];
   DecodeRow* row_s = reinterpret_cast<DecodeRow*>(smem + S::region(plan.stages));
   float* q_s = reinterpret_cast<float*>(row_s + R);  // [R][D]
@@ -409,7 +411,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   __shared__ float w_s[kMaxSplits];
   __shared__ float scratch[kDecodeThreads / 32];
   __shared__ float sums[kDecodeThreads];
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // the decode kernel has finished
+  cuda_device::pdl_wait();  // the decode kernel has finished
   const int tid = threadIdx.x;
   const int64_t row = blockIdx.x, dv = p.v_head_dim;
   const float* ml = part_ml + row * splits * 2;
@@ -847,23 +849,6 @@ bool use_prefill(const AttentionParams& p) {
          rows_aligned16(p.k, p.stride_k, 2) && rows_aligned16(p.v, p.stride_v, 2);
 }
 
-template <typename Kernel, typename... Args>
-void launch_programmatic(Kernel kernel, unsigned grid, unsigned block, cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(block);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, kernel, args...) != cudaSuccess) {  // no programmatic launch: a plain one
-    cudaGetLastError();
-    kernel<<<grid, block, 0, stream>>>(args...);
-  }
-}
-
 template <typename T, int D, int R>
 void launch_decode(const AttentionParams& p, const DecodePlan& base, int64_t units, const KernelLaunch& launch) {
   using S = DecodeShape<T, D, R>;
@@ -891,11 +876,11 @@ void launch_decode(const AttentionParams& p, const DecodePlan& base, int64_t uni
   const size_t part = plan.splits > 1 ? static_cast<size_t>(rows * plan.splits) : 0;
   allocator::Scratch ml(launch.device(), part * 2 * sizeof(float), launch.stream());
   allocator::Scratch acc(launch.device(), part * D * sizeof(float), launch.stream());
-  kernel<<<grid_of(units * plan.splits), kDecodeThreads, S::smem(plan.stages), launch.stream()>>>(
-      p, plan, static_cast<float*>(ml.get()), static_cast<float*>(acc.get()));
+  launch_pdl("[scaled_dot_product_attention]", kernel, dim3(grid_of(units * plan.splits)), dim3(kDecodeThreads),
+             S::smem(plan.stages), launch.stream(), p, plan, static_cast<float*>(ml.get()), static_cast<float*>(acc.get()));
   launch.check("[scaled_dot_product_attention]");
   if (plan.splits > 1)
-    launch_programmatic(attention_combine_kernel<T>, grid_of(rows), kDecodeThreads, launch.stream(), p, plan.splits,
+    launch_pdl("[attention]", attention_combine_kernel<T>, dim3(grid_of(rows)), dim3(kDecodeThreads), 0, launch.stream(), p, plan.splits,
                         static_cast<const float*>(ml.get()), static_cast<const float*>(acc.get()));
 }
 

@@ -24,6 +24,7 @@
 #include "core/kernels.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/mma.cuh"
+#include "cuda/device/pdl.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
@@ -33,17 +34,18 @@ using cuda_device::cp_async16;
 using cuda_device::cp_async_commit;
 using cuda_device::cp_async_wait;
 using cuda_device::fp8x4_to;
+using cuda_device::is_fp8_v;
+using cuda_device::mma_chunk;
 using cuda_device::from_compute;
 using cuda_device::ldmatrix_x4;
 using cuda_device::load_cached16;
 using cuda_device::load_stream16;
 using cuda_device::mma_m16n8k16;
+using cuda_device::MmaOf;
 using cuda_device::smem_u32;
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
-template <typename T>
-inline constexpr bool is_fp8_v = std::is_same_v<T, Float8_e4m3fn> || std::is_same_v<T, Float8_e5m2>;
 
 // ---- groups from offs
 
@@ -121,45 +123,6 @@ constexpr int kMaxDecodeRows = 16;  // the A rows of one m16n8k16 product
 template <typename W>
 inline constexpr int64_t kDecodeStepCols = kDecodeLoads * 64 / static_cast<int64_t>(sizeof(W));
 
-// The mma operand type: bfloat16 activations keep bfloat16, the rest (float16, float8) are
-// exact in float16.
-template <typename A>
-using MmaOf = std::conditional_t<std::is_same_v<A, BFloat16>, BFloat16, Half>;
-
-// One 16-byte weight load of lane (g, t): V = 16 / sizeof(W) consecutive k of weight row g,
-// with the lane's x values at the same k from A rows g (x) and g + 8 (xh); V / 4 mma steps.
-template <typename A, typename W>
-__device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& w, const uint4* x, const uint4* xh) {
-  using M = MmaOf<A>;
-  constexpr int V = 16 / sizeof(W);
-  uint32_t wp[V / 2], xp[V / 2], hp[V / 2];
-  const uint32_t* wr = reinterpret_cast<const uint32_t*>(&w);
-  if constexpr (is_fp8_v<W>) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) fp8x4_to<M, W>(wr[i], wp[2 * i], wp[2 * i + 1]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) wp[i] = wr[i];
-  }
-  if constexpr (is_fp8_v<A>) {
-    const uint32_t* xr = reinterpret_cast<const uint32_t*>(x);
-    const uint32_t* hr = reinterpret_cast<const uint32_t*>(xh);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      fp8x4_to<M, A>(xr[i], xp[2 * i], xp[2 * i + 1]);
-      fp8x4_to<M, A>(hr[i], hp[2 * i], hp[2 * i + 1]);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < V / 2; ++i) {
-      xp[i] = reinterpret_cast<const uint32_t*>(x)[i];
-      hp[i] = reinterpret_cast<const uint32_t*>(xh)[i];
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < V / 4; ++i) mma_m16n8k16<M>(acc, xp[2 * i], hp[2 * i], xp[2 * i + 1], hp[2 * i + 1], wp[2 * i], wp[2 * i + 1]);
-}
-
 // out[i, j] = sum_q a[i, q] b[g(i), q, j] for m <= 16 rows. `split` (P) warps share each
 // 8-column tile's k range (their partials meet in shared memory); a block runs 8 / P tiles at
 // once and takes an equal share of all (slot, tile) pairs.
@@ -173,6 +136,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
   __shared__ int slot_rows[kMaxDecodeRows], n_slots;
   __shared__ float4 partial[2][kDecodeWarps][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  cuda_device::pdl_launch_dependents();
+  cuda_device::pdl_wait();
 
   if (warp == 0) {  // slot s = the s-th non-empty group (one tile of m rows each)
     int64_t total = 0;
@@ -627,7 +592,8 @@ void launch_decode(const GroupedMmParams& p, const KernelLaunch& launch) {
     const int64_t cost = (groups_of_tiles + blocks - 1) / blocks * ((steps + P - 1) / P);
     if (cost < best) best = cost, split = P, grid = blocks;
   }
-  grouped_gemv_kernel<A, W><<<static_cast<unsigned>(grid), kDecodeWarps * 32, 0, launch.stream()>>>(p, split);
+  launch_pdl("[grouped_mm]", grouped_gemv_kernel<A, W>, dim3(static_cast<unsigned>(grid)), dim3(kDecodeWarps * 32), 0,
+             launch.stream(), p, split);
 }
 
 void dispatch_decode(const GroupedMmParams& p, const KernelLaunch& launch) {

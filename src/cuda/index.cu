@@ -9,6 +9,7 @@
 #include "core/kernels.h"
 #include "cuda/device/atomic.cuh"
 #include "cuda/device/map.cuh"
+#include "cuda/device/pdl.cuh"
 #include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
@@ -27,6 +28,8 @@ template <typename U>
 __global__ void __launch_bounds__(kThreads) index_select_kernel(const U* in, U* out, const int64_t* index,
                                                                 int64_t outer, int64_t in_dim, int64_t n_index,
                                                                 int64_t inner, int* error) {
+  cuda_device::pdl_launch_dependents();
+  cuda_device::pdl_wait();
   const int64_t n = outer * n_index * inner, stride = grid_threads();
   for (int64_t idx = global_thread(); idx < n; idx += stride) {
     int64_t t, i, o, j;
@@ -142,9 +145,9 @@ int index_select_unit(const IndexSelectParams& p, size_t row_bytes) {
 template <typename U>
 void launch_index_select(const IndexSelectParams& p, int64_t inner_units, const KernelLaunch& launch) {
   const int64_t n = p.outer * p.n_index * inner_units;
-  index_select_kernel<U><<<launch.blocks(n), kThreads, 0, launch.stream()>>>(
-      static_cast<const U*>(p.in), static_cast<U*>(p.out), p.index, p.outer, p.in_dim, p.n_index, inner_units,
-      index_error_flag());
+  launch_pdl("[index_select]", index_select_kernel<U>, dim3(launch.blocks(n)), dim3(kThreads), 0, launch.stream(),
+             static_cast<const U*>(p.in), static_cast<U*>(p.out), p.index, p.outer, p.in_dim, p.n_index, inner_units,
+             index_error_flag());
 }
 
 }  // namespace
@@ -214,6 +217,8 @@ namespace {
 template <typename U>
 __global__ void __launch_bounds__(kThreads) cache_write_kernel(const __grid_constant__ CacheWriteParams p,
                                                                int64_t units_per_row) {
+  cuda_device::pdl_launch_dependents();
+  cuda_device::pdl_wait();
   const int64_t n = p.batch * p.heads * p.rows * units_per_row, stride = grid_threads();
   for (int64_t idx = global_thread(); idx < n; idx += stride) {
     int64_t r, c, bh, l, b, h;
@@ -246,13 +251,12 @@ void cache_write(const CacheWriteParams& p) {
   const int64_t unit = fits(16) ? 16 : fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : 1;
   const int64_t units = row_bytes / unit, n = p.batch * p.heads * p.rows * units;
   const unsigned blocks = launch.blocks(n);
-  switch (unit) {
-    case 16: cache_write_kernel<uint4><<<blocks, kThreads, 0, launch.stream()>>>(p, units); break;
-    case 8: cache_write_kernel<uint2><<<blocks, kThreads, 0, launch.stream()>>>(p, units); break;
-    case 4: cache_write_kernel<uint32_t><<<blocks, kThreads, 0, launch.stream()>>>(p, units); break;
-    case 2: cache_write_kernel<uint16_t><<<blocks, kThreads, 0, launch.stream()>>>(p, units); break;
-    default: cache_write_kernel<uint8_t><<<blocks, kThreads, 0, launch.stream()>>>(p, units); break;
-  }
+  auto kernel = unit == 16 ? cache_write_kernel<uint4>
+                : unit == 8  ? cache_write_kernel<uint2>
+                : unit == 4  ? cache_write_kernel<uint32_t>
+                : unit == 2  ? cache_write_kernel<uint16_t>
+                             : cache_write_kernel<uint8_t>;
+  launch_pdl("[cache_write]", kernel, dim3(blocks), dim3(kThreads), 0, launch.stream(), p, units);
   launch.check("[cache_write]");
 }
 

@@ -8,6 +8,14 @@
 // memory. Up to 64 tokens (decode) everything is one block and one launch; more tokens route in a
 // grid first; up to 32 (token, slot) pairs (a decode token's top 8, or four tokens') one warp
 // does it all. Combine: one thread per V hidden elements of a token sums its top_k rows.
+// Fused experts (decode, few (token, slot) pairs; see MoeExpertsParams): two GEMV kernels over
+// the pairs' own expert rows, no gather or sort. gate_up: a block per (pair, 4R intermediate
+// columns) = R tiles of 8 weight rows (4 gate, 4 up) as the n = 8 side of mma.sync m16n8k16,
+// warps split k, every load of a warp issued before the first mma; the epilogue rounds g and u
+// and writes silu(g) * u. down: a block per (token, 8 hidden rows), P warps per slot stream that
+// slot's expert rows over inter; each slot's product is summed and rounded, then the slots are
+// summed in order (the combine). Both are launched with programmatic dependent launch; so is
+// routing, whose single-token kernel ranks each expert with one thread.
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
@@ -16,12 +24,20 @@
 #include "core/dispatch.h"
 #include "core/kernels.h"
 #include "cuda/device/convert.cuh"
+#include "cuda/device/mma.cuh"
+#include "cuda/device/pdl.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
 namespace {
 
 using cuda_device::from_compute;
+using cuda_device::is_fp8_v;
+using cuda_device::load_cached16;
+using cuda_device::load_stream16;
+using cuda_device::mma_chunk;
+using cuda_device::pdl_launch_dependents;
+using cuda_device::pdl_wait;
 using cuda_device::to_compute;
 
 constexpr int kSortThreads = 1024;  // the sorting block: 32 warps
@@ -160,6 +176,60 @@ __global__ void __launch_bounds__(kSortThreads) route_sort_kernel(const __grid_c
   sort_pairs(p, smem);
 }
 
+// One decode token (experts <= 1024): thread e owns expert e. Block max and sum give the
+// softmax (the warp kernel's formulas); each expert's rank in routing order is one pass over the
+// probabilities in shared memory, and rank < top_k is its slot. The chosen experts are distinct,
+// so a chosen expert's sorted row is the number of chosen experts below it and offs[e] the same
+// count up to e inclusive (ballots and a prefix over warps).
+template <typename T>
+__global__ void __launch_bounds__(kSortThreads) route_single_kernel(const __grid_constant__ MoeRouteParams p) {
+  extern __shared__ float prob[];  // [experts]
+  __shared__ float red[kSortWarps], sel[kSortThreads];
+  __shared__ int below[kSortWarps];
+  pdl_launch_dependents();
+  pdl_wait();
+  const int e = threadIdx.x, lane = e % 32, warp = e / 32, warps = blockDim.x / 32;
+  const int E = static_cast<int>(p.experts), K = static_cast<int>(p.top_k);
+  const float x = e < E ? to_compute(static_cast<const T*>(p.logits)[e]) : -INFINITY;
+  auto block_reduce = [&](float v, bool max) {
+    for (int d = 16; d > 0; d >>= 1) {
+      const float o = __shfl_xor_sync(0xffffffffu, v, d);
+      v = max ? fmaxf(v, o) : v + o;
+    }
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float r = max ? -INFINITY : 0.f;
+    for (int w = 0; w < warps; ++w) r = max ? fmaxf(r, red[w]) : r + red[w];
+    __syncthreads();  // red is reused
+    return r;
+  };
+  const float mx = block_reduce(x, true);
+  const float ex = e < E ? expf(x - mx) : 0.f;
+  const float pe = ex * (1.f / block_reduce(ex, false));
+  if (e < E) prob[e] = pe;
+  __syncthreads();
+  int rank = 0;
+  if (e < E) {
+#pragma unroll 4
+    for (int o = 0; o < E; ++o) rank += routes_before(prob[o], o, pe, e);
+  }
+  const bool chosen = e < E && rank < K;
+  if (chosen) sel[rank] = pe;
+  const unsigned ballot = __ballot_sync(0xffffffffu, chosen);
+  if (lane == 0) below[warp] = __popc(ballot);
+  __syncthreads();
+  int row = __popc(ballot & ((1u << lane) - 1u));
+  for (int w = 0; w < warp; ++w) row += below[w];
+  if (e < E) p.offs[e] = row + chosen;
+  if (!chosen) return;
+  float total = 0.f;  // slots in order, as the warp kernel
+  for (int s2 = 0; s2 < K; ++s2) total += sel[s2];
+  p.weights[rank] = p.renormalize ? pe * (1.f / total) : pe;
+  p.ids[rank] = e;
+  p.sorted_pos[rank] = row;
+  p.token_index[row] = 0;
+}
+
 // Decode (tokens * top_k <= 32 pairs): one warp does everything in shared memory and registers.
 // Per token the probabilities go to shared memory once; each of the top_k rounds is a lane-local
 // best-of over its experts and a warp best-of, the winner's slot set to -inf; then lane i holds
@@ -169,6 +239,8 @@ constexpr int kWarpPairs = 32;
 template <typename T>
 __global__ void __launch_bounds__(32) route_warp_kernel(const __grid_constant__ MoeRouteParams p) {
   extern __shared__ float prob[];  // [experts], then counts [experts] as int
+  pdl_launch_dependents();
+  pdl_wait();
   int* counts = reinterpret_cast<int*>(prob + p.experts);
   __shared__ float sel_p[kWarpPairs];
   __shared__ int sel_e[kWarpPairs];
@@ -241,6 +313,8 @@ void allow_smem(K kernel, size_t bytes) {
 
 template <typename T, int V>
 __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ MoeCombineParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const int64_t h = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * V;
   if (h >= p.hidden) return;
@@ -265,6 +339,156 @@ __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Mo
   for (int e = 0; e < V; ++e) out[e] = from_compute<T>(acc[e]);
 }
 
+// ---- fused experts
+
+constexpr int kExpertWarps = 8;
+constexpr int kExpertLoads = 8;      // 16-byte weight loads in flight per lane
+constexpr int kExpertMaxSlots = 32;  // top_k limit (the op sends more through the grouped products)
+
+// acc[r] (lane (g, t): d[0], d[1] = dot of x with rows 2t, 2t + 1 of weight tile r) += the dot
+// of x[0, k) with row g of tile r (w[r]) over the 4V-column chunks c = c0, c0 + stride, ...;
+// lane t holds columns [4V c + V t, + V) with V = 16 / sizeof(W); U chunks x R rows of loads per
+// lane in flight, all issued before the first mma. k % V == 0, so a lane's columns are all inside
+// k or all past it (zeros).
+template <typename A, typename W, int R, int U>
+__device__ __forceinline__ void stream_dot(float (&acc)[R][4], const char* const (&w)[R], const char* x, int64_t k,
+                                           int c0, int stride) {
+  constexpr int V = 16 / sizeof(W), XV = V * sizeof(A) / 16;
+  const int t = threadIdx.x % 4;
+  const int64_t chunks = (k + 4 * V - 1) / (4 * V);
+  for (int64_t c = c0; c < chunks; c += int64_t{stride} * U) {
+    uint4 wv[U][R], xv[U][XV];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t q = (c + int64_t{u} * stride) * 4 * V + t * V;
+#pragma unroll
+      for (int r = 0; r < R; ++r) wv[u][r] = q < k ? load_stream16(w[r] + q * int64_t{sizeof(W)}) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t q = (c + int64_t{u} * stride) * 4 * V + t * V;
+#pragma unroll
+      for (int v = 0; v < XV; ++v)
+        xv[u][v] = q < k ? load_cached16(x + q * int64_t{sizeof(A)} + 16 * v) : make_uint4(0, 0, 0, 0);
+    }
+    __syncwarp();  // mma.sync is warp-collective: reconverge after the per-lane loads
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) mma_chunk<A, W>(acc[r], wv[u][r], xv[u], xv[u]);
+    }
+  }
+}
+
+__device__ __forceinline__ int64_t expert_of(const MoeExpertsParams& p, int64_t pair) {
+  const int64_t e = p.ids[pair];
+  return e < 0 ? 0 : e >= p.experts ? p.experts - 1 : e;
+}
+
+// A block per (pair, 4R intermediate columns): R tiles of 8 weight rows (4 gate rows, then the 4
+// up rows of the same columns), warps splitting k.
+template <typename A, typename W, int R, int U>
+__global__ void __launch_bounds__(kExpertWarps * 32) experts_gate_up_kernel(const __grid_constant__ MoeExpertsParams p) {
+  __shared__ float partial[kExpertWarps][R][8];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t tiles = (p.inter + 4 * R - 1) / (4 * R), pair = blockIdx.x / tiles, c0 = (blockIdx.x % tiles) * 4 * R;
+  pdl_launch_dependents();
+  pdl_wait();
+  const int64_t e = expert_of(p, pair);
+  const char* w[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t col = std::min(c0 + 4 * r + (g & 3), p.inter - 1), row = g < 4 ? col : p.inter + col;
+    w[r] = static_cast<const char*>(p.gate_up) + (e * p.stride_gu_expert + row * p.stride_gu_row) * int64_t{sizeof(W)};
+  }
+  const char* x = static_cast<const char*>(p.hidden) + pair / p.top_k * p.stride_hidden_row * int64_t{sizeof(A)};
+  float acc[R][4] = {};
+  stream_dot<A, W, R, U>(acc, w, x, p.hidden_size, warp, kExpertWarps);
+  if (g == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      partial[warp][r][2 * t] = acc[r][0];
+      partial[warp][r][2 * t + 1] = acc[r][1];
+    }
+  }
+  __syncthreads();
+  const int64_t i = c0 + threadIdx.x;
+  if (threadIdx.x >= 4 * R || i >= p.inter) return;
+  const int r = threadIdx.x / 4, j = threadIdx.x % 4;
+  float gv = 0.f, uv = 0.f;
+#pragma unroll
+  for (int wi = 0; wi < kExpertWarps; ++wi) {
+    gv += partial[wi][r][j];
+    uv += partial[wi][r][4 + j];
+  }
+  if (p.gate_up_scale) {
+    gv *= p.gate_up_scale[e * 2 * p.inter + i];
+    uv *= p.gate_up_scale[e * 2 * p.inter + p.inter + i];
+  }
+  gv = to_compute(from_compute<A>(gv));  // the composition's gate_up output, then silu_mul's
+  uv = to_compute(from_compute<A>(uv));
+  static_cast<A*>(p.act)[pair * p.inter + i] = from_compute<A>(gv / (1.f + expf(-gv)) * uv);
+}
+
+// A block per (token, 8 hidden rows): warp w streams slot w / P's expert rows over k-chunks
+// w % P, w % P + P, ... (P warps per slot, blockDim = 32 top_k P); each slot's product is summed
+// over its P warps in order and rounded, then the slots are combined in order.
+template <typename A, typename W>
+__global__ void __launch_bounds__(1024) experts_down_kernel(const __grid_constant__ MoeExpertsParams p, int P) {
+  __shared__ float partial[32][8];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t tiles = (p.hidden_size + 7) / 8, tok = blockIdx.x / tiles, j0 = (blockIdx.x % tiles) * 8;
+  pdl_launch_dependents();
+  pdl_wait();
+  const int s = warp / P;
+  const int64_t pair = tok * p.top_k + s, e = expert_of(p, pair);
+  const int64_t j = std::min(j0 + g, p.hidden_size - 1);
+  const char* const w[1] = {static_cast<const char*>(p.down) + (e * p.stride_down_expert + j * p.stride_down_row) * int64_t{sizeof(W)}};
+  const char* x = static_cast<const char*>(p.act) + pair * p.inter * int64_t{sizeof(A)};
+  float acc[1][4] = {};
+  stream_dot<A, W, 1, kExpertLoads>(acc, w, x, p.inter, warp % P, P);
+  if (g == 0) {
+    partial[warp][2 * t] = acc[0][0];
+    partial[warp][2 * t + 1] = acc[0][1];
+  }
+  __syncthreads();
+  if (threadIdx.x >= 8 || j0 + threadIdx.x >= p.hidden_size) return;
+  const int64_t jj = j0 + threadIdx.x;
+  float out = 0.f;  // moe_combine's sum: float32, slots in order
+  for (int si = 0; si < p.top_k; ++si) {
+    const int64_t q = tok * p.top_k + si;
+    float y = 0.f;
+    for (int sp = 0; sp < P; ++sp) y += partial[si * P + sp][threadIdx.x];
+    if (p.down_scale) y *= p.down_scale[expert_of(p, q) * p.hidden_size + jj];
+    out += p.weights[q] * to_compute(from_compute<A>(y));  // the composition's down output
+  }
+  static_cast<A*>(p.out)[tok * p.stride_out_row + jj] = from_compute<A>(out);
+}
+
+template <typename A, typename W>
+void launch_experts(const MoeExpertsParams& p, const KernelLaunch& launch) {
+  const char* op = "[moe_experts]";
+  // gate_up: each warp's share of hidden is one step of loads. H200, Qwen3-30B-A3B's experts
+  // (H 2048, graph replay of the whole block): bf16 weights (8 chunks per warp) 37.1 us with
+  // one 8-row tile x 8 chunks against 38.6 with two tiles x 4 and 38.7 with two x 8; float8
+  // weights (4 chunks per warp) 33.8 us with two tiles x 4 against 36.2 with one x 8.
+  constexpr int64_t kChunkCols = 64 / sizeof(W);
+  const int64_t up_chunks = (p.hidden_size + kChunkCols - 1) / kChunkCols;
+  const bool two_tiles = up_chunks <= 4 * kExpertWarps;
+  const int R = two_tiles ? 2 : 1;
+  const int64_t up_blocks = p.tokens * p.top_k * ((p.inter + 4 * R - 1) / (4 * R));
+  const int64_t down_blocks = p.tokens * ((p.hidden_size + 7) / 8);
+  ANVIL_CHECK(up_blocks <= INT_MAX && down_blocks <= INT_MAX, ShapeError, op, " ", p.tokens, " tokens x ",
+              p.hidden_size, " x ", p.inter, " are too large for the fused CUDA kernels");
+  launch_pdl(op, two_tiles ? experts_gate_up_kernel<A, W, 2, 4> : experts_gate_up_kernel<A, W, 1, kExpertLoads>,
+             dim3(static_cast<unsigned>(up_blocks)), dim3(kExpertWarps * 32), 0, launch.stream(), p);
+  // Warps per slot: enough that each warp's share of inter is one step of loads, at most 32 warps.
+  const int64_t chunks = (p.inter + kChunkCols - 1) / kChunkCols;
+  const int P = static_cast<int>(std::clamp<int64_t>((chunks + kExpertLoads - 1) / kExpertLoads, 1, 32 / p.top_k));
+  launch_pdl(op, experts_down_kernel<A, W>, dim3(static_cast<unsigned>(down_blocks)),
+             dim3(static_cast<unsigned>(32 * p.top_k * P)), 0, launch.stream(), p, P);
+}
+
 }  // namespace
 
 void moe_route(const MoeRouteParams& p) {
@@ -278,8 +502,11 @@ void moe_route(const MoeRouteParams& p) {
       throw DTypeError("[moe_route] float64 logits are not supported on CUDA");
     } else {
       const size_t sort_bytes = sort_smem_bytes(p.experts);
-      if (p.tokens * p.top_k <= kWarpPairs) {
-        route_warp_kernel<T><<<1, 32, 2 * sizeof(float) * p.experts, launch.stream()>>>(p);
+      if (p.tokens == 1) {
+        const int threads = static_cast<int>((p.experts + 31) / 32 * 32);
+        launch_pdl(name, route_single_kernel<T>, dim3(1), dim3(threads), sizeof(float) * p.experts, launch.stream(), p);
+      } else if (p.tokens * p.top_k <= kWarpPairs) {
+        launch_pdl(name, route_warp_kernel<T>, dim3(1), dim3(32), 2 * sizeof(float) * p.experts, launch.stream(), p);
       } else if (p.tokens <= kFusedMaxTokens) {
         const size_t bytes = std::max(sort_bytes, sizeof(uint32_t) * kSortWarps * taken_words(p.experts));
         allow_smem(route_fused_kernel<T>, bytes);
@@ -310,9 +537,32 @@ void moe_combine(const MoeCombineParams& p) {
                      aligned(p.out);
     const int v = vec ? V : 1;
     const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.hidden + 256 * v - 1) / (256 * v)));
-    if (vec) combine_kernel<T, V><<<grid, 256, 0, launch.stream()>>>(p);
-    else combine_kernel<T, 1><<<grid, 256, 0, launch.stream()>>>(p);
+    if (vec) launch_pdl(name, combine_kernel<T, V>, grid, dim3(256), 0, launch.stream(), p);
+    else launch_pdl(name, combine_kernel<T, 1>, grid, dim3(256), 0, launch.stream(), p);
   });
+  launch.check(name);
+}
+
+void moe_experts(const MoeExpertsParams& p) {
+  const char* name = "[moe_experts]";
+  ANVIL_CHECK(p.top_k <= kExpertMaxSlots, ShapeError, name, " the fused CUDA kernels take top_k <= ", kExpertMaxSlots,
+              ", got ", p.top_k);
+  KernelLaunch launch(p.out);
+  auto with_weights = [&](auto a_tag) {
+    using A = typename decltype(a_tag)::type;
+    switch (p.w_dtype) {
+      case kFloat8_e4m3fn: return launch_experts<A, Float8_e4m3fn>(p, launch);
+      case kFloat8_e5m2: return launch_experts<A, Float8_e5m2>(p, launch);
+      default:
+        ANVIL_CHECK(p.w_dtype == p.dtype, DTypeError, name, " no fused CUDA kernel for ", dtype_name(p.dtype),
+                    " activations with ", dtype_name(p.w_dtype), " weights");
+        return launch_experts<A, A>(p, launch);
+    }
+  };
+  if (p.dtype == kBFloat16) with_weights(TypeTag<BFloat16>{});
+  else if (p.dtype == kFloat16) with_weights(TypeTag<Half>{});
+  else throw DTypeError(detail::cat_message(name, " the fused CUDA kernels take bfloat16 or float16 activations, got ",
+                                            dtype_name(p.dtype)));
   launch.check(name);
 }
 

@@ -15,6 +15,7 @@
 #include "core/kernels.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
+#include "cuda/device/pdl.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
@@ -88,6 +89,8 @@ __device__ __forceinline__ void store_pack(U* row, int q, int cols, const Pack<U
 // thread); the two-pass instance for longer rows is separate so it cannot spill the common one.
 template <typename T, typename W, bool kVec, bool kInRegs>
 __global__ void __launch_bounds__(kMaxThreads) rms_norm_kernel(const __grid_constant__ RmsNormParams p, int group) {
+  cuda_device::pdl_launch_dependents();
+  cuda_device::pdl_wait();
   using A = compute_t<T>;
   constexpr int V = 16 / static_cast<int>(sizeof(T));
   using P = Pack<T, V>;
@@ -218,7 +221,7 @@ void launch_rms_norm(const RmsNormParams& p, const KernelLaunch& launch) {
   const bool in_regs = packs <= int64_t{group} * kItems;
   auto kernel = vec ? (in_regs ? rms_norm_kernel<T, W, true, true> : rms_norm_kernel<T, W, true, false>)
                     : (in_regs ? rms_norm_kernel<T, W, false, true> : rms_norm_kernel<T, W, false, false>);
-  kernel<<<grid, threads, 0, launch.stream()>>>(p, group);
+  launch_pdl("[rms_norm]", kernel, grid, dim3(threads), 0, launch.stream(), p, group);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "core/kernels.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
+#include "cuda/device/pdl.cuh"
 #include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
@@ -46,6 +47,8 @@ __device__ __forceinline__ void rotate(double a, double b, double c, double s, d
 
 template <typename T, int V>
 __global__ void __launch_bounds__(256) rope_kernel(const __grid_constant__ RopeParams p, const RopeSplit sp) {
+  cuda_device::pdl_launch_dependents();
+  cuda_device::pdl_wait();
   using A = compute_t<T>;
   using P = Pack<T, V>;
   const T* x = static_cast<const T*>(p.x);
@@ -152,8 +155,7 @@ void launch_rope(const RopeParams& p_in, const KernelLaunch& launch) {
   sp.total = p.rows / sp.bd_size * sp.chunks * sp.slots;
   if (sp.total == 0) return;
   const unsigned grid = launch.blocks(sp.total);
-  if (vec) rope_kernel<T, V16><<<grid, 256, 0, launch.stream()>>>(p, sp);
-  else rope_kernel<T, 1><<<grid, 256, 0, launch.stream()>>>(p, sp);
+  launch_pdl("[rope]", vec ? rope_kernel<T, V16> : rope_kernel<T, 1>, dim3(grid), dim3(256), 0, launch.stream(), p, sp);
 }
 
 }  // namespace

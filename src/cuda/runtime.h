@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "anvil/error.h"
 #include "anvil/stream.h"
@@ -65,6 +66,26 @@ class KernelLaunch {
   int sm_count_;
   int max_blocks_;
 };
+
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic dependent launch allowed: its
+// blocks may start while the previous kernel in the stream drains (hiding the launch gap inside
+// CUDA graphs), so the kernel must call cuda_device::pdl_wait() before it touches memory an
+// earlier kernel uses. Throws DeviceError naming `op` if the launch fails.
+template <typename... Params, typename... Args>
+void launch_pdl(const char* op, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  ANVIL_CUDA_CHECK(op, cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
 
 // Ops that only move elements (same-dtype copy, fill, where, index_select, gather, scatter
 // without accumulation) are instantiated per element size, not per dtype.

@@ -25,6 +25,7 @@
 #include "cuda/cublaslt.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/mma.cuh"
+#include "cuda/device/pdl.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
@@ -34,6 +35,8 @@ using cuda_device::from_compute;
 using cuda_device::load_cached16;
 using cuda_device::load_stream16;
 using cuda_device::mma_16816;
+using cuda_device::pdl_launch_dependents;
+using cuda_device::pdl_wait;
 using cuda_device::to_compute;
 
 constexpr const char* kOp = "[scaled_mm]";
@@ -82,10 +85,6 @@ __device__ __forceinline__ void store_scaled(const ScaledMmParams& p, int64_t i,
 
 // ---- gemv
 
-// Programmatic dependent launch: let the next kernel in the stream start its prologue now, and
-// wait here until the previous one has finished and its writes are visible.
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // Sixteen float8 -> eight pairs of the mma type M (element order kept, exact).
 template <typename F8, typename M>
@@ -186,7 +185,6 @@ __device__ __forceinline__ void gemv_step(float (&acc)[R][4], const uint4 (&wv)[
 struct GemvConfig {
   int rows_per_block = 16;  // 8 or 16 weight rows (R = 1 or 2 mma tiles)
   int warps = 8;            // warps splitting k
-  bool pdl = true;          // programmatic dependent launch
   bool prefetch = true;     // bulk L2 prefetch of the block's weight rows before the wait
 };
 
@@ -203,10 +201,7 @@ __device__ __forceinline__ void prefetch_rows_l2(const ScaledMmParams& p, int64_
   if (static_cast<int>(threadIdx.x) >= rows) return;
   const int64_t j = row0 + threadIdx.x;
   const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(p.k, int64_t{1} << 20) & ~int64_t{15});
-  if (j < p.n && bytes > 0)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const uint8_t*>(p.w) + j * p.stride_w_row),
-                 "r"(bytes)
-                 : "memory");
+  if (j < p.n && bytes > 0) cuda_device::prefetch_l2(static_cast<const uint8_t*>(p.w) + j * p.stride_w_row, bytes);
 }
 
 // Sums the warps' partials of an 8-row tile and stores it: d[0], d[1] of lane (g, t) are
@@ -329,17 +324,8 @@ void launch_gemv(const ScaledMmParams& p, cudaStream_t stream, const GemvConfig&
                       c.prefetch && w_vec};
   const int64_t tiles = (p.n + c.rows_per_block - 1) / c.rows_per_block;
   ANVIL_CHECK(tiles <= 0x7FFFFFFF, ShapeError, kOp, " n = ", p.n, " is too large for the CUDA gemv");
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(tiles));
-  cfg.blockDim = dim3(c.warps * 32);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = c.pdl ? 1 : 0;
   auto kernel = c.rows_per_block == 16 ? scaled_gemv_kernel<A, W, Out, 2> : scaled_gemv_kernel<A, W, Out, 1>;
-  ANVIL_CUDA_CHECK(kOp, cudaLaunchKernelEx(&cfg, kernel, p, args));
+  launch_pdl(kOp, kernel, dim3(static_cast<unsigned>(tiles)), dim3(c.warps * 32), 0, stream, p, args);
 }
 
 // ---- tiled: any strides, any dtypes; a 64 x 64 tile of out per block, 4 x 4 per thread.

@@ -1,5 +1,9 @@
-// MoE routing and combine: validation and one kernel call each; nothing is read on the host.
+// MoE routing, combine and the fused experts: validation and kernel calls; nothing is read on
+// the host.
+#include <cstdint>
+
 #include "anvil/nn.h"
+#include "anvil/ops.h"
 #include "core/kernels.h"
 #include "core/util.h"
 
@@ -85,6 +89,131 @@ Tensor moe_combine(const Tensor& expert_out, const Tensor& topk_weights, const T
   p.stride_in_row = row_stride(in);
   p.stride_out_row = hidden;
   ANVIL_KERNEL(expert_out.device(), moe_combine, p);
+  return out;
+}
+
+namespace {
+
+// The fused experts kernels run for at most this many (token, slot) pairs (decode): they read
+// each pair's expert rows once, so many tokens sharing experts go through the grouped products.
+constexpr int64_t kFusedMaxPairs = 64;
+constexpr int64_t kFusedMaxTopK = 32;  // the CUDA down kernel's per-slot partials
+
+bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data_ptr()) % 16 == 0; }
+
+// What the CUDA kernels need beyond the op's rules (see MoeExpertsParams).
+bool cuda_fusable(const Tensor& h, const Tensor& gate_up, const Tensor& down) {
+  if (h.dtype() != kBFloat16 && h.dtype() != kFloat16) return false;
+  const int64_t w = static_cast<int64_t>(element_size(gate_up.dtype()));
+  const int64_t per_load = 16 / w, a = static_cast<int64_t>(element_size(h.dtype()));
+  const int64_t H = h.size(1), I = down.size(2);
+  return H % per_load == 0 && I % per_load == 0 && aligned16(h) && aligned16(gate_up) && aligned16(down) &&
+         (row_stride(h) * a) % 16 == 0 && (gate_up.stride(0) * w) % 16 == 0 && (gate_up.stride(1) * w) % 16 == 0 &&
+         (down.stride(0) * w) % 16 == 0 && (down.stride(1) * w) % 16 == 0;
+}
+
+// Weight rows with unit column stride: a view when they have it, else a contiguous copy.
+Tensor unit_rows(const Tensor& w) { return w.stride(2) == 1 || w.size(2) <= 1 ? w : w.contiguous(); }
+
+}  // namespace
+
+Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up, const Tensor& down,
+                   const Tensor& gate_up_scale, const Tensor& down_scale) {
+  const char* op = "[moe_experts]";
+  ANVIL_CHECK(hidden.defined() && gate_up.defined() && down.defined(), Error, op, " undefined tensor");
+  ANVIL_CHECK(routing.topk_ids.defined() && routing.topk_weights.defined(), Error, op,
+              " routing.topk_ids and routing.topk_weights must be defined");
+  for (const Tensor* t : {&gate_up, &down, &routing.topk_ids, &routing.topk_weights}) check_same_device(op, hidden, *t);
+  const DType dt = hidden.dtype();
+  ANVIL_CHECK(dt == kFloat32 || dt == kBFloat16 || dt == kFloat16, DTypeError, op,
+              " hidden must be float32, bfloat16 or float16, got ", describe(hidden));
+  ANVIL_CHECK(hidden.dim() == 2, ShapeError, op, " hidden must be [tokens, hidden], got ", describe(hidden));
+  const int64_t T = hidden.size(0), H = hidden.size(1);
+  ANVIL_CHECK(gate_up.dim() == 3 && gate_up.size(2) == H && gate_up.size(1) % 2 == 0, ShapeError, op,
+              " gate_up must be [experts, 2 * inter, ", H, "], got ", describe(gate_up));
+  const int64_t E = gate_up.size(0), I = gate_up.size(1) / 2;
+  ANVIL_CHECK(E >= 1, ShapeError, op, " gate_up has no experts: ", describe(gate_up));
+  ANVIL_CHECK(down.dim() == 3 && down.size(0) == E && down.size(1) == H && down.size(2) == I, ShapeError, op,
+              " down must be [", E, ", ", H, ", ", I, "] for gate_up ", describe(gate_up), ", got ", describe(down));
+  const bool fp8 = is_float8(gate_up.dtype());
+  if (fp8) {
+    ANVIL_CHECK(down.dtype() == gate_up.dtype(), DTypeError, op, " gate_up and down must be one float8 dtype or both ",
+                dtype_name(dt), ", got ", describe(gate_up), " and ", describe(down));
+    ANVIL_CHECK(dt != kFloat32, DTypeError, op, " float8 experts take bfloat16 or float16 hidden, got ",
+                describe(hidden));
+    ANVIL_CHECK(gate_up_scale.defined() && down_scale.defined(), Error, op,
+                " float8 experts need gate_up_scale [", E, ", ", 2 * I, "] and down_scale [", E, ", ", H, "]");
+    for (const Tensor* t : {&gate_up_scale, &down_scale}) check_same_device(op, hidden, *t);
+    ANVIL_CHECK(gate_up_scale.dtype() == kFloat32 && down_scale.dtype() == kFloat32, DTypeError, op,
+                " the scales must be float32, got ", describe(gate_up_scale), " and ", describe(down_scale));
+    ANVIL_CHECK(gate_up_scale.numel() == E * 2 * I && gate_up_scale.size(0) == E && down_scale.numel() == E * H &&
+                    down_scale.size(0) == E,
+                ShapeError, op, " gate_up_scale must be [", E, ", ", 2 * I, "] and down_scale [", E, ", ", H,
+                "], got ", describe(gate_up_scale), " and ", describe(down_scale));
+  } else {
+    ANVIL_CHECK(gate_up.dtype() == dt && down.dtype() == dt, DTypeError, op,
+                " gate_up and down must be hidden's dtype ", dtype_name(dt), " (or float8 with scales), got ",
+                describe(gate_up), " and ", describe(down));
+    ANVIL_CHECK(!gate_up_scale.defined() && !down_scale.defined(), Error, op,
+                " scales are for float8 experts only, got ", describe(gate_up), " with a scale");
+  }
+  const Tensor& ids = routing.topk_ids;
+  ANVIL_CHECK(ids.dtype() == kInt64 && ids.dim() == 2 && ids.size(0) == T, ShapeError, op,
+              " routing.topk_ids must be int64 [", T, ", top_k], got ", describe(ids));
+  const int64_t K = ids.size(1);
+  ANVIL_CHECK(routing.topk_weights.dtype() == kFloat32 && routing.topk_weights.sizes() == ids.sizes(), ShapeError,
+              op, " routing.topk_weights must be float32 [", T, ", ", K, "], got ", describe(routing.topk_weights));
+
+  const TensorOptions o = TensorOptions(dt).device(hidden.device());
+  if (T == 0 || H == 0) return empty({T, H}, o);
+  if (K == 0 || I == 0) return zeros({T, H}, o);
+  const Tensor gu = unit_rows(gate_up), dn = unit_rows(down);
+  const Tensor h = as_rows(hidden, T, H);
+  const bool fused = T * K <= kFusedMaxPairs && K <= kFusedMaxTopK &&
+                     (!hidden.device().is_cuda() || cuda_fusable(h, gu, dn));
+  if (!fused) {
+    ANVIL_CHECK(routing.offs.defined() && routing.token_index.defined() && routing.sorted_pos.defined(), Error, op,
+                " ", T, " tokens x top ", K, " run the grouped products, which need routing.offs, token_index and"
+                " sorted_pos (moe_route's result)");
+    return as_op(op, [&] {
+      const Tensor x = index_select(h, 0, routing.token_index);
+      const Tensor gs = fp8 ? gate_up_scale.reshape({E, 2 * I}) : Tensor(), ds = fp8 ? down_scale.reshape({E, H}) : Tensor();
+      const Tensor g = fp8 ? scaled_grouped_mm(x, gu.transpose(1, 2), {}, gs, routing.offs, dt)
+                           : grouped_mm(x, gu.transpose(1, 2), routing.offs);
+      const Tensor a = silu_mul(g.narrow(1, 0, I), g.narrow(1, I, I));
+      const Tensor y = fp8 ? scaled_grouped_mm(a, dn.transpose(1, 2), {}, ds, routing.offs, dt)
+                           : grouped_mm(a, dn.transpose(1, 2), routing.offs);
+      return moe_combine(y, routing.topk_weights, routing.sorted_pos);
+    });
+  }
+  const Tensor idc = ids.contiguous(), wc = routing.topk_weights.contiguous();
+  const Tensor gsc = fp8 ? gate_up_scale.contiguous() : Tensor(), dsc = fp8 ? down_scale.contiguous() : Tensor();
+  Tensor out = empty({T, H}, o);
+  Tensor act = empty({T * K, I}, o);
+  MoeExpertsParams p;
+  p.hidden = h.raw_data_ptr();
+  p.ids = static_cast<const int64_t*>(idc.raw_data_ptr());
+  p.weights = static_cast<const float*>(wc.raw_data_ptr());
+  p.gate_up = gu.raw_data_ptr();
+  p.down = dn.raw_data_ptr();
+  p.gate_up_scale = fp8 ? static_cast<const float*>(gsc.raw_data_ptr()) : nullptr;
+  p.down_scale = fp8 ? static_cast<const float*>(dsc.raw_data_ptr()) : nullptr;
+  p.act = act.raw_data_ptr();
+  p.out = out.raw_data_ptr();
+  p.dtype = dt;
+  p.w_dtype = gate_up.dtype();
+  p.tokens = T;
+  p.top_k = K;
+  p.experts = E;
+  p.hidden_size = H;
+  p.inter = I;
+  p.stride_hidden_row = row_stride(h);
+  p.stride_out_row = H;
+  p.stride_gu_expert = gu.stride(0);
+  p.stride_gu_row = gu.stride(1);
+  p.stride_down_expert = dn.stride(0);
+  p.stride_down_row = dn.stride(1);
+  ANVIL_KERNEL(hidden.device(), moe_experts, p);
   return out;
 }
 

@@ -24,6 +24,11 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
   return v;
 }
 __device__ __forceinline__ uint4 load_cached16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+// Asks L2 to fetch [p, p + bytes) (16-byte aligned, bytes a multiple of 16): a weight's rows
+// before pdl_wait, which L2 serves coherently with the previous kernel's writes.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
 
 // ---- mma.sync m16n8k16, float32 accumulation; T is BFloat16 or Half.
 
@@ -107,6 +112,48 @@ __device__ __forceinline__ void fp8x4_to(uint32_t w, uint32_t& p0, uint32_t& p1)
     p0 = f16x2_to_bf16x2(p0);
     p1 = f16x2_to_bf16x2(p1);
   }
+}
+
+template <typename T>
+inline constexpr bool is_fp8_v = std::is_same_v<T, Float8_e4m3fn> || std::is_same_v<T, Float8_e5m2>;
+
+// The mma operand type: bfloat16 activations keep bfloat16, the rest (float16, float8) are
+// exact in float16.
+template <typename A>
+using MmaOf = std::conditional_t<std::is_same_v<A, BFloat16>, BFloat16, Half>;
+
+// One 16-byte weight load of lane (g, t): V = 16 / sizeof(W) consecutive k of weight row g,
+// with the lane's x values at the same k from A rows g (x) and g + 8 (xh); V / 4 mma steps.
+template <typename A, typename W>
+__device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& w, const uint4* x, const uint4* xh) {
+  using M = MmaOf<A>;
+  constexpr int V = 16 / sizeof(W);
+  uint32_t wp[V / 2], xp[V / 2], hp[V / 2];
+  const uint32_t* wr = reinterpret_cast<const uint32_t*>(&w);
+  if constexpr (is_fp8_v<W>) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) fp8x4_to<M, W>(wr[i], wp[2 * i], wp[2 * i + 1]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) wp[i] = wr[i];
+  }
+  if constexpr (is_fp8_v<A>) {
+    const uint32_t* xr = reinterpret_cast<const uint32_t*>(x);
+    const uint32_t* hr = reinterpret_cast<const uint32_t*>(xh);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      fp8x4_to<M, A>(xr[i], xp[2 * i], xp[2 * i + 1]);
+      fp8x4_to<M, A>(hr[i], hp[2 * i], hp[2 * i + 1]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V / 2; ++i) {
+      xp[i] = reinterpret_cast<const uint32_t*>(x)[i];
+      hp[i] = reinterpret_cast<const uint32_t*>(xh)[i];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < V / 4; ++i) mma_m16n8k16<M>(acc, xp[2 * i], hp[2 * i], xp[2 * i + 1], hp[2 * i + 1], wp[2 * i], wp[2 * i + 1]);
 }
 
 }  // namespace anvil::cuda_device
