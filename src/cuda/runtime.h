@@ -87,6 +87,29 @@ void launch_pdl(const char* op, void (*kernel)(Params...), dim3 grid, dim3 block
   ANVIL_CUDA_CHECK(op, cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
+// Clusters of `cluster` blocks of `threads` threads and `smem` bytes that can be resident at
+// once (0 when such a cluster cannot launch).
+template <typename Kernel>
+int max_clusters(Kernel kernel, int cluster, int threads, size_t smem) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(cluster));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
 // Ops that only move elements (same-dtype copy, fill, where, index_select, gather, scatter
 // without accumulation) are instantiated per element size, not per dtype.
 template <typename F>

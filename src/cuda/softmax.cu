@@ -322,22 +322,7 @@ int max_cluster_for(Kernel kernel) {
     cudaGetLastError();
     return kMaxCluster;
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(16);
-  cfg.blockDim = dim3(kMaxThreads);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 16;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
-    cudaGetLastError();
-    return kMaxCluster;
-  }
-  return clusters > 0 ? 16 : kMaxCluster;
+  return max_clusters(kernel, 16, kMaxThreads, 0) > 0 ? 16 : kMaxCluster;
 }
 
 template <typename In, typename A>
