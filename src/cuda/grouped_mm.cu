@@ -41,7 +41,6 @@ using cuda_device::ldmatrix_x4;
 using cuda_device::load_cached16;
 using cuda_device::load_stream16;
 using cuda_device::mma_m16n8k16;
-using cuda_device::MmaOf;
 using cuda_device::smem_u32;
 
 constexpr unsigned kFullMask = 0xffffffffu;

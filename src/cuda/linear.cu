@@ -208,10 +208,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_regs_kernel(const __grid_
   const int g = lane / 4, t = lane % 4;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 8 * R;
   cuda_device::pdl_launch_dependents();
-  if (prefetch && threadIdx.x < 8 * R && row0 + threadIdx.x < p.n) {
-    const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(p.k * 2, int64_t{1} << 20) & ~int64_t{15});
-    if (bytes > 0) cuda_device::prefetch_l2(static_cast<const uint16_t*>(p.w) + (row0 + threadIdx.x) * p.stride_w_row, bytes);
-  }
+  if (prefetch) cuda_device::prefetch_rows_l2(p.w, p.stride_w_row * 2, row0, 8 * R, p.n, p.k * 2);
   cuda_device::pdl_wait();
   const uint16_t* w[R];
 #pragma unroll

@@ -32,7 +32,6 @@ namespace anvil::cuda_backend {
 namespace {
 
 using cuda_device::from_compute;
-using cuda_device::is_fp8_v;
 using cuda_device::load_cached16;
 using cuda_device::load_stream16;
 using cuda_device::mma_chunk;
@@ -55,6 +54,15 @@ __device__ __forceinline__ bool routes_before(float pa, int a, float pb, int b) 
   if (na != nb) return na;
   if (!na && pa != pb) return pa > pb;
   return a < b;
+}
+
+// The warp's best (probability, expert) in routing order; every lane ends with it.
+__device__ __forceinline__ void warp_best(float& best_p, int& best_e) {
+  for (int d = 16; d > 0; d >>= 1) {
+    const float op = __shfl_xor_sync(0xffffffffu, best_p, d);
+    const int oe = __shfl_xor_sync(0xffffffffu, best_e, d);
+    if (routes_before(op, oe, best_p, best_e)) best_p = op, best_e = oe;
+  }
 }
 
 // Token t's top_k experts and weights; `taken` is this warp's bitmask of ceil(E / 32) words.
@@ -80,11 +88,7 @@ __device__ void route_token(const MoeRouteParams& p, int64_t t, uint32_t* taken)
       const float pe = expf(to_compute(row[e]) - mx) * inv;
       if (routes_before(pe, e, best_p, best_e)) best_p = pe, best_e = e;
     }
-    for (int d = 16; d > 0; d >>= 1) {
-      const float op = __shfl_xor_sync(0xffffffffu, best_p, d);
-      const int oe = __shfl_xor_sync(0xffffffffu, best_e, d);
-      if (routes_before(op, oe, best_p, best_e)) best_p = op, best_e = oe;
-    }
+    warp_best(best_p, best_e);
     total += best_p;
     if (lane == 0) {
       taken[best_e >> 5] |= 1u << (best_e & 31);
@@ -267,11 +271,7 @@ __global__ void __launch_bounds__(32) route_warp_kernel(const __grid_constant__ 
       int best_e = -1;
       for (int e = lane; e < E; e += 32)
         if (routes_before(prob[e], e, best_p, best_e)) best_p = prob[e], best_e = e;
-      for (int d = 16; d > 0; d >>= 1) {
-        const float op = __shfl_xor_sync(0xffffffffu, best_p, d);
-        const int oe = __shfl_xor_sync(0xffffffffu, best_e, d);
-        if (routes_before(op, oe, best_p, best_e)) best_p = op, best_e = oe;
-      }
+      warp_best(best_p, best_e);
       total += best_p;
       if (lane == 0) {
         prob[best_e] = -INFINITY;  // taken: below every probability

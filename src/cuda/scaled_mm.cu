@@ -195,15 +195,6 @@ struct GemvArgs {
 
 constexpr int kGemvMaxWarps = 16;
 
-// Only the weight is touched before griddepcontrol.wait, and only through L2 (coherent with the
-// previous kernel's writes): a bulk prefetch of weight rows [row0, row0 + rows), 16-byte aligned.
-__device__ __forceinline__ void prefetch_rows_l2(const ScaledMmParams& p, int64_t row0, int rows) {
-  if (static_cast<int>(threadIdx.x) >= rows) return;
-  const int64_t j = row0 + threadIdx.x;
-  const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(p.k, int64_t{1} << 20) & ~int64_t{15});
-  if (j < p.n && bytes > 0) cuda_device::prefetch_l2(static_cast<const uint8_t*>(p.w) + j * p.stride_w_row, bytes);
-}
-
 // Sums the warps' partials of an 8-row tile and stores it: d[0], d[1] of lane (g, t) are
 // acc(g, row0 + 2t + {0, 1}); thread i < 64 takes lane i / 2, element i % 2.
 template <typename Out>
@@ -230,7 +221,8 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 8 * R;
 
   pdl_launch_dependents();
-  if (args.prefetch) prefetch_rows_l2(p, row0, 8 * R);
+  // Only the weight is touched before pdl_wait, and only through L2.
+  if (args.prefetch) cuda_device::prefetch_rows_l2(p.w, p.stride_w_row, row0, 8 * R, p.n, p.k);
   pdl_wait();
 
   const uint8_t* w[R];
