@@ -365,6 +365,30 @@ TEST_P(Moe, ExpertsQwen3Shape) {
   }
 }
 
+// Non-contiguous operands: hidden in every layout (misaligned or strided rows leave the CUDA
+// fused kernels for the composition), expert weights as transposed views (copied to unit-stride
+// rows), non-contiguous routing tensors; all against float64.
+TEST_P(Moe, ExpertsNonContiguous) {
+  th::Gen g(7008);
+  const int64_t E = 6, H = 64, I = 32, k = 2, T = 3;
+  const ExpertWeights w = make_expert_weights(E, H, I, kBFloat16, kBFloat16, dev(), g);
+  const Tensor gu_t = w.gate_up.transpose(1, 2).contiguous().transpose(1, 2);  // same values, column-major rows
+  const Tensor dn_t = w.down.transpose(1, 2).contiguous().transpose(1, 2);
+  ASSERT_NE(gu_t.stride(2), 1);
+  MoeRouting r = moe_route(th::make_input({T, E}, kFloat32, dev(), Layout::Contiguous, g, -2, 2).t, k, true);
+  const ref::Array want_w = th::to_array(r.topk_weights);
+  MoeRouting rs = r;  // the same routing through non-contiguous views
+  rs.topk_ids = r.topk_ids.t().contiguous().t();
+  rs.topk_weights = r.topk_weights.t().contiguous().t();
+  for (Layout l : {Layout::Transposed, Layout::Strided, Layout::Offset, Layout::RowPadded}) {
+    SCOPED_TRACE(th::layout_name(l));
+    th::Input h = th::make_input({T, H}, kBFloat16, dev(), l, g, -1, 1);
+    const ref::Array want = experts_ref(h.a, w, ints(r.topk_ids), want_w, k);
+    EXPECT_TRUE(th::expect_close(moe_experts(h.t, r, w.gate_up, w.down), want, experts_tol(kBFloat16, want)));
+    EXPECT_TRUE(th::expect_close(moe_experts(h.t, rs, gu_t, dn_t), want, experts_tol(kBFloat16, want)));
+  }
+}
+
 // Expert ids outside [0, E) read the nearest expert (never out of bounds), on the fused path.
 TEST_P(Moe, ExpertsClampIds) {
   auto array = [](Shape sizes, std::vector<double> v) {
