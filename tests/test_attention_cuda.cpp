@@ -106,6 +106,27 @@ TEST(AttentionCuda, DecodeLongContext) {
   }
 }
 
+// A query whose rows are not 16-byte aligned (a slice of a wider tensor at an odd element):
+// the tensor-core decode kernel's element-wise q load.
+TEST(AttentionCuda, DecodeUnalignedQuery) {
+  ANVIL_REQUIRE_CUDA();
+  const Device dev(kCUDA, 0);
+  th::Gen g(8103);
+  for (DType t : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(th::dtype_str(t));
+    const int64_t Hq = 8, Hk = 2, E = 80, S = 1000;
+    const std::vector<int64_t> lens = {777};
+    ref::Array wide = th::random_array({1, Hq, 1, E + 1}, t, g, -2, 2);
+    ref::Array q({1, Hq, 1, E});
+    ref::for_each_index(q.sizes, [&](const ref::Shape& i) { q.at(i) = wide.at({i[0], i[1], i[2], i[3] + 1}); });
+    ref::Array k = th::random_array({1, Hk, S, E}, t, g, -2, 2), v = th::random_array({1, Hk, S, E}, t, g, -1, 1);
+    Tensor qt = th::make_tensor(wide, t, dev).narrow(3, 1, E);
+    Tensor y = decode_attention(qt, cache_tensor(k, lens, t), cache_tensor(v, lens, t), lens_tensor(lens));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(E));
+    EXPECT_TRUE(check(y, ref::attention(q, k, v, nullptr, false, &lens, true, true, scale), t));
+  }
+}
+
 // Decode shapes through scaled_dot_product_attention: enable_gqa, bool and additive masks with
 // some rows fully masked, a mask broadcast over heads.
 TEST(AttentionCuda, DecodeMasks) {

@@ -1,12 +1,14 @@
 // Attention on CUDA: out = softmax(q k^T * scale + mask) v per (batch, query head), with float32
 // scores, softmax and accumulation and one rounding at the store (AttentionParams, core/params.h).
 //  decode (q_len <= 8, head_dim = v_head_dim in {64, 80, 96, 128, 256}, 16-byte K / V rows):
-//    split-K over the keys (flash-decoding). A block of 256 threads serves every query head
-//    of one kv head (up to 8 rows: heads x q_len) over one key range, so K and V leave DRAM
-//    once; key tiles stream through shared memory by cp.async, double-buffered; SIMT float32
-//    math. Splits write (max, sum, unnormalised output) partials that a second kernel
-//    combines; it is launched as a programmatic dependent, so its blocks wait resident instead
-//    of being launched after the first kernel drains.
+//    split-K over the keys (flash-decoding); a block serves the query heads of one kv head over
+//    one key range, so K and V leave DRAM once. Splits write (max, sum, unnormalised output)
+//    partials that a second kernel combines; it is launched as a programmatic dependent, so its
+//    blocks wait resident instead of being launched after the first kernel drains.
+//    bfloat16 / float16: tensor cores. The rows (heads x q_len <= 16) are one m16 tile; each of
+//    4 warps streams its own 32-key (16 at head_dim >= 128) tiles through a cp.async double
+//    buffer and runs q k^T and p v on mma.sync (p as hi + lo, as in the prefill).
+//    float32: SIMT, 256 threads over 8 rows, key tiles shared by the block.
 //  prefill (bfloat16 / float16, head_dim = v_head_dim <= 256, a multiple of 8, 16-byte rows):
 //    FlashAttention-2: a block per 128 query rows (64 above head_dim 128) of one head, 4 warps
 //    of 16-row m-tiles, mma.sync m16n8k16 for q k^T and p v with float32 accumulators, online
@@ -20,6 +22,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -186,6 +189,7 @@ struct DecodeShape {
 struct DecodePlan {
   int64_t chunks, heads_per_chunk, splits, tiles_per_split;
   int stages;
+  bool q_vec;  // q rows 16-byte aligned (the tensor-core kernel loads them in 16-byte chunks)
 };
 
 // Per-row constants, computed once per block (64-bit divisions stay out of the key loops).
@@ -239,6 +243,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   for (int r = warp; r < rows; r += kDecodeThreads / 32) {
     const int64_t h = h0 + r / p.q_len, i = r % p.q_len;
     const T* q = static_cast<const T*>(p.q) + b * p.stride_q[0] + h * p.stride_q[1] + i * p.stride_q[2];
+#pragma unroll
     for (int d = lane; d < D; d += 32) q_s[r * D + d] = to_compute(q[d]);
   }
 
@@ -415,6 +420,17 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int tid = threadIdx.x;
   const int64_t row = blockIdx.x, dv = p.v_head_dim;
   const float* ml = part_ml + row * splits * 2;
+  // This thread's first kPrefetch partials load while the weights are reduced.
+  constexpr int kPrefetch = 16;
+  const int groups = static_cast<int>(kDecodeThreads / dv);
+  const int d = static_cast<int>(tid % dv), g = static_cast<int>(tid / dv);
+  const float* acc = part_acc + row * splits * dv + d;
+  float pre[kPrefetch];
+#pragma unroll
+  for (int u = 0; u < kPrefetch; ++u) {
+    const int64_t s = g + int64_t{u} * groups;
+    pre[u] = g < groups && s < splits ? acc[s * dv] : 0.f;
+  }
   float mx = -INFINITY;
   for (int64_t s = tid; s < splits; s += kDecodeThreads) mx = fmaxf(mx, ml[2 * s]);
   mx = block_all<true>(mx, scratch);
@@ -425,20 +441,335 @@ __global__ void __launch_bounds__(kDecodeThreads)
     l += w * ml[2 * s + 1];
   }
   l = block_all<false>(l, scratch);  // its barriers also publish w_s
-  const int groups = static_cast<int>(kDecodeThreads / dv);
-  const int d = static_cast<int>(tid % dv), g = static_cast<int>(tid / dv);
   float o = 0.f;
   if (g < groups) {
-    const float* acc = part_acc + row * splits * dv + d;
+#pragma unroll
+    for (int u = 0; u < kPrefetch; ++u) {
+      const int64_t s = g + int64_t{u} * groups;
+      if (s < splits) o += w_s[s] * pre[u];
+    }
 #pragma unroll 4
-    for (int64_t s = g; s < splits; s += groups) o += w_s[s] * acc[s * dv];
+    for (int64_t s = g + int64_t{kPrefetch} * groups; s < splits; s += groups) o += w_s[s] * acc[s * dv];
   }
   sums[tid] = o;
   __syncthreads();
   if (g == 0) {
     for (int x = 1; x < groups; ++x) o += sums[x * dv + d];
-    const int64_t i = row % p.q_len, h = (row / p.q_len) % p.heads_q, b = row / (p.q_len * p.heads_q);
+    const uint32_t r = static_cast<uint32_t>(row), q_len = static_cast<uint32_t>(p.q_len);
+    const uint32_t heads = static_cast<uint32_t>(p.heads_q);
+    const int64_t i = r % q_len, h = (r / q_len) % heads, b = r / q_len / heads;
     store_out<T>(p, b * p.stride_out[0] + h * p.stride_out[1] + i * p.stride_out[2] + d, l == 0.f ? 0.f : o / l);
+  }
+}
+
+// ---- decode on tensor cores (bfloat16 / float16): split-K, one block per (batch, kv head, head
+// chunk, split). The chunk's rows (heads x q_len <= 16) are one m16 tile: scores q k^T and p v
+// run on mma.sync like the prefill. Each warp streams its own key tiles of the split (tiles
+// w, w + kMmaWarps, ...) through its own cp.async double buffer, so the key loop has no block
+// barrier; the warps' (max, sum, output) meet in shared memory once at the end.
+
+constexpr int kMmaWarps = 4;
+constexpr int kMmaRows = 16;
+
+template <int D>
+struct DecodeMmaShape {
+  static constexpr int kKeys = D <= 96 ? 32 : 16;  // keys per warp tile
+  static constexpr int kChunks = D / 8;            // 16-byte chunks per row
+  static constexpr int kPitch = D * 2 + 16;        // bytes: an odd number of 16-byte units
+  static constexpr int kKSteps = D / 16;
+  static constexpr int kNTiles = kKeys / 8;
+  static constexpr int kDTiles = D / 8;
+  static constexpr bool kQInRegs = kKSteps * 4 <= 32;
+  static constexpr int kLoads = 2 * kKeys * kChunks / 32;  // cp.async per lane per tile
+  static constexpr int kStageBytes = 2 * kKeys * kPitch;   // K then V
+  static constexpr int kHead = kMmaRows * kPitch + kMmaRows * static_cast<int>(sizeof(DecodeRow));
+  // Two stages: more cost resident warps, and the key loop is bound by their instruction
+  // latency more than by bytes in flight (measured: 4 x 16-key stages 11.4 / 34.1 us at hd80
+  // 4K / 32K against 2 x 32-key stages 10.9 / 31.6).
+  static constexpr int kMaxStages = 2;
+  static constexpr int kRedBytes = kMmaWarps * kMmaRows * (D + 2) * 4;
+  static constexpr int smem(int stages) {
+    return kHead + (kMmaWarps * stages * kStageBytes > kRedBytes ? kMmaWarps * stages * kStageBytes : kRedBytes);
+  }
+  static_assert(D % 16 == 0 && kDTiles % 2 == 0 && (2 * kKeys * kChunks) % 32 == 0);
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaWarps * 32)
+    attention_decode_mma_kernel(const __grid_constant__ AttentionParams p, const DecodePlan plan, float* part_ml,
+                                float* part_acc) {
+  using S = DecodeMmaShape<D>;
+  cuda_device::pdl_launch_dependents();  // let the combine kernel's blocks come in
+  cuda_device::pdl_wait();
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t q_s = smem_u32(smem);
+  DecodeRow* row_s = reinterpret_cast<DecodeRow*>(smem + kMmaRows * S::kPitch);
+  unsigned char* work = smem + S::kHead;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4;
+  const int stages = plan.stages;
+  const uint32_t stage_s = smem_u32(work) + warp * stages * S::kStageBytes;
+
+  // 32-bit index math on the critical path (a 64-bit division is a ~200-cycle subroutine).
+  uint32_t id = blockIdx.x;
+  const uint32_t splits = static_cast<uint32_t>(plan.splits), chunks = static_cast<uint32_t>(plan.chunks);
+  const uint32_t heads_kv = static_cast<uint32_t>(p.heads_kv), q_len = static_cast<uint32_t>(p.q_len);
+  const int64_t split = id % splits;
+  id /= splits;
+  const uint32_t chunk = id % chunks;
+  id /= chunks;
+  const int64_t hkv = id % heads_kv, b = id / heads_kv;
+  const int group = static_cast<int>(p.heads_q / p.heads_kv), per_chunk = static_cast<int>(plan.heads_per_chunk);
+  const int64_t h0 = hkv * group + chunk * per_chunk;
+  const int rows = std::min(per_chunk, group - static_cast<int>(chunk) * per_chunk) * static_cast<int>(q_len);
+  const int64_t len = valid_len(p, b), shift = p.causal_from_end ? len - p.q_len : 0;
+  const int64_t k0 = split * plan.tiles_per_split * S::kKeys;
+  const int64_t k1 = std::min(k0 + plan.tiles_per_split * S::kKeys, key_end(p, len, shift, p.q_len - 1));
+  const int64_t tiles = k1 > k0 ? (k1 - k0 + S::kKeys - 1) / S::kKeys : 0;
+  const int64_t my_tiles = tiles > warp ? (tiles - warp + kMmaWarps - 1) / kMmaWarps : 0;
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+
+  const T* kbase = static_cast<const T*>(p.k) + b * p.stride_k[0] + hkv * p.stride_k[1];
+  const T* vbase = static_cast<const T*>(p.v) + b * p.stride_v[0] + hkv * p.stride_v[1];
+  // This warp's i-th tile (block tile warp + i * kMmaWarps) into stage i % 2; keys past k1
+  // are zero-filled (the cache may hold anything there: never read).
+  // Lane l copies 16-byte chunks l, l + 32, ... of the K and the V tile (keys x chunks): (key,
+  // chunk) and the byte offsets move by constant steps, a few integer instructions per copy.
+  const int64_t kstride = p.stride_k[2] * static_cast<int64_t>(sizeof(T));
+  const int64_t vstride = p.stride_v[2] * static_cast<int64_t>(sizeof(T));
+  constexpr int kStepKeys = 32 / S::kChunks, kStepChunks = 32 % S::kChunks;
+  auto load_tile = [&](int64_t i) {
+    const uint32_t dst = stage_s + static_cast<uint32_t>(i % stages) * S::kStageBytes;
+    const int64_t kt = k0 + (warp + i * kMmaWarps) * S::kKeys;
+    const int valid = static_cast<int>(std::min<int64_t>(k1 - kt, S::kKeys));
+    const char* kp = reinterpret_cast<const char*>(kbase) + kt * kstride;
+    const char* vp = reinterpret_cast<const char*>(vbase) + kt * vstride;
+    int j = lane / S::kChunks, c = lane % S::kChunks;
+    int64_t ko = j * kstride + c * 16, vo = j * vstride + c * 16;
+#pragma unroll 1
+    for (int x = 0; x < S::kLoads / 2; ++x) {
+      const bool ok = j < valid;
+      const uint32_t d = dst + j * S::kPitch + c * 16;
+      cp_async16(d, ok ? kp + ko : kp, ok ? 16 : 0);
+      cp_async16(d + S::kKeys * S::kPitch, ok ? vp + vo : vp, ok ? 16 : 0);
+      j += kStepKeys;
+      c += kStepChunks;
+      ko += kStepKeys * kstride + kStepChunks * 16;
+      vo += kStepKeys * vstride + kStepChunks * 16;
+      if (c >= S::kChunks) {
+        c -= S::kChunks;
+        ++j;
+        ko += kstride - S::kChunks * 16;
+        vo += vstride - S::kChunks * 16;
+      }
+    }
+    cp_async_commit();
+  };
+  // Prologue: the first stages - 1 tiles in flight; one commit group per tile (empty past the
+  // last), so "tile i has landed" is always "at most stages - 1 groups pending".
+  for (int s = 0; s < stages - 1; ++s) {
+    if (s < my_tiles) load_tile(s);
+    else cp_async_commit();
+  }
+
+  // q rows (zeros past `rows`) and the per-row constants, shared by the warps.
+  // Every q load is issued before the first store (one memory latency, not one per element);
+  // 16-byte loads when the rows allow.
+  if (plan.q_vec) {
+    constexpr int kQChunks = kMmaRows * S::kChunks, kPer = (kQChunks + kMmaWarps * 32 - 1) / (kMmaWarps * 32);
+    uint4 qv[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int idx = u * kMmaWarps * 32 + tid, r = idx / S::kChunks, c = idx % S::kChunks;
+      qv[u] = make_uint4(0, 0, 0, 0);
+      if (idx < kQChunks && r < rows) {
+        const int64_t h = h0 + r / q_len, i = r % q_len;
+        qv[u] = cuda_device::load_cached16(static_cast<const T*>(p.q) + b * p.stride_q[0] + h * p.stride_q[1] +
+                                           i * p.stride_q[2] + c * 8);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int idx = u * kMmaWarps * 32 + tid;
+      if (idx < kQChunks) *reinterpret_cast<uint4*>(smem + idx / S::kChunks * S::kPitch + idx % S::kChunks * 16) = qv[u];
+    }
+  } else {
+    constexpr int kPer = kMmaRows * D / (kMmaWarps * 32);
+    T qv[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int idx = u * kMmaWarps * 32 + tid, r = idx / D, d = idx % D;
+      qv[u] = T(0.f);
+      if (r < rows) {
+        const int64_t h = h0 + r / q_len, i = r % q_len;
+        qv[u] = static_cast<const T*>(p.q)[b * p.stride_q[0] + h * p.stride_q[1] + i * p.stride_q[2] + d];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int idx = u * kMmaWarps * 32 + tid;
+      reinterpret_cast<T*>(smem)[idx / D * (S::kPitch / 2) + idx % D] = qv[u];
+    }
+  }
+  if (tid < kMmaRows) {
+    DecodeRow row{0, 0, 0, 0};  // rows past `rows` see no key
+    if (tid < rows) {
+      const int64_t h = h0 + tid / q_len, i = tid % q_len;
+      row = {key_end(p, len, shift, i), p.mask ? mask_offset(p, b, h, i, 0) : 0,
+             b * p.stride_out[0] + h * p.stride_out[1] + i * p.stride_out[2], (b * p.heads_q + h) * p.q_len + i};
+    }
+    row_s[tid] = row;
+  }
+  __syncthreads();
+  const int64_t row_end[2] = {row_s[g].key_end, row_s[g + 8].key_end};
+  const int64_t row_mask[2] = {row_s[g].mask_off, row_s[g + 8].mask_off};
+
+  auto q_addr = [&](int ks) {
+    return q_s + (lane % 8 + (lane / 8 % 2) * 8) * S::kPitch + (ks * 16 + (lane / 16) * 8) * 2;
+  };
+  uint32_t qf[S::kQInRegs ? S::kKSteps : 1][4];
+  if constexpr (S::kQInRegs) {
+#pragma unroll
+    for (int ks = 0; ks < S::kKSteps; ++ks) ldmatrix_x4(qf[ks], q_addr(ks));
+  }
+
+  float o[S::kDTiles][4] = {};
+  float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+  for (int64_t i = 0; i < my_tiles; ++i) {
+    if (i + stages - 1 < my_tiles) load_tile(i + stages - 1);
+    else cp_async_commit();
+    if (stages == 1) cp_async_wait<0>();
+    else cp_async_wait<1>();
+    __syncwarp();
+    const uint32_t ks_s = stage_s + static_cast<uint32_t>(i % stages) * S::kStageBytes, vs_s = ks_s + S::kKeys * S::kPitch;
+    const int64_t kt = k0 + (warp + i * kMmaWarps) * S::kKeys;
+
+    float s[S::kNTiles][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < S::kKSteps; ++ks) {
+      uint32_t a[4];
+      if constexpr (S::kQInRegs) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) a[x] = qf[ks][x];
+      } else {
+        ldmatrix_x4(a, q_addr(ks));
+      }
+#pragma unroll
+      for (int np = 0; np < S::kNTiles / 2; ++np) {
+        uint32_t bk[4];
+        ldmatrix_x4(bk, ks_s + (np * 16 + lane % 8 + (lane / 16) * 8) * S::kPitch + (ks * 16 + (lane / 8 % 2) * 8) * 2);
+        mma_m16n8k16<T>(s[2 * np], a[0], a[1], a[2], a[3], bk[0], bk[1]);
+        mma_m16n8k16<T>(s[2 * np + 1], a[0], a[1], a[2], a[3], bk[2], bk[3]);
+      }
+    }
+    // Log2 units; keys at or past a row's end are -inf, the mask adds to the rest.
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int lim = static_cast<int>(std::clamp<int64_t>(row_end[hf] - kt, 0, S::kKeys));
+#pragma unroll
+      for (int nt = 0; nt < S::kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = nt * 8 + 2 * t4 + e;
+          float v = j < lim ? s[nt][2 * hf + e] * scale_log2 : -INFINITY;
+          if (p.mask && j < lim) v += mask_at<float>(p, row_mask[hf] + (kt + j) * p.stride_mask[3]) * kLog2e;
+          s[nt][2 * hf + e] = v;
+        }
+      }
+    }
+    // Online softmax per row (rows g and g + 8; a row spans the 4 lanes of g).
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < S::kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_r[hf], mx), m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = exp2_fast(m_r[hf] - m_use);
+      m_r[hf] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < S::kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+          s[nt][e] = exp2_fast(s[nt][e] - m_use);
+          sum += s[nt][e];
+        }
+      }
+      l_r[hf] = l_r[hf] * alpha + sum;  // this lane's share; the 4 lanes add at the end
+#pragma unroll
+      for (int dt = 0; dt < S::kDTiles; ++dt) {
+        o[dt][2 * hf] *= alpha;
+        o[dt][2 * hf + 1] *= alpha;
+      }
+    }
+    // o += p v: two 8-key score tiles are the A fragment of one k16 step (p as hi + lo).
+#pragma unroll
+    for (int kk = 0; kk < S::kKeys / 16; ++kk) {
+      uint32_t a[4], a_lo[4];
+#pragma unroll
+      for (int x = 0; x < 4; ++x) split2<T>(s[2 * kk + x / 2][(x % 2) * 2], s[2 * kk + x / 2][(x % 2) * 2 + 1], a[x], a_lo[x]);
+#pragma unroll
+      for (int dp = 0; dp < S::kDTiles / 2; ++dp) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, vs_s + (kk * 16 + lane % 8 + (lane / 8 % 2) * 8) * S::kPitch + (dp * 16 + (lane / 16) * 8) * 2);
+        mma_m16n8k16<T>(o[2 * dp], a[0], a[1], a[2], a[3], bv[0], bv[1]);
+        mma_m16n8k16<T>(o[2 * dp + 1], a[0], a[1], a[2], a[3], bv[2], bv[3]);
+        if constexpr (kExactP) {
+          mma_m16n8k16<T>(o[2 * dp], a_lo[0], a_lo[1], a_lo[2], a_lo[3], bv[0], bv[1]);
+          mma_m16n8k16<T>(o[2 * dp + 1], a_lo[0], a_lo[1], a_lo[2], a_lo[3], bv[2], bv[3]);
+        }
+      }
+    }
+    __syncwarp();  // the stage is refilled later
+  }
+  cp_async_wait<0>();  // no copy may land in the reduction buffers
+
+  // The warps' partial results meet in shared memory (the stages are free once all are done).
+  __syncthreads();
+  float* red = reinterpret_cast<float*>(work);        // [warp][row][D]
+  float* ml = red + kMmaWarps * kMmaRows * D;         // [warp][row][max, sum]
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float l = l_r[hf];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int r = warp * kMmaRows + g + 8 * hf;
+    if (g + 8 * hf < rows) {
+#pragma unroll
+      for (int dt = 0; dt < S::kDTiles; ++dt)
+        *reinterpret_cast<float2*>(red + r * D + dt * 8 + 2 * t4) = make_float2(o[dt][2 * hf], o[dt][2 * hf + 1]);
+    }
+    if (t4 == 0) {
+      ml[2 * r] = m_r[hf];
+      ml[2 * r + 1] = l;
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < rows * D; idx += kMmaWarps * 32) {
+    const int r = idx / D, d = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; ++w) mx = fmaxf(mx, ml[2 * (w * kMmaRows + r)]);
+    const float m_use = mx == -INFINITY ? 0.f : mx;
+    float out = 0.f, l = 0.f;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; ++w) {
+      const int wr = w * kMmaRows + r;
+      const float wt = exp2f(ml[2 * wr] - m_use);  // 0 for a warp without keys
+      out += wt * red[wr * D + d];
+      l += wt * ml[2 * wr + 1];
+    }
+    if (plan.splits == 1) {
+      store_out<T>(p, row_s[r].out_off + d, l == 0.f ? 0.f : out / l);
+    } else {
+      const int64_t at = row_s[r].part_row * plan.splits + split;
+      part_acc[at * D + d] = out;  // zeros for an empty split
+      if (d == 0) {
+        part_ml[2 * at] = mx;
+        part_ml[2 * at + 1] = l;
+      }
+    }
   }
 }
 
@@ -880,7 +1211,7 @@ void launch_decode(const AttentionParams& p, const DecodePlan& base, int64_t uni
              S::smem(plan.stages), launch.stream(), p, plan, static_cast<float*>(ml.get()), static_cast<float*>(acc.get()));
   launch.check("[scaled_dot_product_attention]");
   if (plan.splits > 1)
-    launch_pdl("[attention]", attention_combine_kernel<T>, dim3(grid_of(rows)), dim3(kDecodeThreads), 0, launch.stream(), p, plan.splits,
+    launch_pdl("[scaled_dot_product_attention]", attention_combine_kernel<T>, dim3(grid_of(rows)), dim3(kDecodeThreads), 0, launch.stream(), p, plan.splits,
                         static_cast<const float*>(ml.get()), static_cast<const float*>(acc.get()));
 }
 
@@ -894,6 +1225,59 @@ void launch_decode(const AttentionParams& p, const KernelLaunch& launch) {
   const int64_t units = p.batch * p.heads_kv * plan.chunks;
   if (plan.heads_per_chunk * p.q_len <= 4) launch_decode<T, D, 4>(p, plan, units, launch);
   else launch_decode<T, D, kDecodeMaxRows>(p, plan, units, launch);
+}
+
+// Tensor-core decode: query heads of one kv head go to one block, at most 16 rows (heads x
+// q_len); splits fill every SM's resident blocks once, each a whole number of tiles per warp.
+template <typename T, int D>
+void launch_decode_mma(const AttentionParams& p, const KernelLaunch& launch) {
+  using S = DecodeMmaShape<D>;
+  auto kernel = attention_decode_mma_kernel<T, D>;
+  // Resident blocks per SM at 1..kMaxStages stages (asked once per instance).
+  static const std::array<int, S::kMaxStages + 1> resident = [&] {
+    allow_smem(kernel, S::smem(S::kMaxStages));
+    std::array<int, S::kMaxStages + 1> r{};
+    for (int s = 1; s <= S::kMaxStages; ++s) {
+      int n = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kMmaWarps * 32, S::smem(s)) != cudaSuccess) {
+        cudaGetLastError();
+        n = 1;
+      }
+      r[static_cast<size_t>(s)] = std::max(n, 1);
+    }
+    return r;
+  }();
+  DecodePlan plan{};
+  plan.q_vec = rows_aligned16(p.q, p.stride_q, sizeof(T));
+  const int64_t group = p.heads_q / p.heads_kv;
+  plan.heads_per_chunk = std::min<int64_t>(group, kMmaRows / p.q_len);
+  plan.chunks = (group + plan.heads_per_chunk - 1) / plan.heads_per_chunk;
+  const int64_t units = p.batch * p.heads_kv * plan.chunks;
+  const int64_t tiles = std::max<int64_t>(1, (p.kv_len + S::kKeys - 1) / S::kKeys);
+  // Splits fill every SM's resident blocks once, each a whole number of tiles per warp; a warp
+  // with t tiles keeps min(t, kMaxStages) stages (t - 1 of them in flight while one computes).
+  auto split = [&](int stages) {
+    const int64_t want = int64_t{resident[static_cast<size_t>(stages)]} * launch.sm_count();
+    plan.splits = std::clamp<int64_t>((want + units - 1) / units, 1, std::clamp<int64_t>(tiles / kMmaWarps, 1, kMaxSplits));
+    plan.tiles_per_split = (tiles + plan.splits - 1) / plan.splits;
+    plan.tiles_per_split = (plan.tiles_per_split + kMmaWarps - 1) / kMmaWarps * kMmaWarps;
+    plan.splits = (tiles + plan.tiles_per_split - 1) / plan.tiles_per_split;
+    return static_cast<int>(std::min<int64_t>(plan.tiles_per_split / kMmaWarps, S::kMaxStages));
+  };
+  plan.stages = split(S::kMaxStages);
+  if (plan.stages < S::kMaxStages) plan.stages = split(plan.stages);
+  const int64_t rows = p.batch * p.heads_q * p.q_len;
+  const size_t part = plan.splits > 1 ? static_cast<size_t>(rows * plan.splits) : 0;
+  allocator::Scratch ml(launch.device(), part * 2 * sizeof(float), launch.stream());
+  allocator::Scratch acc(launch.device(), part * D * sizeof(float), launch.stream());
+  launch_pdl("[scaled_dot_product_attention]", kernel, dim3(grid_of(units * plan.splits)), dim3(kMmaWarps * 32),
+             S::smem(plan.stages), launch.stream(), p, plan, static_cast<float*>(ml.get()),
+             static_cast<float*>(acc.get()));
+  launch.check("[scaled_dot_product_attention]");
+  if (plan.splits > 1)
+    launch_pdl("[scaled_dot_product_attention]", attention_combine_kernel<T>, dim3(grid_of(rows)), dim3(kDecodeThreads),
+               0, launch.stream(), p, plan.splits, static_cast<const float*>(ml.get()),
+               static_cast<const float*>(acc.get()));
 }
 
 template <typename T, int D>
@@ -932,8 +1316,10 @@ void attention(const AttentionParams& p) {
   dispatch_float_types(p.dtype, "[scaled_dot_product_attention]", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<T, double>) {
-      if (use_decode(p, sizeof(T)) &&
-          dispatch_decode_head_dim(p.head_dim, [&](auto d) { launch_decode<T, decltype(d)::value>(p, launch); }))
+      if (use_decode(p, sizeof(T)) && dispatch_decode_head_dim(p.head_dim, [&](auto d) {
+            if constexpr (std::is_same_v<T, float>) launch_decode<T, decltype(d)::value>(p, launch);
+            else launch_decode_mma<T, decltype(d)::value>(p, launch);
+          }))
         return;
     }
     if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
