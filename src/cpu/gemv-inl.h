@@ -30,7 +30,7 @@ HWY_INLINE void PrefetchL2(const T* p) {
 }
 
 // Weight rows [j, j + R) against the M rows of x: R x M float32 accumulators in registers, the
-// weight widened in registers (LoadAsF32). store(i, j, dot) receives each float32 dot product.
+// weight widened in registers (LoadScaledF32; the dot times kWidenScale). store(i, j, dot) receives each float32 dot product.
 // With few accumulators (R * M <= 8) each gets a second one for the odd vectors of a step, so
 // the FMA chains are two deep per step instead of one chain of two (4-cycle FMA latency, one
 // row at m = 1, bounded the stream at ~64 bytes per 8 cycles per core).
@@ -63,7 +63,7 @@ HWY_INLINE void GemvRows(const T* HWY_RESTRICT w, int64_t stride_w, const float*
     for (int r = 0; r < R; ++r) {
       PrefetchL2(wr[r] + q);
       V wa, wb;
-      LoadAsF32x2(df, wr[r] + q, wa, wb);
+      LoadScaledF32x2(df, wr[r] + q, wa, wb);
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) {
         if constexpr (S == 2) {
@@ -82,7 +82,7 @@ HWY_INLINE void GemvRows(const T* HWY_RESTRICT w, int64_t stride_w, const float*
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       PrefetchL2(wr[r] + q);
-      const auto wv = LoadAsF32(df, wr[r] + q);
+      const auto wv = LoadScaledF32(df, wr[r] + q);
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) acc[0][r][i] = hn::MulAdd(wv, xv[i], acc[0][r][i]);
     }
@@ -90,7 +90,7 @@ HWY_INLINE void GemvRows(const T* HWY_RESTRICT w, int64_t stride_w, const float*
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < M; ++i) {
       const V a = S == 2 ? hn::Add(acc[0][r][i], acc[S - 1][r][i]) : acc[0][r][i];
-      float s = hn::GetLane(hn::SumOfLanes(df, a));
+      float s = hn::GetLane(hn::SumOfLanes(df, a)) * kWidenScale<T>;
       for (int64_t t = q; t < k; ++t) s += static_cast<float>(wr[r][t]) * x[i * k + t];
       store(i, j + r, s);
     }

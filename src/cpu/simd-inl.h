@@ -17,10 +17,17 @@ HWY_BEFORE_NAMESPACE();
 namespace anvil::cpu::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The power of two that LoadScaledF32 / LoadScaledF32x2 leave out: float8_e4m3fn decodes to its
+// value times 2^-8 (exact), everything else to its value. A dot product of such values times
+// this is bit-equal to the dot of the exact values (binary scaling commutes with rounding) while
+// float32 stays clear of underflow, and the decode loop saves a multiply per vector.
+template <typename T>
+constexpr float kWidenScale = std::is_same_v<T, Float8_e4m3fn> ? 256.0f : 1.0f;
+
 // Loads Lanes(df) float32 values from float32, bfloat16, float16, float8_e4m3fn or float8_e5m2
-// storage (exact widening).
+// storage (exact widening) divided by kWidenScale<T>.
 template <typename T, class DF>
-HWY_INLINE hn::Vec<DF> LoadAsF32(DF df, const T* HWY_RESTRICT p) {
+HWY_INLINE hn::Vec<DF> LoadScaledF32(DF df, const T* HWY_RESTRICT p) {
   if constexpr (std::is_same_v<T, float>) {
     return hn::LoadU(df, p);
   } else if constexpr (std::is_same_v<T, Half>) {
@@ -44,7 +51,7 @@ HWY_INLINE hn::Vec<DF> LoadAsF32(DF df, const T* HWY_RESTRICT p) {
     const auto mag = hn::And(b, hn::Set(du16, 0x7F));
     auto h = hn::Or(hn::ShiftLeft<8>(hn::And(b, hn::Set(du16, 0x80))), hn::ShiftLeft<7>(mag));
     h = hn::IfThenElse(hn::Eq(mag, hn::Set(du16, 0x7F)), hn::Or(h, hn::Set(du16, 0x7E00)), h);
-    return hn::Mul(hn::PromoteTo(df, hn::BitCast(d16, h)), hn::Set(df, 256.0f));
+    return hn::PromoteTo(df, hn::BitCast(d16, h));
   } else {
     static_assert(std::is_same_v<T, BFloat16>);
     const hn::RebindToUnsigned<DF> du;
@@ -53,13 +60,22 @@ HWY_INLINE hn::Vec<DF> LoadAsF32(DF df, const T* HWY_RESTRICT p) {
   }
 }
 
-// 2 * Lanes(df) values from p as two float32 vectors (lo: the first Lanes(df)). float8_e4m3fn
+// Exact widening: LoadScaledF32 times kWidenScale<T>.
+template <typename T, class DF>
+HWY_INLINE hn::Vec<DF> LoadAsF32(DF df, const T* HWY_RESTRICT p) {
+  const auto v = LoadScaledF32(df, p);
+  if constexpr (kWidenScale<T> != 1.0f) return hn::Mul(v, hn::Set(df, kWidenScale<T>));
+  else return v;
+}
+
+// 2 * Lanes(df) values from p as two float32 vectors (lo: the first Lanes(df)), divided by
+// kWidenScale<T> like LoadScaledF32. float8_e4m3fn
 // decodes 2 * Lanes(df) bytes at once: each byte sign-extended to int16 and shifted left by 7
 // gives the value times 2^-8 as float16 bits once bit 14 is cleared (sign at 15, exponent and
 // mantissa at 13..7); NaN bytes get float16's all-ones exponent; one float16 -> float32
-// conversion per half and the exact multiply by 2^8.
+// conversion per half.
 template <typename T, class DF>
-HWY_INLINE void LoadAsF32x2(DF df, const T* HWY_RESTRICT p, hn::Vec<DF>& lo, hn::Vec<DF>& hi) {
+HWY_INLINE void LoadScaledF32x2(DF df, const T* HWY_RESTRICT p, hn::Vec<DF>& lo, hn::Vec<DF>& hi) {
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (std::is_same_v<T, Float8_e4m3fn>) {
     const hn::Repartition<int16_t, DF> di16;       // 2 * Lanes(df) lanes
@@ -71,15 +87,14 @@ HWY_INLINE void LoadAsF32x2(DF df, const T* HWY_RESTRICT p, hn::Vec<DF>& lo, hn:
     const auto mag = hn::And(h, hn::Set(di16, static_cast<int16_t>(0x3F80)));
     h = hn::IfThenElse(hn::Eq(mag, hn::Set(di16, static_cast<int16_t>(0x3F80))),
                        hn::Or(h, hn::Set(di16, static_cast<int16_t>(0x7E00))), h);
-    const auto scale = hn::Set(df, 256.0f);
-    lo = hn::Mul(hn::PromoteTo(df, hn::BitCast(df16, hn::LowerHalf(dh16, h))), scale);
-    hi = hn::Mul(hn::PromoteTo(df, hn::BitCast(df16, hn::UpperHalf(dh16, h))), scale);
+    lo = hn::PromoteTo(df, hn::BitCast(df16, hn::LowerHalf(dh16, h)));
+    hi = hn::PromoteTo(df, hn::BitCast(df16, hn::UpperHalf(dh16, h)));
     return;
   }
 #endif
   const int64_t n = static_cast<int64_t>(hn::Lanes(df));
-  lo = LoadAsF32(df, p);
-  hi = LoadAsF32(df, p + n);
+  lo = LoadScaledF32(df, p);
+  hi = LoadScaledF32(df, p + n);
 }
 
 }  // namespace anvil::cpu::simd::HWY_NAMESPACE
