@@ -225,6 +225,25 @@ TEST_P(ScaledMm, NanWeightPoisonsItsColumn) {
   }
 }
 
+// The same through scaled_linear with bfloat16 activations (the CPU's table-decode path): NaN
+// bytes inside a 64-weight chunk and in the tail past the last chunk.
+TEST_P(ScaledMm, NanWeightPoisonsItsColumnScaledLinear) {
+  for (int64_t m : {1, 3}) {
+    for (DType tb : {kFloat8_e4m3fn, kFloat8_e5m2}) {
+      SCOPED_TRACE("m " + std::to_string(m) + " " + th::dtype_str(tb));
+      const int64_t k = 100, n = 16;
+      ref::Array w({n, k}, 1.0);
+      w.at({5, 17}) = std::nan("");
+      w.at({9, 90}) = std::nan("");
+      Tensor x = th::make_tensor(ref::Array({m, k}, 0.5), kBFloat16, dev());
+      Tensor s = ones({n}, TensorOptions(kFloat32).device(dev()));
+      ref::Array want({m, n}, 0.5 * static_cast<double>(k));
+      for (int64_t i = 0; i < m; ++i) want.at({i, 5}) = want.at({i, 9}) = std::nan("");
+      EXPECT_TRUE(th::expect_equal(scaled_linear(x, th::make_tensor(w, tb, dev()), s).to(kFloat32), want));
+    }
+  }
+}
+
 TEST_P(ScaledMm, EmptyAndZeroK) {
   const TensorOptions f8 = TensorOptions(kFloat8_e4m3fn).device(dev());
   const TensorOptions f32 = TensorOptions(kFloat32).device(dev());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <omp.h>
+#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -125,6 +126,7 @@ void moe_experts(const MoeExpertsParams& p) {
     const int64_t T = p.tokens, K = p.top_k, P = T * K, H = p.hidden_size, I = p.inter;
     const size_t wsize = element_size(p.w_dtype);
     auto round = [](float v) { return static_cast<float>(S(v)); };
+    constexpr bool bf16 = std::is_same_v<S, BFloat16>;  // x and the SwiGLU output are bfloat16 values
     auto expert = [&](int64_t pair) { return std::clamp<int64_t>(p.ids[pair], 0, p.experts - 1); };
     std::vector<float> x(static_cast<size_t>(T * H)), gu(static_cast<size_t>(P * 2 * I)),
         act(static_cast<size_t>(P * I)), y(static_cast<size_t>(P * H));
@@ -135,7 +137,7 @@ void moe_experts(const MoeExpertsParams& p) {
     split_rows(P, 2 * I, H, [&](int64_t pair, int64_t r0, int64_t r1) {
       const char* w = gate_up + expert(pair) * p.stride_gu_expert * static_cast<int64_t>(wsize);
       simd::gemv_dots(p.w_dtype, w, p.stride_gu_row, x.data() + pair / K * H, 1, H, gu.data() + pair * 2 * I, 0, r0,
-                      r1);
+                      r1, bf16);
     });
     for (int64_t pair = 0; pair < P; ++pair) {
       const int64_t e = expert(pair);
@@ -151,7 +153,8 @@ void moe_experts(const MoeExpertsParams& p) {
     }
     split_rows(P, H, I, [&](int64_t pair, int64_t r0, int64_t r1) {
       const char* w = down + expert(pair) * p.stride_down_expert * static_cast<int64_t>(wsize);
-      simd::gemv_dots(p.w_dtype, w, p.stride_down_row, act.data() + pair * I, 1, I, y.data() + pair * H, 0, r0, r1);
+      simd::gemv_dots(p.w_dtype, w, p.stride_down_row, act.data() + pair * I, 1, I, y.data() + pair * H, 0, r0, r1,
+                      bf16);
     });
     S* out = static_cast<S*>(p.out);
     for (int64_t t = 0; t < T; ++t) {

@@ -56,7 +56,8 @@ HWY_EXPORT(DotsE4M3);
 HWY_EXPORT(DotsE5M2);
 
 void gemv_dots(DType t, const void* w, int64_t sw, const float* x, int64_t m, int64_t k, float* d, int64_t sd,
-                int64_t j0, int64_t j1) {
+               int64_t j0, int64_t j1, bool x_bf16) {
+  if (x_bf16 && fp8_dots_bf16x(t, w, sw, x, m, k, d, sd, j0, j1)) return;
   switch (t) {
     case DType::Float32: return HWY_DYNAMIC_DISPATCH(DotsF32)(w, sw, x, m, k, d, sd, j0, j1);
     case DType::BFloat16: return HWY_DYNAMIC_DISPATCH(DotsBF16)(w, sw, x, m, k, d, sd, j0, j1);
@@ -103,7 +104,9 @@ void scaled_mm(const ScaledMmParams& p) {
       const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
       const int64_t blocks = (n + 3) / 4;
       const int64_t j0 = std::min(n, blocks * t / nt * 4), j1 = std::min(n, blocks * (t + 1) / nt * 4);
-      if (j0 < j1) simd::gemv_dots(p.w_dtype, p.w, p.stride_w_row, a32.data(), m, k, dots.data(), n, j0, j1);
+      if (j0 < j1)
+        simd::gemv_dots(p.w_dtype, p.w, p.stride_w_row, a32.data(), m, k, dots.data(), n, j0, j1,
+                        p.a_dtype == DType::BFloat16 || is_float8(p.a_dtype));  // float8 values are bfloat16 values
     }
   } else {
     std::vector<float> w32(static_cast<size_t>(n * k));
