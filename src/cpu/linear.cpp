@@ -16,6 +16,7 @@
 #include "core/dispatch.h"
 #include "core/kernels.h"
 #include "cpu/simd-inl.h"
+#include "cpu/simd.h"
 #include "cpu/gemv-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -74,6 +75,30 @@ void gemv_f64(const GemvParams& p, int64_t j0, int64_t j1) {
     }
 }
 
+// bfloat16 weights and two or more bfloat16 activation rows through simd::bf16_dots where the
+// CPU has it (each weight load serves every row, each x load several weight rows, x at half the
+// bytes: m = 8 2048 -> 4096 1755-1871 -> 919-1144 us on 2 Zen 5 threads; m = 1 is bound by the
+// weight stream either way and keeps the Highway core): the dots of rows [j0, j1), then bias and
+// one rounding as GemvT does.
+bool bf16_epilogue(const GemvParams& p, const float* x32, int64_t j0, int64_t j1) {
+  if (p.m < 2) return false;
+  thread_local std::vector<float> dots;
+  dots.resize(static_cast<size_t>(p.m * (j1 - j0)));
+  if (!simd::bf16_dots(DType::BFloat16, static_cast<const BFloat16*>(p.w) + j0 * p.stride_w_row, p.stride_w_row, x32,
+                       p.m, p.k, dots.data(), j1 - j0, 0, j1 - j0))
+    return false;
+  const BFloat16* bias = static_cast<const BFloat16*>(p.bias);
+  BFloat16* y = static_cast<BFloat16*>(p.y);
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = j0; j < j1; ++j) {
+      float s = dots[static_cast<size_t>(i * (j1 - j0) + j - j0)];
+      if (bias) s += static_cast<float>(bias[j]);
+      y[i * p.stride_y_row + j] = BFloat16(s);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void gemv(const GemvParams& p) {
@@ -95,7 +120,9 @@ void gemv(const GemvParams& p) {
         HWY_DYNAMIC_DISPATCH(simd::GemvF32)(p.w, p.stride_w_row, x32.data(), p.m, p.k, p.bias, p.y, p.stride_y_row, j0, j1);
         break;
       case DType::BFloat16:
-        HWY_DYNAMIC_DISPATCH(simd::GemvBF16)(p.w, p.stride_w_row, x32.data(), p.m, p.k, p.bias, p.y, p.stride_y_row, j0, j1);
+        if (!bf16_epilogue(p, x32.data(), j0, j1))
+          HWY_DYNAMIC_DISPATCH(simd::GemvBF16)(p.w, p.stride_w_row, x32.data(), p.m, p.k, p.bias, p.y, p.stride_y_row, j0,
+                                               j1);
         break;
       case DType::Float16:
         HWY_DYNAMIC_DISPATCH(simd::GemvF16)(p.w, p.stride_w_row, x32.data(), p.m, p.k, p.bias, p.y, p.stride_y_row, j0, j1);

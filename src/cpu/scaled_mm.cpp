@@ -57,7 +57,7 @@ HWY_EXPORT(DotsE5M2);
 
 void gemv_dots(DType t, const void* w, int64_t sw, const float* x, int64_t m, int64_t k, float* d, int64_t sd,
                int64_t j0, int64_t j1, bool x_bf16) {
-  if (x_bf16 && fp8_dots_bf16x(t, w, sw, x, m, k, d, sd, j0, j1)) return;
+  if (x_bf16 && bf16_dots(t, w, sw, x, m, k, d, sd, j0, j1)) return;
   switch (t) {
     case DType::Float32: return HWY_DYNAMIC_DISPATCH(DotsF32)(w, sw, x, m, k, d, sd, j0, j1);
     case DType::BFloat16: return HWY_DYNAMIC_DISPATCH(DotsBF16)(w, sw, x, m, k, d, sd, j0, j1);

@@ -25,15 +25,15 @@ void decode_f32(DType from, const void* src, float* out, int64_t n);
 void encode_f32(DType to, const float* in, void* dst, int64_t n);
 // GEMV dots through the shared core (cpu/gemv-inl.h): d[i * stride_d + j] = dot(x[i, :], w[j, :])
 // for weight rows [j0, j1) of w (float32 / bfloat16 / float16 / float8, unit column stride,
-// row stride stride_w) and m <= 8 float32 rows x [m, k] contiguous. x_bf16: every x value is a
-// bfloat16 value (activations widened from bfloat16), which lets float8 weights take
-// fp8_dots_bf16x where the CPU has it.
+// row stride stride_w in elements) and m <= 8 float32 rows x [m, k] contiguous. x_bf16: every x
+// value is a bfloat16 value (activations widened from bfloat16 or float8), which lets bfloat16
+// and float8 weights take bf16_dots where the CPU has it.
 void gemv_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k, float* d,
                int64_t stride_d, int64_t j0, int64_t j1, bool x_bf16);
-// The same dots for float8 weights and bfloat16-valued x through AVX512-VBMI table decode and
-// AVX512-BF16 pair products (cpu/fp8_dots_x86.cpp); false (nothing written) when the CPU or the
-// request has no such path.
-bool fp8_dots_bf16x(DType w_dtype, const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k, float* d,
-                    int64_t stride_d, int64_t j0, int64_t j1);
+// The same dots for bfloat16 / float8 weights and bfloat16-valued x by AVX512-BF16 pair products
+// (float8 decoded by AVX512-VBMI table lookups; cpu/bf16_dots_x86.cpp); false (nothing written)
+// when the CPU or the request has no such path.
+bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k, float* d,
+               int64_t stride_d, int64_t j0, int64_t j1);
 
 }  // namespace anvil::cpu::simd
