@@ -22,6 +22,8 @@ const char* target_name();
 // n contiguous float32 / bfloat16 / float16 / float8 values to float32 and back (the encoder
 // rounds to nearest even like anvil's scalar conversions, float8 saturating).
 void decode_f32(DType from, const void* src, float* out, int64_t n);
+// Softmax of one contiguous float32 row (cpu/softmax.cpp's three passes); x and y may alias.
+void softmax_row(const float* x, float* y, int64_t n);
 void encode_f32(DType to, const float* in, void* dst, int64_t n);
 // GEMV dots through the shared core (cpu/gemv-inl.h): d[i * stride_d + j] = dot(x[i, :], w[j, :])
 // for weight rows [j0, j1) of w (float32 / bfloat16 / float16 / float8, unit column stride,

@@ -250,5 +250,9 @@ void softmax(const SoftmaxParams& p) {
   softmax_strided<float>(p);
 }
 
+namespace simd {
+void softmax_row(const float* x, float* y, int64_t n) { cpu::softmax_row(x, y, n, false); }
+}  // namespace simd
+
 }  // namespace anvil::cpu
 #endif  // HWY_ONCE
