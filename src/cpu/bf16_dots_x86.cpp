@@ -26,8 +26,7 @@ namespace anvil::cpu::simd {
 #ifdef ANVIL_BF16_DOTS
 namespace {
 
-constexpr int64_t kChunk = 64;             // weights per step
-constexpr int64_t kPrefetchBytes = 4096;   // as the Highway core: 4 KiB ahead into L2
+constexpr int64_t kChunk = 64;  // weights per step
 
 // bfloat16 bits of the 128 float8 magnitudes (bit 7 of the byte is the sign), split into low
 // and high bytes: the two 128-entry tables of vpermi2b.
@@ -79,7 +78,6 @@ void permute_x(const float* x, int64_t m, int64_t k, int64_t k64, bool permuted,
 // 64 weights of a row as two vectors of 32 bfloat16 (w0, w1), in the order permute_x gives x.
 struct Fp8Weights {
   static constexpr int64_t kBytes = 64;  // bytes per 64 weights
-  static constexpr bool kPermuted = true;
   __m512i lo0, lo1, hi0, hi1, sign;
   ANVIL_TARGET_VBMI_BF16 explicit Fp8Weights(const Tables& tab)
       : lo0(_mm512_load_si512(tab.lo)),
@@ -99,7 +97,6 @@ struct Fp8Weights {
 
 struct Bf16Weights {
   static constexpr int64_t kBytes = 128;
-  static constexpr bool kPermuted = false;
   ANVIL_TARGET_VBMI_BF16 void load(const uint8_t* p, __m512bh& w0, __m512bh& w1) const {
     w0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
     w1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p + 64));
@@ -120,7 +117,7 @@ ANVIL_TARGET_VBMI_BF16 void dots_block(const W& dec, const uint8_t* w, int64_t s
     __m512bh w0[R], w1[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + (j + r) * stride_w + q / kChunk * W::kBytes;
-      for (int64_t b = 0; b < W::kBytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b + kPrefetchBytes), _MM_HINT_T1);
+      for (int64_t b = 0; b < W::kBytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b + kGemvPrefetchBytes), _MM_HINT_T1);
       dec.load(p, w0[r], w1[r]);
     }
     for (int i = 0; i < M; ++i) {

@@ -9,24 +9,23 @@
 #define ANVIL_CPU_GEMV_INL_H_
 #endif
 
-#include <hwy/cache_control.h>
 #include <hwy/highway.h>
+
+#include "cpu/simd.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace anvil::cpu::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Software prefetch distance along a weight row, in bytes, into L2 (prefetcht1). Rows are
-// usually contiguous, so near a row's end it reaches into the next row. Measured on 2 Zen 5
-// threads (median of 12 interleaved runs, bf16, m = 1, as a fraction of the read ceiling):
-// the whole next row into L1 (the previous scheme) 0.76-0.81 at every shape; no software
-// prefetch 1.06-1.17 for k <= 4096 but 0.79-0.85 for k >= 8192 (x no longer fits L1 next to
-// the stream); 4 KiB ahead into L2 1.08-1.10 and 0.95-0.99.
-constexpr int64_t kPrefetchBytes = 4096;
-
+// The weight kGemvPrefetchBytes ahead along the row, into L2 (prefetcht1). Rows are usually
+// contiguous, so near a row's end it reaches into the next row. Measured on 2 Zen 5 threads
+// (median of 12 interleaved runs, bf16, m = 1, as a fraction of the read ceiling): the whole
+// next row into L1 (the previous scheme) 0.76-0.81 at every shape; no software prefetch
+// 1.06-1.17 for k <= 4096 but 0.79-0.85 for k >= 8192 (x no longer fits L1 next to the
+// stream); 4 KiB ahead into L2 1.08-1.10 and 0.95-0.99.
 template <typename T>
 HWY_INLINE void PrefetchL2(const T* p) {
-  __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, 0, 2);
+  __builtin_prefetch(reinterpret_cast<const char*>(p) + kGemvPrefetchBytes, 0, 2);
 }
 
 // Weight rows [j, j + R) against the M rows of x: R x M float32 accumulators in registers, the

@@ -20,6 +20,18 @@
 #include "cpu/simd.h"
 #include "cpu/gemv-inl.h"
 
+#ifndef ANVIL_CPU_LINEAR_STORE_
+#define ANVIL_CPU_LINEAR_STORE_
+namespace anvil::cpu {
+// y[i, j] = round(dot + bias[j]): linear's one rounding (both GEMV paths).
+template <typename T>
+inline void store_dot(const T* bias, T* y, int64_t stride_y, int64_t i, int64_t j, float s) {
+  if (bias) s += static_cast<float>(bias[j]);
+  y[i * stride_y + j] = T(s);
+}
+}  // namespace anvil::cpu
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace anvil::cpu::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -29,10 +41,8 @@ void GemvT(const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k
            int64_t stride_y, int64_t j0, int64_t j1) {
   const T* B = static_cast<const T*>(bias);
   T* Y = static_cast<T*>(y);
-  Gemv(static_cast<const T*>(w), stride_w, x, m, k, j0, j1, [&](int64_t i, int64_t j, float s) {
-    if (B) s += static_cast<float>(B[j]);
-    Y[i * stride_y + j] = T(s);
-  });
+  Gemv(static_cast<const T*>(w), stride_w, x, m, k, j0, j1,
+       [&](int64_t i, int64_t j, float s) { store_dot(B, Y, stride_y, i, j, s); });
 }
 void GemvF32(const void* w, int64_t sw, const float* x, int64_t m, int64_t k, const void* b, void* y, int64_t sy,
              int64_t j0, int64_t j1) {
@@ -82,21 +92,16 @@ void gemv_f64(const GemvParams& p, int64_t j0, int64_t j1) {
 // measured alongside: m = 1, k 8192-14336: 0.76-0.94 -> 0.88-1.04 (k <= 4096 equal); m = 8,
 // 2048 -> 4096: 1755-1871 -> 919-1144 us. The dots of rows [j0, j1), then bias and one rounding
 // as GemvT does.
-bool bf16_epilogue(const GemvParams& p, const float* x32, int64_t j0, int64_t j1) {
+bool gemv_bf16_dots(const GemvParams& p, const float* x32, int64_t j0, int64_t j1) {
   thread_local std::vector<float> dots;
   dots.resize(static_cast<size_t>(p.m * (j1 - j0)));
   if (!simd::bf16_dots(DType::BFloat16, static_cast<const BFloat16*>(p.w) + j0 * p.stride_w_row, p.stride_w_row, x32,
                        p.m, p.k, dots.data(), j1 - j0, 0, j1 - j0))
     return false;
-  const BFloat16* bias = static_cast<const BFloat16*>(p.bias);
-  BFloat16* y = static_cast<BFloat16*>(p.y);
-  for (int64_t i = 0; i < p.m; ++i) {
-    for (int64_t j = j0; j < j1; ++j) {
-      float s = dots[static_cast<size_t>(i * (j1 - j0) + j - j0)];
-      if (bias) s += static_cast<float>(bias[j]);
-      y[i * p.stride_y_row + j] = BFloat16(s);
-    }
-  }
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = j0; j < j1; ++j)
+      store_dot(static_cast<const BFloat16*>(p.bias), static_cast<BFloat16*>(p.y), p.stride_y_row, i, j,
+                dots[static_cast<size_t>(i * (j1 - j0) + j - j0)]);
   return true;
 }
 
@@ -121,7 +126,7 @@ void gemv(const GemvParams& p) {
         HWY_DYNAMIC_DISPATCH(simd::GemvF32)(p.w, p.stride_w_row, x32.data(), p.m, p.k, p.bias, p.y, p.stride_y_row, j0, j1);
         break;
       case DType::BFloat16:
-        if (!bf16_epilogue(p, x32.data(), j0, j1))
+        if (!gemv_bf16_dots(p, x32.data(), j0, j1))
           HWY_DYNAMIC_DISPATCH(simd::GemvBF16)(p.w, p.stride_w_row, x32.data(), p.m, p.k, p.bias, p.y, p.stride_y_row, j0,
                                                j1);
         break;

@@ -25,6 +25,9 @@ void decode_f32(DType from, const void* src, float* out, int64_t n);
 // Softmax of one contiguous float32 row (cpu/softmax.cpp's three passes); x and y may alias.
 void softmax_row(const float* x, float* y, int64_t n);
 void encode_f32(DType to, const float* in, void* dst, int64_t n);
+// Software prefetch distance of the GEMV weight streams (cpu/gemv-inl.h, cpu/bf16_dots_x86.cpp),
+// bytes ahead into L2; measured in gemv-inl.h.
+constexpr int64_t kGemvPrefetchBytes = 4096;
 // GEMV dots through the shared core (cpu/gemv-inl.h): d[i * stride_d + j] = dot(x[i, :], w[j, :])
 // for weight rows [j0, j1) of w (float32 / bfloat16 / float16 / float8, unit column stride,
 // row stride stride_w in elements) and m <= 8 float32 rows x [m, k] contiguous. x_bf16: every x

@@ -6,7 +6,6 @@
 #define HWY_TARGET_INCLUDE "cpu/softmax.cpp"
 #include <hwy/foreach_target.h>  // NOLINT: must precede highway.h
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
 #include <omp.h>
 

@@ -97,28 +97,15 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// 16 bytes of T -> 16 / sizeof(T) floats.
+// 16 bytes of float32 (the SIMT decode kernel's K / V rows) -> 4 floats.
 template <typename T>
 __device__ __forceinline__ void unpack16(const void* src, float* f) {
-  const uint4 u = *static_cast<const uint4*>(src);
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-  if constexpr (std::is_same_v<T, float>) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f[i] = __uint_as_float(w[i]);
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      f[2 * i] = v.x;
-      f[2 * i + 1] = v.y;
-    }
-  }
+  static_assert(std::is_same_v<T, float>, "16-bit types take the tensor-core decode kernel");
+  const float4 v = *static_cast<const float4*>(src);
+  f[0] = v.x;
+  f[1] = v.y;
+  f[2] = v.z;
+  f[3] = v.w;
 }
 
 // Two floats -> one register of the mma operand type, `lo` in the low half.
@@ -1180,20 +1167,39 @@ bool use_prefill(const AttentionParams& p) {
          rows_aligned16(p.k, p.stride_k, 2) && rows_aligned16(p.v, p.stride_v, 2);
 }
 
+// The query heads of one kv head in chunks of at most max_rows rows (heads x q_len); returns
+// the (batch, kv head, chunk) units.
+int64_t chunk_heads(const AttentionParams& p, int64_t max_rows, DecodePlan& plan) {
+  const int64_t group = p.heads_q / p.heads_kv;
+  plan.heads_per_chunk = std::min<int64_t>(group, max_rows / p.q_len);
+  plan.chunks = (group + plan.heads_per_chunk - 1) / plan.heads_per_chunk;
+  return p.batch * p.heads_kv * plan.chunks;
+}
+
+// A split-K decode kernel over units x plan.splits blocks, then (more than one split) the
+// combine of its (max, sum, output) partials, launched as a programmatic dependent.
+template <typename T, typename Kernel>
+void launch_split_decode(const AttentionParams& p, const KernelLaunch& launch, Kernel kernel, int64_t units,
+                         int threads, int smem, const DecodePlan& plan, int64_t d) {
+  const int64_t rows = p.batch * p.heads_q * p.q_len;
+  const size_t part = plan.splits > 1 ? static_cast<size_t>(rows * plan.splits) : 0;
+  allocator::Scratch ml(launch.device(), part * 2 * sizeof(float), launch.stream());
+  allocator::Scratch acc(launch.device(), part * static_cast<size_t>(d) * sizeof(float), launch.stream());
+  launch_pdl("[scaled_dot_product_attention]", kernel, dim3(grid_of(units * plan.splits)), dim3(threads), smem,
+             launch.stream(), p, plan, static_cast<float*>(ml.get()), static_cast<float*>(acc.get()));
+  launch.check("[scaled_dot_product_attention]");
+  if (plan.splits > 1)
+    launch_pdl("[scaled_dot_product_attention]", attention_combine_kernel<T>, dim3(grid_of(rows)), dim3(kDecodeThreads),
+               0, launch.stream(), p, plan.splits, static_cast<const float*>(ml.get()),
+               static_cast<const float*>(acc.get()));
+}
+
 template <typename T, int D, int R>
 void launch_decode(const AttentionParams& p, const DecodePlan& base, int64_t units, const KernelLaunch& launch) {
   using S = DecodeShape<T, D, R>;
   auto kernel = attention_decode_kernel<T, D, R>;
   // Blocks of two stages that fit on one SM (asked once per instance).
-  static const int resident = [&] {
-    allow_smem(kernel, S::smem(2));
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kDecodeThreads, S::smem(2)) != cudaSuccess) {
-      cudaGetLastError();
-      n = 1;
-    }
-    return std::max(n, 1);
-  }();
+  static const int resident = (allow_smem(kernel, S::smem(2)), resident_blocks(kernel, kDecodeThreads, S::smem(2)));
   DecodePlan plan = base;
   const int64_t tiles = std::max<int64_t>(1, (p.kv_len + S::kTile - 1) / S::kTile);
   // Enough splits to fill every SM's resident blocks once, each a whole number of tiles and two
@@ -1203,26 +1209,14 @@ void launch_decode(const AttentionParams& p, const DecodePlan& base, int64_t uni
   plan.tiles_per_split = (tiles + plan.splits - 1) / plan.splits;
   plan.splits = (tiles + plan.tiles_per_split - 1) / plan.tiles_per_split;
   plan.stages = plan.tiles_per_split > 1 ? 2 : 1;
-  const int64_t rows = p.batch * p.heads_q * p.q_len;
-  const size_t part = plan.splits > 1 ? static_cast<size_t>(rows * plan.splits) : 0;
-  allocator::Scratch ml(launch.device(), part * 2 * sizeof(float), launch.stream());
-  allocator::Scratch acc(launch.device(), part * D * sizeof(float), launch.stream());
-  launch_pdl("[scaled_dot_product_attention]", kernel, dim3(grid_of(units * plan.splits)), dim3(kDecodeThreads),
-             S::smem(plan.stages), launch.stream(), p, plan, static_cast<float*>(ml.get()), static_cast<float*>(acc.get()));
-  launch.check("[scaled_dot_product_attention]");
-  if (plan.splits > 1)
-    launch_pdl("[scaled_dot_product_attention]", attention_combine_kernel<T>, dim3(grid_of(rows)), dim3(kDecodeThreads), 0, launch.stream(), p, plan.splits,
-                        static_cast<const float*>(ml.get()), static_cast<const float*>(acc.get()));
+  launch_split_decode<T>(p, launch, kernel, units, kDecodeThreads, S::smem(plan.stages), plan, D);
 }
 
-// Query heads of one kv head go to one block, at most 8 rows (heads x q_len) per block.
+// float32 (SIMT): query heads of one kv head go to one block, at most 8 rows per block.
 template <typename T, int D>
 void launch_decode(const AttentionParams& p, const KernelLaunch& launch) {
   DecodePlan plan{};
-  const int64_t group = p.heads_q / p.heads_kv;
-  plan.heads_per_chunk = std::min<int64_t>(group, kDecodeMaxRows / p.q_len);
-  plan.chunks = (group + plan.heads_per_chunk - 1) / plan.heads_per_chunk;
-  const int64_t units = p.batch * p.heads_kv * plan.chunks;
+  const int64_t units = chunk_heads(p, kDecodeMaxRows, plan);
   if (plan.heads_per_chunk * p.q_len <= 4) launch_decode<T, D, 4>(p, plan, units, launch);
   else launch_decode<T, D, kDecodeMaxRows>(p, plan, units, launch);
 }
@@ -1237,22 +1231,12 @@ void launch_decode_mma(const AttentionParams& p, const KernelLaunch& launch) {
   static const std::array<int, S::kMaxStages + 1> resident = [&] {
     allow_smem(kernel, S::smem(S::kMaxStages));
     std::array<int, S::kMaxStages + 1> r{};
-    for (int s = 1; s <= S::kMaxStages; ++s) {
-      int n = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kMmaWarps * 32, S::smem(s)) != cudaSuccess) {
-        cudaGetLastError();
-        n = 1;
-      }
-      r[static_cast<size_t>(s)] = std::max(n, 1);
-    }
+    for (int s = 1; s <= S::kMaxStages; ++s) r[static_cast<size_t>(s)] = resident_blocks(kernel, kMmaWarps * 32, S::smem(s));
     return r;
   }();
   DecodePlan plan{};
   plan.q_vec = rows_aligned16(p.q, p.stride_q, sizeof(T));
-  const int64_t group = p.heads_q / p.heads_kv;
-  plan.heads_per_chunk = std::min<int64_t>(group, kMmaRows / p.q_len);
-  plan.chunks = (group + plan.heads_per_chunk - 1) / plan.heads_per_chunk;
-  const int64_t units = p.batch * p.heads_kv * plan.chunks;
+  const int64_t units = chunk_heads(p, kMmaRows, plan);
   const int64_t tiles = std::max<int64_t>(1, (p.kv_len + S::kKeys - 1) / S::kKeys);
   // Splits fill every SM's resident blocks once, each a whole number of tiles per warp; a warp
   // with t tiles keeps min(t, kMaxStages) stages (t - 1 of them in flight while one computes).
@@ -1266,18 +1250,7 @@ void launch_decode_mma(const AttentionParams& p, const KernelLaunch& launch) {
   };
   plan.stages = split(S::kMaxStages);
   if (plan.stages < S::kMaxStages) plan.stages = split(plan.stages);
-  const int64_t rows = p.batch * p.heads_q * p.q_len;
-  const size_t part = plan.splits > 1 ? static_cast<size_t>(rows * plan.splits) : 0;
-  allocator::Scratch ml(launch.device(), part * 2 * sizeof(float), launch.stream());
-  allocator::Scratch acc(launch.device(), part * D * sizeof(float), launch.stream());
-  launch_pdl("[scaled_dot_product_attention]", kernel, dim3(grid_of(units * plan.splits)), dim3(kMmaWarps * 32),
-             S::smem(plan.stages), launch.stream(), p, plan, static_cast<float*>(ml.get()),
-             static_cast<float*>(acc.get()));
-  launch.check("[scaled_dot_product_attention]");
-  if (plan.splits > 1)
-    launch_pdl("[scaled_dot_product_attention]", attention_combine_kernel<T>, dim3(grid_of(rows)), dim3(kDecodeThreads),
-               0, launch.stream(), p, plan.splits, static_cast<const float*>(ml.get()),
-               static_cast<const float*>(acc.get()));
+  launch_split_decode<T>(p, launch, kernel, units, kMmaWarps * 32, S::smem(plan.stages), plan, D);
 }
 
 template <typename T, int D>

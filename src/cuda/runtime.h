@@ -87,6 +87,18 @@ void launch_pdl(const char* op, void (*kernel)(Params...), dim3 grid, dim3 block
   ANVIL_CUDA_CHECK(op, cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
+// Blocks of `threads` threads and `smem` dynamic shared bytes resident at once on one SM (at
+// least 1; 1 when the query fails, its error cleared).
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int threads, size_t smem) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  return n > 0 ? n : 1;
+}
+
 // Clusters of `cluster` blocks of `threads` threads and `smem` bytes that can be resident at
 // once (0 when such a cluster cannot launch).
 template <typename Kernel>

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cuda/device/strided.cuh"
+#include "cuda/runtime.h"
 
 namespace anvil::cuda_device {
 
@@ -157,12 +158,7 @@ inline bool is_aligned(const void* ptr, size_t bytes) { return reinterpret_cast<
 // fixed 8 per SM left a second, mostly idle wave whenever registers allowed fewer.
 template <typename Kernel>
 int resident_blocks_per_sm(Kernel kernel) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0) != cudaSuccess) {
-    cudaGetLastError();
-    n = 0;
-  }
-  return n > 0 ? n : 1;
+  return cuda_backend::resident_blocks(kernel, kThreads, 0);
 }
 
 inline unsigned grid_for(int64_t items, int per_thread, int64_t max_blocks) {
