@@ -31,6 +31,8 @@
 #include "cuda/device/convert.cuh"
 #include "cuda/device/mma.cuh"
 #include "cuda/device/pdl.cuh"
+#include "cuda/device/wgmma.cuh"
+#include "cuda/device/wgmma_ops.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
@@ -1009,6 +1011,186 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
   }
 }
 
+// ---- prefill on Hopper (sm_90a): FlashAttention-2's loop on wgmma; one block per (batch,
+// head, row block) of two warpgroups, 64 query rows each. Per key tile: s = q k^T as one
+// m64nK wgmma chain per warpgroup (q and k from swizzled shared memory), the online softmax on
+// the accumulator fragment, then o += p v with p in registers (rounded once to T, as in
+// FlashAttention: the output moves by at most u_T sum_j p_j |v_j| / l) and v read MN-major.
+// K / V tiles are double-buffered by cp.async, one block barrier per tile.
+
+template <int D>  // D: the head dim padded (16, 32, ..., 128 or 256)
+struct WgPrefillShape {
+  static constexpr int kGroups = 2;  // warpgroups
+  static constexpr int kThreads = kGroups * 128;
+  static constexpr int kRows = kGroups * 64;
+  static constexpr int kKeys = D <= 128 ? 128 : 64;  // keys per tile: the q k^T product's N
+  static constexpr int kSw = (2 * D) % 128 == 0 ? 128 : (2 * D) % 64 == 0 ? 64 : 32;  // swizzle bytes
+  static constexpr int kChunks = D / 8;                // 16-byte chunks per row
+  static constexpr int kQBytes = kRows * D * 2;
+  static constexpr int kTileBytes = kKeys * D * 2;     // one K or V tile
+  static constexpr int kSmem = kQBytes + 4 * kTileBytes + 1024;  // two stages of K, V; 1024: base alignment
+  static_assert(D % 16 == 0 && kQBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kSmem <= kMaxSmem);
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
+    attention_prefill_wgmma_kernel(const __grid_constant__ AttentionParams p, int64_t row_blocks) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = WgPrefillShape<D>;
+  using Tile = cuda_device::WgmmaTile<S::kSw>;
+  using cuda_device::reg_fence;
+  extern __shared__ unsigned char smem_wg[];
+  const uint32_t q_s = (smem_u32(smem_wg) + 1023u) & ~1023u, kv_s = q_s + S::kQBytes;
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+
+  int64_t id = blockIdx.x;
+  int64_t rb = id % row_blocks;
+  id /= row_blocks;
+  if (p.causal) rb = row_blocks - 1 - rb;  // the longest blocks first
+  const int64_t h = id % p.heads_q, b = id / p.heads_q;
+  const int64_t hkv = h * p.heads_kv / p.heads_q;
+  const int64_t len = valid_len(p, b), shift = p.causal_from_end ? len - p.q_len : 0;
+  const int64_t r0 = rb * S::kRows;
+  const int64_t kv_end = key_end(p, len, shift, std::min<int64_t>(r0 + S::kRows, p.q_len) - 1);
+  const int64_t tiles = (kv_end + S::kKeys - 1) / S::kKeys;
+  const int64_t rg0 = r0 + wg * 64, rw0 = rg0 + warp * 16;  // first row of this warpgroup / warp
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+
+  const T* qbase = static_cast<const T*>(p.q) + b * p.stride_q[0] + h * p.stride_q[1];
+  const T* kbase = static_cast<const T*>(p.k) + b * p.stride_k[0] + hkv * p.stride_k[1];
+  const T* vbase = static_cast<const T*>(p.v) + b * p.stride_v[0] + hkv * p.stride_v[1];
+  // Rows [row0, row0 + n) into a swizzled n-row tile; rows past `limit` and columns past
+  // head_dim are zero-filled (padded products add zeros, unread keys hold no NaN).
+  auto load_rows = [&](uint32_t dst, const T* base, int64_t stride_row, int64_t row0, int n, int64_t limit) {
+    for (int idx = tid; idx < n * S::kChunks; idx += S::kThreads) {
+      const int r = idx / S::kChunks, c = idx % S::kChunks;
+      const bool ok = row0 + r < limit && c * 8 < p.head_dim;
+      cp_async16(dst + Tile::offset(n, r, c * 16), ok ? base + (row0 + r) * stride_row + c * 8 : base, ok ? 16 : 0);
+    }
+  };
+  auto load_kv = [&](int64_t t) {
+    const uint32_t st = kv_s + static_cast<uint32_t>(t % 2) * 2 * S::kTileBytes;
+    load_rows(st, kbase, p.stride_k[2], t * S::kKeys, S::kKeys, kv_end);
+    load_rows(st + S::kTileBytes, vbase, p.stride_v[2], t * S::kKeys, S::kKeys, kv_end);
+  };
+
+  float o[D / 2] = {};  // the m64nD fragment: o[4 dt + 2 hf + e] = row g + 8 hf, column 8 dt + 2 t4 + e
+  float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+  if (tiles > 0) {
+    load_rows(q_s, qbase, p.stride_q[2], r0, S::kRows, p.q_len);
+    load_kv(0);
+  }
+  cp_async_commit();
+  for (int64_t t = 0; t < tiles; ++t) {
+    cp_async_wait<0>();
+    cuda_device::fence_proxy_async_smem();
+    __syncthreads();  // tile t visible; every warpgroup is done with tile t - 1's stage
+    if (t + 1 < tiles) load_kv(t + 1);
+    cp_async_commit();
+    const int64_t kt = t * S::kKeys;
+    if (p.causal && kt > rg0 + 63 + shift) continue;  // this warpgroup's rows all end before the tile
+    const uint32_t k_st = kv_s + static_cast<uint32_t>(t % 2) * 2 * S::kTileBytes, v_st = k_st + S::kTileBytes;
+
+    float s[S::kKeys / 2];  // the m64nK fragment: s[4 j + 2 hf + e] = row g + 8 hf, key 8 j + 2 t4 + e
+    cuda_device::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      cuda_device::Wgmma<T, S::kKeys>::ss(s, Tile::k_major(q_s, S::kRows, wg * 64, ks),
+                                          Tile::k_major(k_st, S::kKeys, 0, ks), ks > 0);
+    cuda_device::wgmma_commit();
+    cuda_device::wgmma_wait<0>();
+#pragma unroll
+    for (float& x : s) reg_fence(x);
+
+    // Scores enter the exponent as s f - m. Tiles that cross a boundary (valid length, causal
+    // diagonal), carry a mask or a negative scale are scaled first (f = 1) and checked per
+    // element; the rest fold the scale into the exponent's multiply-add.
+    float f = scale_log2;
+    if (kt + S::kKeys > len || (p.causal && kt + S::kKeys - 1 > rw0 + shift) || p.mask || scale_log2 < 0.f) {
+#pragma unroll
+      for (float& x : s) x *= scale_log2;
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int64_t row = rw0 + g + 8 * hf;
+        const int lim = static_cast<int>(std::clamp<int64_t>(key_end(p, len, shift, row) - kt, 0, S::kKeys));
+        const int64_t off = p.mask ? mask_offset(p, b, h, std::min<int64_t>(row, p.q_len - 1), kt + 2 * t4) : 0;
+#pragma unroll
+        for (int j = 0; j < S::kKeys / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[4 * j + 2 * hf + e];
+            if (j * 8 + 2 * t4 + e >= lim) x = -INFINITY;
+            else if (p.mask) x += mask_at<float>(p, off + (j * 8 + e) * p.stride_mask[3]) * kLog2e;
+          }
+        }
+      }
+      f = 1.f;
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < S::kKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_r[hf], mx * f), m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = exp2_fast(m_r[hf] - m_use);
+      m_r[hf] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < S::kKeys / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[4 * j + 2 * hf + e];
+          x = exp2_fast(fmaf(x, f, -m_use));
+          sum += x;
+        }
+      }
+      l_r[hf] = l_r[hf] * alpha + sum;  // this lane's share; the 4 lanes of a row add at the end
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[4 * dt + 2 * hf] *= alpha;
+        o[4 * dt + 2 * hf + 1] *= alpha;
+      }
+    }
+    // o += p v: the fragment of key tiles 2 kk, 2 kk + 1 is the A operand of k16 step kk.
+    uint32_t pa[S::kKeys / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < S::kKeys / 16; ++kk)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) pa[kk][x] = pack2<T>(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1]);
+    cuda_device::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < S::kKeys / 16; ++kk)
+      cuda_device::Wgmma<T, D>::rs_mn(o, pa[kk], Tile::mn_major(v_st, S::kKeys, kk), 1);
+    cuda_device::wgmma_commit();
+    cuda_device::wgmma_wait<0>();
+#pragma unroll
+    for (float& x : o) reg_fence(x);
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float l = l_r[hf];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l == 0.f ? 0.f : 1.f / l;  // a row with no key gives zeros
+    const int64_t row = rw0 + g + 8 * hf;
+    if (row >= p.q_len) continue;
+    const int64_t base = b * p.stride_out[0] + h * p.stride_out[1] + row * p.stride_out[2];
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int d = dt * 8 + 2 * t4;
+      if (d < p.v_head_dim) store_out<T>(p, base + d, o[4 * dt + 2 * hf] * inv);
+      if (d + 1 < p.v_head_dim) store_out<T>(p, base + d + 1, o[4 * dt + 2 * hf + 1] * inv);
+    }
+  }
+#else
+  __trap();  // launched only on compute capability 9.0, whose code is the sm_90a build
+#endif
+}
+
 // ---- simple: any shape, strides and float type; 4 warps x 4 query rows, 32-key tiles
 
 constexpr int kSimpleRowsPerWarp = 4, kSimpleRows = 4 * kSimpleRowsPerWarp, kSimpleKeys = 32;
@@ -1263,6 +1445,16 @@ void launch_prefill(const AttentionParams& p, const KernelLaunch& launch) {
   kernel<<<grid_of(p.batch * p.heads_q * row_blocks), kPrefillWarps * 32, S::kSmem, launch.stream()>>>(p, row_blocks);
 }
 
+template <typename T, int D>
+void launch_prefill_wgmma(const AttentionParams& p, const KernelLaunch& launch) {
+  using S = WgPrefillShape<D>;
+  auto kernel = attention_prefill_wgmma_kernel<T, D>;
+  static const bool configured = (allow_smem(kernel, S::kSmem), true);
+  (void)configured;
+  const int64_t row_blocks = (p.q_len + S::kRows - 1) / S::kRows;
+  kernel<<<grid_of(p.batch * p.heads_q * row_blocks), S::kThreads, S::kSmem, launch.stream()>>>(p, row_blocks);
+}
+
 template <typename T>
 void launch_simple(const AttentionParams& p, const KernelLaunch& launch) {
   using A = cuda_device::compute_t<T>;
@@ -1297,7 +1489,11 @@ void attention(const AttentionParams& p) {
     }
     if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
       if (use_prefill(p)) {
-        dispatch_prefill_head_dim(p.head_dim, [&](auto d) { launch_prefill<T, decltype(d)::value>(p, launch); });
+        const bool hopper = compute_capability(launch.device()) == 90;
+        dispatch_prefill_head_dim(p.head_dim, [&](auto d) {
+          if (hopper) launch_prefill_wgmma<T, decltype(d)::value>(p, launch);
+          else launch_prefill<T, decltype(d)::value>(p, launch);
+        });
         return;
       }
     }

@@ -69,6 +69,7 @@ thread_local std::array<bool, kMaxDevices> t_current_set{};
 
 std::array<std::atomic<int64_t>, kMaxDevices> g_streams_created{};
 std::array<std::atomic<int>, kMaxDevices> g_sm_count{};
+std::array<std::atomic<int>, kMaxDevices> g_capability{};
 
 std::once_flag g_flag_once;
 volatile int* g_flag_host = nullptr;
@@ -121,6 +122,18 @@ int multiprocessor_count(int device) {
     g_sm_count[device].store(n, std::memory_order_relaxed);
   }
   return n;
+}
+
+int compute_capability(int device) {
+  int cc = g_capability[device].load(std::memory_order_relaxed);
+  if (cc == 0) {
+    int major = 0, minor = 0;
+    ANVIL_CUDA_CHECK("[cuda]", cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    ANVIL_CUDA_CHECK("[cuda]", cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    cc = major * 10 + minor;
+    g_capability[device].store(cc, std::memory_order_relaxed);
+  }
+  return cc;
 }
 
 cudaStream_t native_stream(const Stream& stream) { return static_cast<cudaStream_t>(stream.native_handle()); }

@@ -9,7 +9,7 @@ AttentionRef attention(const Array& q, const Array& k, const Array& v, const Arr
                        const std::vector<int64_t>* lens, bool causal, bool from_end, double scale, double u32) {
   const int64_t B = q.sizes[0], Hq = q.sizes[1], L = q.sizes[2], E = q.sizes[3];
   const int64_t Hk = k.sizes[1], S = k.sizes[2], Ev = v.sizes[3];
-  AttentionRef r{Array({B, Hq, L, Ev}), Array({B, Hq, L, Ev})};
+  AttentionRef r{Array({B, Hq, L, Ev}), Array({B, Hq, L, Ev}), Array({B, Hq, L, Ev})};
   std::vector<double> s(static_cast<size_t>(S)), o(static_cast<size_t>(Ev)), mag(static_cast<size_t>(Ev));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h) {
@@ -54,6 +54,7 @@ AttentionRef attention(const Array& q, const Array& k, const Array& v, const Arr
         for (int64_t e = 0; e < Ev; ++e) {
           r.out.v[static_cast<size_t>(row * Ev + e)] = o[static_cast<size_t>(e)];
           r.err.v[static_cast<size_t>(row * Ev + e)] = tol * mag[static_cast<size_t>(e)];
+          r.mag.v[static_cast<size_t>(row * Ev + e)] = mag[static_cast<size_t>(e)];
         }
       }
     }
