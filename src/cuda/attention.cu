@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -1032,6 +1033,17 @@ struct WgPrefillShape {
   static_assert(D % 16 == 0 && kQBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kSmem <= kMaxSmem);
 };
 
+// o (the m64nD fragment) += p (registers: the A operands of kKeys / 16 k16 steps) v (a swizzled
+// kKeys x D tile, MN-major), issued and committed, not waited.
+template <typename T, int D, int Keys, int Sw>
+__device__ __forceinline__ void wgmma_pv(float (&o)[D / 2], const uint32_t (&pa)[Keys / 16][4], uint32_t v_tile) {
+  cuda_device::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Keys / 16; ++kk)
+    cuda_device::Wgmma<T, D>::rs_mn(o, pa[kk], cuda_device::WgmmaTile<Sw>::mn_major(v_tile, Keys, kk), 1);
+  cuda_device::wgmma_commit();
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
     attention_prefill_wgmma_kernel(const __grid_constant__ AttentionParams p, int64_t row_blocks) {
@@ -1059,69 +1071,55 @@ __global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
   const T* qbase = static_cast<const T*>(p.q) + b * p.stride_q[0] + h * p.stride_q[1];
   const T* kbase = static_cast<const T*>(p.k) + b * p.stride_k[0] + hkv * p.stride_k[1];
   const T* vbase = static_cast<const T*>(p.v) + b * p.stride_v[0] + hkv * p.stride_v[1];
-  // Rows [row0, row0 + n) into a swizzled n-row tile; rows past `limit` and columns past
-  // head_dim are zero-filled (padded products add zeros, unread keys hold no NaN).
-  auto load_rows = [&](uint32_t dst, const T* base, int64_t stride_row, int64_t row0, int n, int64_t limit) {
-    for (int idx = tid; idx < n * S::kChunks; idx += S::kThreads) {
-      const int r = idx / S::kChunks, c = idx % S::kChunks;
-      const bool ok = row0 + r < limit && c * 8 < p.head_dim;
-      cp_async16(dst + Tile::offset(n, r, c * 16), ok ? base + (row0 + r) * stride_row + c * 8 : base, ok ? 16 : 0);
+  // This thread's share of a tile load: chunk c of rows r0 + i R (R = threads / chunks rounded
+  // up to a power of two; threads past the chunk count idle), addresses stepped, not recomputed.
+  // Rows past `limit` and columns past head_dim are zero-filled (padded products add zeros,
+  // unread keys hold no NaN).
+  constexpr int kChunkSlots = std::bit_ceil(static_cast<unsigned>(S::kChunks));
+  constexpr int kStep = S::kThreads / kChunkSlots;  // rows per step, a multiple of 8: one swizzle phase
+  static_assert(kStep % 8 == 0 && S::kKeys % kStep == 0 && S::kRows % kStep == 0);
+  const int lc = tid % kChunkSlots, lr = tid / kChunkSlots;
+  const bool col_ok = lc < S::kChunks && lc * 8 < p.head_dim;
+  auto load_rows = [&](uint32_t dst, const T* src, int64_t stride_row, int n, int64_t rows_left) {
+    if (lc >= S::kChunks) return;
+    dst += Tile::offset(n, lr, lc * 16);
+    src += lr * stride_row + lc * 8;
+#pragma unroll 4
+    for (int i = 0; i < n / kStep; ++i) {
+      const bool ok = col_ok && lr + i * kStep < rows_left;
+      cp_async16(dst + i * kStep * S::kSw, ok ? src : kbase, ok ? 16 : 0);
+      src += kStep * stride_row;
     }
   };
-  auto load_kv = [&](int64_t t) {
-    const uint32_t st = kv_s + static_cast<uint32_t>(t % 2) * 2 * S::kTileBytes;
-    load_rows(st, kbase, p.stride_k[2], t * S::kKeys, S::kKeys, kv_end);
-    load_rows(st + S::kTileBytes, vbase, p.stride_v[2], t * S::kKeys, S::kKeys, kv_end);
+  // Stage st of K at kv_s + 2 st kTileBytes, of V right after it; V runs one tile behind K.
+  auto k_stage = [&](int64_t t) { return kv_s + static_cast<uint32_t>(t & 1) * 2 * S::kTileBytes; };
+  auto v_stage = [&](int64_t t) { return k_stage(t) + S::kTileBytes; };
+  auto load_tile = [&](uint32_t dst, const T* base, int64_t stride_row, int64_t t) {
+    if (t < tiles) load_rows(dst, base + t * S::kKeys * stride_row, stride_row, S::kKeys, kv_end - t * S::kKeys);
   };
 
   float o[D / 2] = {};  // the m64nD fragment: o[4 dt + 2 hf + e] = row g + 8 hf, column 8 dt + 2 t4 + e
-  float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
-  if (tiles > 0) {
-    load_rows(q_s, qbase, p.stride_q[2], r0, S::kRows, p.q_len);
-    load_kv(0);
-  }
-  cp_async_commit();
-  for (int64_t t = 0; t < tiles; ++t) {
-    cp_async_wait<0>();
-    cuda_device::fence_proxy_async_smem();
-    __syncthreads();  // tile t visible; every warpgroup is done with tile t - 1's stage
-    if (t + 1 < tiles) load_kv(t + 1);
-    cp_async_commit();
+  float s[S::kKeys / 2];  // the m64nK fragment: s[4 j + 2 hf + e] = row g + 8 hf, key 8 j + 2 t4 + e
+  uint32_t pa[S::kKeys / 16][4] = {};  // p of the previous tile: the A operand of k16 step kk
+  float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f}, alpha[2];
+  // Tile t's scores -> weights (in s, float32) while the tensor cores add tile t - 1's p v; then
+  // o is rescaled and p packed for the next step's p v.
+  auto softmax = [&](int64_t t) {
     const int64_t kt = t * S::kKeys;
-    if (p.causal && kt > rg0 + 63 + shift) continue;  // this warpgroup's rows all end before the tile
-    const uint32_t k_st = kv_s + static_cast<uint32_t>(t % 2) * 2 * S::kTileBytes, v_st = k_st + S::kTileBytes;
-
-    float s[S::kKeys / 2];  // the m64nK fragment: s[4 j + 2 hf + e] = row g + 8 hf, key 8 j + 2 t4 + e
-    cuda_device::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-      cuda_device::Wgmma<T, S::kKeys>::ss(s, Tile::k_major(q_s, S::kRows, wg * 64, ks),
-                                          Tile::k_major(k_st, S::kKeys, 0, ks), ks > 0);
-    cuda_device::wgmma_commit();
-    cuda_device::wgmma_wait<0>();
-#pragma unroll
-    for (float& x : s) reg_fence(x);
-
     // Scores enter the exponent as s f - m. Tiles that cross a boundary (valid length, causal
-    // diagonal), carry a mask or a negative scale are scaled first (f = 1) and checked per
-    // element; the rest fold the scale into the exponent's multiply-add.
+    // diagonal) or meet a negative scale are scaled first (f = 1) and checked per element; the
+    // rest fold the scale into the exponent's multiply-add.
     float f = scale_log2;
-    if (kt + S::kKeys > len || (p.causal && kt + S::kKeys - 1 > rw0 + shift) || p.mask || scale_log2 < 0.f) {
+    if (kt + S::kKeys > len || (p.causal && kt + S::kKeys - 1 > rw0 + shift) || scale_log2 < 0.f) {
 #pragma unroll
       for (float& x : s) x *= scale_log2;
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        const int64_t row = rw0 + g + 8 * hf;
-        const int lim = static_cast<int>(std::clamp<int64_t>(key_end(p, len, shift, row) - kt, 0, S::kKeys));
-        const int64_t off = p.mask ? mask_offset(p, b, h, std::min<int64_t>(row, p.q_len - 1), kt + 2 * t4) : 0;
+        const int lim = static_cast<int>(std::clamp<int64_t>(key_end(p, len, shift, rw0 + g + 8 * hf) - kt, 0, S::kKeys));
 #pragma unroll
         for (int j = 0; j < S::kKeys / 8; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[4 * j + 2 * hf + e];
-            if (j * 8 + 2 * t4 + e >= lim) x = -INFINITY;
-            else if (p.mask) x += mask_at<float>(p, off + (j * 8 + e) * p.stride_mask[3]) * kLog2e;
-          }
+          if (j * 8 + 2 * t4 >= lim) s[4 * j + 2 * hf] = -INFINITY;
+          if (j * 8 + 2 * t4 + 1 >= lim) s[4 * j + 2 * hf + 1] = -INFINITY;
         }
       }
       f = 1.f;
@@ -1134,7 +1132,7 @@ __global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m_r[hf], mx * f), m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float alpha = exp2_fast(m_r[hf] - m_use);
+      alpha[hf] = exp2_fast(m_r[hf] - m_use);
       m_r[hf] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -1146,24 +1144,70 @@ __global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
           sum += x;
         }
       }
-      l_r[hf] = l_r[hf] * alpha + sum;  // this lane's share; the 4 lanes of a row add at the end
+      l_r[hf] = l_r[hf] * alpha[hf] + sum;  // this lane's share; the 4 lanes of a row add at the end
+    }
+  };
+
+  auto scores = [&](int64_t t) {  // s = q k^T of tile t, issued (not waited)
+    cuda_device::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      cuda_device::Wgmma<T, S::kKeys>::ss(s, Tile::k_major(q_s, S::kRows, wg * 64, ks),
+                                          Tile::k_major(k_stage(t), S::kKeys, 0, ks), ks > 0);
+    cuda_device::wgmma_commit();
+  };
+  auto rescale_and_pack = [&] {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
-        o[4 * dt + 2 * hf] *= alpha;
-        o[4 * dt + 2 * hf + 1] *= alpha;
+        o[4 * dt + 2 * hf] *= alpha[hf];
+        o[4 * dt + 2 * hf + 1] *= alpha[hf];
       }
-    }
-    // o += p v: the fragment of key tiles 2 kk, 2 kk + 1 is the A operand of k16 step kk.
-    uint32_t pa[S::kKeys / 16][4];
 #pragma unroll
     for (int kk = 0; kk < S::kKeys / 16; ++kk)
 #pragma unroll
       for (int x = 0; x < 4; ++x) pa[kk][x] = pack2<T>(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1]);
-    cuda_device::wgmma_fence();
+  };
+  // Step t loads K(t + 1) and V(t) behind one barrier; tiles whose keys a warpgroup's rows all
+  // end before (causal) are computed and fully masked rather than branched around, so that the
+  // wgmma pipeline has one shape.
+  auto next_loads = [&](int64_t t) {
+    cp_async_wait<0>();
+    cuda_device::fence_proxy_async_smem();
+    __syncthreads();  // K(t), V(t - 1) visible; every warpgroup is done with K(t - 1), V(t - 2)
+    load_tile(k_stage(t + 1), kbase, p.stride_k[2], t + 1);
+    load_tile(v_stage(t), vbase, p.stride_v[2], t);
+    cp_async_commit();
+  };
+
+  if (tiles > 0) {
+    load_rows(q_s, qbase + r0 * p.stride_q[2], p.stride_q[2], S::kRows, p.q_len - r0);
+    load_tile(k_stage(0), kbase, p.stride_k[2], 0);
+    // Step 0 adds p v of a tile "-1" (p = 0) to keep one pipeline shape: its V stage must
+    // hold no NaN, so it starts zeroed.
+    for (int i = tid; i < S::kTileBytes / 16; i += S::kThreads)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(v_stage(1) + i * 16), "r"(0) : "memory");
+  }
+  cp_async_commit();
+  // Step t: the scores of tile t while the tensor cores add p v of tile t - 1; both are issued
+  // on every step (ptxas serialises wgmma chains whose issue depends on branches).
+  for (int64_t t = 0; t < tiles; ++t) {
+    next_loads(t);
+    scores(t);
+    wgmma_pv<T, D, S::kKeys, S::kSw>(o, pa, v_stage(t - 1));
+    cuda_device::wgmma_wait<1>();  // the scores; p v runs on under the softmax
 #pragma unroll
-    for (int kk = 0; kk < S::kKeys / 16; ++kk)
-      cuda_device::Wgmma<T, D>::rs_mn(o, pa[kk], Tile::mn_major(v_st, S::kKeys, kk), 1);
-    cuda_device::wgmma_commit();
+    for (float& x : s) reg_fence(x);
+    softmax(t);
+    cuda_device::wgmma_wait<0>();
+#pragma unroll
+    for (float& x : o) reg_fence(x);
+    rescale_and_pack();
+  }
+  if (tiles > 0) {
+    next_loads(tiles);  // V(tiles - 1) visible
+    wgmma_pv<T, D, S::kKeys, S::kSw>(o, pa, v_stage(tiles - 1));
     cuda_device::wgmma_wait<0>();
 #pragma unroll
     for (float& x : o) reg_fence(x);
@@ -1489,7 +1533,8 @@ void attention(const AttentionParams& p) {
     }
     if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
       if (use_prefill(p)) {
-        const bool hopper = compute_capability(launch.device()) == 90;
+        // sm_90a: the wgmma kernel (no attn_mask); otherwise the mma.sync one.
+        const bool hopper = compute_capability(launch.device()) == 90 && !p.mask;
         dispatch_prefill_head_dim(p.head_dim, [&](auto d) {
           if (hopper) launch_prefill_wgmma<T, decltype(d)::value>(p, launch);
           else launch_prefill<T, decltype(d)::value>(p, launch);
