@@ -1034,13 +1034,13 @@ struct WgPrefillShape {
 };
 
 // o (the m64nD fragment) += p (registers: the A operands of kKeys / 16 k16 steps) v (a swizzled
-// kKeys x D tile, MN-major), issued and committed, not waited.
+// kKeys x D tile, MN-major, descriptor of its first k16 step), issued and committed, not waited.
 template <typename T, int D, int Keys, int Sw>
-__device__ __forceinline__ void wgmma_pv(float (&o)[D / 2], const uint32_t (&pa)[Keys / 16][4], uint32_t v_tile) {
+__device__ __forceinline__ void wgmma_pv(float (&o)[D / 2], const uint32_t (&pa)[Keys / 16][4], uint64_t v_desc) {
   cuda_device::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Keys / 16; ++kk)
-    cuda_device::Wgmma<T, D>::rs_mn(o, pa[kk], cuda_device::WgmmaTile<Sw>::mn_major(v_tile, Keys, kk), 1);
+    cuda_device::Wgmma<T, D>::rs_mn(o, pa[kk], v_desc + cuda_device::WgmmaTile<Sw>::mn_step(kk), 1);
   cuda_device::wgmma_commit();
 }
 
@@ -1126,34 +1126,42 @@ __global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
     }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      float mx = -INFINITY;
+      // Four independent chains per reduction: the dependent latency, not the count, bounds it.
+      float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-      for (int j = 0; j < S::kKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_r[hf], mx * f), m_use = m_new == -INFINITY ? 0.f : m_new;
+      for (int j = 0; j < S::kKeys / 8; ++j) mx[j % 4] = fmaxf(mx[j % 4], fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
+      float m = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float m_new = fmaxf(m_r[hf], m * f), m_use = m_new == -INFINITY ? 0.f : m_new;
       alpha[hf] = exp2_fast(m_r[hf] - m_use);
       m_r[hf] = m_new;
-      float sum = 0.f;
+      float sum[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < S::kKeys / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[4 * j + 2 * hf + e];
           x = exp2_fast(fmaf(x, f, -m_use));
-          sum += x;
+          sum[j % 4] += x;
         }
       }
-      l_r[hf] = l_r[hf] * alpha[hf] + sum;  // this lane's share; the 4 lanes of a row add at the end
+      // this lane's share; the 4 lanes of a row add at the end
+      l_r[hf] = l_r[hf] * alpha[hf] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
     }
   };
 
+  // Descriptors of this warpgroup's q rows and of stage 0's K and V tiles (k16 step 0).
+  const uint64_t q_desc = Tile::k_major(q_s, S::kRows, wg * 64), k_desc = Tile::k_major(kv_s, S::kKeys, 0);
+  const uint64_t v_desc = Tile::mn_major(kv_s + S::kTileBytes, S::kKeys);
+  auto stage_shift = [&](int64_t t) { return Tile::shift(static_cast<uint32_t>(t & 1) * 2 * S::kTileBytes); };
   auto scores = [&](int64_t t) {  // s = q k^T of tile t, issued (not waited)
     cuda_device::wgmma_fence();
+    const uint64_t kd = k_desc + stage_shift(t);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
-      cuda_device::Wgmma<T, S::kKeys>::ss(s, Tile::k_major(q_s, S::kRows, wg * 64, ks),
-                                          Tile::k_major(k_stage(t), S::kKeys, 0, ks), ks > 0);
+      cuda_device::Wgmma<T, S::kKeys>::ss(s, q_desc + Tile::k_step(S::kRows, ks), kd + Tile::k_step(S::kKeys, ks),
+                                          ks > 0);
     cuda_device::wgmma_commit();
   };
   auto rescale_and_pack = [&] {
@@ -1172,10 +1180,12 @@ __global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
   // Step t loads K(t + 1) and V(t) behind one barrier; tiles whose keys a warpgroup's rows all
   // end before (causal) are computed and fully masked rather than branched around, so that the
   // wgmma pipeline has one shape.
-  auto next_loads = [&](int64_t t) {
+  auto publish = [&] {  // K(t), V(t - 1) visible; every warpgroup is done with K(t - 1), V(t - 2)
     cp_async_wait<0>();
     cuda_device::fence_proxy_async_smem();
-    __syncthreads();  // K(t), V(t - 1) visible; every warpgroup is done with K(t - 1), V(t - 2)
+    __syncthreads();
+  };
+  auto next_loads = [&](int64_t t) {  // K(t + 1), V(t): issued after step t's products
     load_tile(k_stage(t + 1), kbase, p.stride_k[2], t + 1);
     load_tile(v_stage(t), vbase, p.stride_v[2], t);
     cp_async_commit();
@@ -1193,9 +1203,10 @@ __global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
   // Step t: the scores of tile t while the tensor cores add p v of tile t - 1; both are issued
   // on every step (ptxas serialises wgmma chains whose issue depends on branches).
   for (int64_t t = 0; t < tiles; ++t) {
-    next_loads(t);
+    publish();
     scores(t);
-    wgmma_pv<T, D, S::kKeys, S::kSw>(o, pa, v_stage(t - 1));
+    wgmma_pv<T, D, S::kKeys, S::kSw>(o, pa, v_desc + stage_shift(t - 1));
+    next_loads(t);
     cuda_device::wgmma_wait<1>();  // the scores; p v runs on under the softmax
 #pragma unroll
     for (float& x : s) reg_fence(x);
@@ -1206,8 +1217,8 @@ __global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
     rescale_and_pack();
   }
   if (tiles > 0) {
-    next_loads(tiles);  // V(tiles - 1) visible
-    wgmma_pv<T, D, S::kKeys, S::kSw>(o, pa, v_stage(tiles - 1));
+    publish();  // V(tiles - 1) visible
+    wgmma_pv<T, D, S::kKeys, S::kSw>(o, pa, v_desc + stage_shift(tiles - 1));
     cuda_device::wgmma_wait<0>();
 #pragma unroll
     for (float& x : o) reg_fence(x);

@@ -30,14 +30,21 @@ struct WgmmaTile {
     return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>((lead & 0x3FFFF) >> 4) << 16 |
            static_cast<uint64_t>((stride & 0x3FFFF) >> 4) << 32 | kLayout << 62;
   }
-  // K-major operand: rows [row0, row0 + 64 or N) of a `rows`-row tile at `base`, k16 step s.
-  static __device__ __forceinline__ uint64_t k_major(uint32_t base, int rows, int row0, int s) {
-    return desc(base + static_cast<uint32_t>(s * 32 / Sw * rows * Sw + row0 * Sw + s * 32 % Sw), 16, 8 * Sw);
+  // K-major operand: rows [row0, row0 + 64 or N) of a `rows`-row tile at `base`, k16 step 0;
+  // step s is k_major(...) + k_step(rows, s) (the start address field cannot carry: shared
+  // addresses stay below 2^18).
+  static __device__ __forceinline__ uint64_t k_major(uint32_t base, int rows, int row0) {
+    return desc(base + static_cast<uint32_t>(row0 * Sw), 16, 8 * Sw);
   }
-  // MN-major operand: rows [16 s, 16 s + 16) of a `rows`-row tile at `base`, all its columns.
-  static __device__ __forceinline__ uint64_t mn_major(uint32_t base, int rows, int s) {
-    return desc(base + static_cast<uint32_t>(s * 16 * Sw), static_cast<uint32_t>(rows * Sw), 8 * Sw);
+  static constexpr uint64_t k_step(int rows, int s) { return static_cast<uint64_t>(s * 32 / Sw * rows * Sw + s * 32 % Sw) >> 4; }
+  // MN-major operand: rows [0, 16) of a `rows`-row tile at `base`, all its columns; rows
+  // [16 s, 16 s + 16) are mn_major(...) + mn_step(s).
+  static __device__ __forceinline__ uint64_t mn_major(uint32_t base, int rows) {
+    return desc(base, static_cast<uint32_t>(rows * Sw), 8 * Sw);
   }
+  static constexpr uint64_t mn_step(int s) { return static_cast<uint64_t>(s * 16 * Sw) >> 4; }
+  // Moves a descriptor by `bytes` (a multiple of 16) of shared memory.
+  static constexpr uint64_t shift(uint32_t bytes) { return bytes >> 4; }
 };
 
 // Orders this thread's register and shared-memory writes before the warpgroup's next wgmma.
