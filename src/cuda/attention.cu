@@ -18,6 +18,8 @@
 //    head_dim > 256): 16 query rows per block, 32-key tiles converted into shared memory, a lane
 //    per key for the scores and per output column for p v.
 // Scores live in log2 units (x log2(e)) so that every exponential is one ex2.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -1029,8 +1031,14 @@ struct WgPrefillShape {
   static constexpr int kChunks = D / 8;                // 16-byte chunks per row
   static constexpr int kQBytes = kRows * D * 2;
   static constexpr int kTileBytes = kKeys * D * 2;     // one K or V tile
-  static constexpr int kSmem = kQBytes + 4 * kTileBytes + 1024;  // two stages of K, V; 1024: base alignment
+  // q, two stages of K and V, the TMA variant's 9 barriers; 1024: base alignment
+  static constexpr int kSmem = kQBytes + 4 * kTileBytes + 128 + 1024;
   static_assert(D % 16 == 0 && kQBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kSmem <= kMaxSmem);
+};
+
+// TMA maps of q, k, v ([B, H, rows, head_dim] as 4-D boxes of one swizzle atom x the tile rows).
+struct PrefillMaps {
+  CUtensorMap q, k, v;
 };
 
 // o (the m64nD fragment) += p (registers: the A operands of kKeys / 16 k16 steps) v (a swizzled
@@ -1044,9 +1052,15 @@ __device__ __forceinline__ void wgmma_pv(float (&o)[D / 2], const uint32_t (&pa)
   cuda_device::wgmma_commit();
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
-    attention_prefill_wgmma_kernel(const __grid_constant__ AttentionParams p, int64_t row_blocks) {
+// kTma: a third warpgroup (one thread of it) loads q, K and V by TMA into barrier-tracked stages
+// (the consumers release a stage by arriving on its `empty` barrier; no block barrier in the
+// loop) and gives most of its registers to the two computing warpgroups (setmaxnreg); else
+// every thread loads its share by cp.async behind one block barrier per step.
+constexpr int kLoadRegs = 40, kComputeRegs = 232;  // 128 x 40 + 256 x 232 <= 64K registers
+template <typename T, int D, bool kTma>
+__global__ void __launch_bounds__(WgPrefillShape<D>::kThreads + (kTma ? 128 : 0), 1)
+    attention_prefill_wgmma_kernel(const __grid_constant__ AttentionParams p, int64_t row_blocks,
+                                   const __grid_constant__ PrefillMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = WgPrefillShape<D>;
   using Tile = cuda_device::WgmmaTile<S::kSw>;
@@ -1097,6 +1111,79 @@ __global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
   auto load_tile = [&](uint32_t dst, const T* base, int64_t stride_row, int64_t t) {
     if (t < tiles) load_rows(dst, base + t * S::kKeys * stride_row, stride_row, S::kKeys, kv_end - t * S::kKeys);
   };
+  // TMA barriers: full_q, full_k[2], full_v[2] (one arrival + the bytes), empty_k[2],
+  // empty_v[2] (every consumer thread).
+  const uint32_t bars = kv_s + 4 * S::kTileBytes;
+  auto full_q = [&] { return bars; };
+  auto full_k = [&](int64_t t) { return bars + 8 + 8 * static_cast<uint32_t>(t & 1); };
+  auto full_v = [&](int64_t t) { return bars + 24 + 8 * static_cast<uint32_t>(t & 1); };
+  auto empty_k = [&](int64_t t) { return bars + 40 + 8 * static_cast<uint32_t>(t & 1); };
+  auto empty_v = [&](int64_t t) { return bars + 56 + 8 * static_cast<uint32_t>(t & 1); };
+  // Step 0 adds p v of a tile "-1" (p = 0) to keep one pipeline shape: its V stage (stage 1)
+  // must hold no NaN, so it starts zeroed.
+  if (tid < S::kThreads && tiles > 0) {
+    for (int i = tid; i < S::kTileBytes / 16; i += S::kThreads)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(v_stage(1) + i * 16), "r"(0) : "memory");
+  }
+  if constexpr (kTma) {
+    if (tid == 0) {
+      cuda_device::mbar_init(full_q(), 1);
+      for (int st = 0; st < 2; ++st) {
+        cuda_device::mbar_init(full_k(st), 1);
+        cuda_device::mbar_init(full_v(st), 1);
+        cuda_device::mbar_init(empty_k(st), S::kThreads);
+        cuda_device::mbar_init(empty_v(st), S::kThreads);
+      }
+      cuda_device::mbar_init_fence();
+    }
+    cuda_device::fence_proxy_async_smem();
+    __syncthreads();
+    if (tid >= S::kThreads) {  // the load warpgroup: its first warp issues, the others leave
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kLoadRegs));
+      if (tiles == 0 || tid >= S::kThreads + 32) return;
+      constexpr int kAtoms = 2 * D / S::kSw, kAtomCols = S::kSw / 2;
+      if (lane == 0) {
+        cuda_device::mbar_arrive_expect_tx(full_q(), S::kQBytes);
+        for (int a = 0; a < kAtoms; ++a)
+          cuda_device::tma_load_4d(q_s + a * S::kRows * S::kSw, &maps.q, a * kAtomCols, static_cast<int>(r0),
+                                   static_cast<int>(h), static_cast<int>(b), full_q());
+      }
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int row = static_cast<int>(t * S::kKeys);
+        if (t >= 2) cuda_device::mbar_wait(empty_k(t), static_cast<uint32_t>((t >> 1) - 1) & 1);  // K(t - 2) released
+        if (lane == 0) {
+          cuda_device::mbar_arrive_expect_tx(full_k(t), S::kTileBytes);
+          for (int a = 0; a < kAtoms; ++a)
+            cuda_device::tma_load_4d(k_stage(t) + a * S::kKeys * S::kSw, &maps.k, a * kAtomCols, row,
+                                     static_cast<int>(hkv), static_cast<int>(b), full_k(t));
+        }
+        // V(t - 2) released (stage 1 first holds the zero tile "-1", released at step 0)
+        if (t >= 1) cuda_device::mbar_wait(empty_v(t), static_cast<uint32_t>((t - 2 + (t & 1)) >> 1) & 1);
+        if (t == tiles - 1 && kv_end % S::kKeys != 0) {
+          // The last V tile: rows past kv_end may hold NaN (a cache's unused slots) that p = 0
+          // would not cancel, so they are zero-filled by cp.async instead.
+          for (int idx = lane; idx < S::kKeys * S::kChunks; idx += 32) {
+            const int r = idx / S::kChunks, c = idx % S::kChunks;
+            const bool ok = row + r < kv_end && c * 8 < p.head_dim;
+            cp_async16(v_stage(t) + Tile::offset(S::kKeys, r, c * 16), ok ? vbase + (row + r) * p.stride_v[2] + c * 8 : vbase,
+                       ok ? 16 : 0);
+          }
+          cp_async_commit();
+          cp_async_wait<0>();
+          cuda_device::fence_proxy_async_smem();
+          __syncwarp();
+          if (lane == 0) cuda_device::mbar_arrive(full_v(t));
+        } else if (lane == 0) {
+          cuda_device::mbar_arrive_expect_tx(full_v(t), S::kTileBytes);
+          for (int a = 0; a < kAtoms; ++a)
+            cuda_device::tma_load_4d(v_stage(t) + a * S::kKeys * S::kSw, &maps.v, a * kAtomCols, row,
+                                     static_cast<int>(hkv), static_cast<int>(b), full_v(t));
+        }
+      }
+      return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kComputeRegs));
+  }
 
   float o[D / 2] = {};  // the m64nD fragment: o[4 dt + 2 hf + e] = row g + 8 hf, column 8 dt + 2 t4 + e
   float s[S::kKeys / 2];  // the m64nK fragment: s[4 j + 2 hf + e] = row g + 8 hf, key 8 j + 2 t4 + e
@@ -1191,33 +1278,41 @@ __global__ void __launch_bounds__(WgPrefillShape<D>::kThreads, 1)
     cp_async_commit();
   };
 
-  if (tiles > 0) {
-    load_rows(q_s, qbase + r0 * p.stride_q[2], p.stride_q[2], S::kRows, p.q_len - r0);
-    load_tile(k_stage(0), kbase, p.stride_k[2], 0);
-    // Step 0 adds p v of a tile "-1" (p = 0) to keep one pipeline shape: its V stage must
-    // hold no NaN, so it starts zeroed.
-    for (int i = tid; i < S::kTileBytes / 16; i += S::kThreads)
-      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(v_stage(1) + i * 16), "r"(0) : "memory");
+  if constexpr (kTma) {
+    if (tiles > 0) cuda_device::mbar_wait(full_q(), 0);
+  } else {
+    if (tiles > 0) {
+      load_rows(q_s, qbase + r0 * p.stride_q[2], p.stride_q[2], S::kRows, p.q_len - r0);
+      load_tile(k_stage(0), kbase, p.stride_k[2], 0);
+    }
+    cp_async_commit();
   }
-  cp_async_commit();
   // Step t: the scores of tile t while the tensor cores add p v of tile t - 1; both are issued
   // on every step (ptxas serialises wgmma chains whose issue depends on branches).
   for (int64_t t = 0; t < tiles; ++t) {
-    publish();
+    if constexpr (kTma) {
+      cuda_device::mbar_wait(full_k(t), static_cast<uint32_t>(t >> 1) & 1);
+      if (t > 0) cuda_device::mbar_wait(full_v(t - 1), static_cast<uint32_t>((t - 1) >> 1) & 1);
+    } else {
+      publish();
+    }
     scores(t);
     wgmma_pv<T, D, S::kKeys, S::kSw>(o, pa, v_desc + stage_shift(t - 1));
-    next_loads(t);
+    if constexpr (!kTma) next_loads(t);
     cuda_device::wgmma_wait<1>();  // the scores; p v runs on under the softmax
+    if constexpr (kTma) cuda_device::mbar_arrive(empty_k(t));
 #pragma unroll
     for (float& x : s) reg_fence(x);
     softmax(t);
     cuda_device::wgmma_wait<0>();
+    if constexpr (kTma) cuda_device::mbar_arrive(empty_v(t + 1));  // V(t - 1), same stage as t + 1
 #pragma unroll
     for (float& x : o) reg_fence(x);
     rescale_and_pack();
   }
   if (tiles > 0) {
-    publish();  // V(tiles - 1) visible
+    if constexpr (kTma) cuda_device::mbar_wait(full_v(tiles - 1), static_cast<uint32_t>((tiles - 1) >> 1) & 1);
+    else publish();  // V(tiles - 1) visible
     wgmma_pv<T, D, S::kKeys, S::kSw>(o, pa, v_desc + stage_shift(tiles - 1));
     cuda_device::wgmma_wait<0>();
 #pragma unroll
@@ -1500,14 +1595,67 @@ void launch_prefill(const AttentionParams& p, const KernelLaunch& launch) {
   kernel<<<grid_of(p.batch * p.heads_q * row_blocks), kPrefillWarps * 32, S::kSmem, launch.stream()>>>(p, row_blocks);
 }
 
+// A [batch, heads, rows, d] 16-bit operand (strides in elements, the last one 1) as a 4-D TMA
+// map of box_rows x (sw / 2) boxes, swizzled sw bytes; false where TMA cannot describe it (a
+// broadcast dimension, strides or base not 16-byte multiples, no driver entry point).
+bool encode_map(CUtensorMap& map, DType dtype, const void* base, int64_t d, int64_t rows, int64_t heads,
+                int64_t batch, const int64_t* stride, int box_rows, int sw) {
+  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || rows <= 0) return false;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+  const int64_t elem_strides[3] = {stride[2], stride[1], stride[0]};  // row, head, batch
+  cuuint64_t strides[3];
+  for (int i = 0; i < 3; ++i) {
+    const int64_t bytes = elem_strides[i] * 2;
+    if (dims[i + 1] == 1) {  // never stepped: any valid stride
+      strides[i] = i == 0 ? static_cast<cuuint64_t>((d * 2 + 15) / 16 * 16) : strides[i - 1] * dims[i];
+      continue;
+    }
+    if (bytes <= 0 || bytes % 16 != 0 || bytes >= (int64_t{1} << 40)) return false;
+    strides[i] = static_cast<cuuint64_t>(bytes);
+  }
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(sw / 2), static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  const CUtensorMapSwizzle swizzle =
+      sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B;
+  return encode(&map, dtype == kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <typename T, int D>
 void launch_prefill_wgmma(const AttentionParams& p, const KernelLaunch& launch) {
   using S = WgPrefillShape<D>;
-  auto kernel = attention_prefill_wgmma_kernel<T, D>;
-  static const bool configured = (allow_smem(kernel, S::kSmem), true);
-  (void)configured;
+  PrefillMaps maps{};
+  const bool tma =
+      encode_map(maps.q, p.dtype, p.q, p.head_dim, p.q_len, p.heads_q, p.batch, p.stride_q, S::kRows, S::kSw) &&
+      encode_map(maps.k, p.dtype, p.k, p.head_dim, p.kv_len, p.heads_kv, p.batch, p.stride_k, S::kKeys, S::kSw) &&
+      encode_map(maps.v, p.dtype, p.v, p.head_dim, p.kv_len, p.heads_kv, p.batch, p.stride_v, S::kKeys, S::kSw);
   const int64_t row_blocks = (p.q_len + S::kRows - 1) / S::kRows;
-  kernel<<<grid_of(p.batch * p.heads_q * row_blocks), S::kThreads, S::kSmem, launch.stream()>>>(p, row_blocks);
+  const unsigned grid = grid_of(p.batch * p.heads_q * row_blocks);
+  if (tma) {
+    auto kernel = attention_prefill_wgmma_kernel<T, D, true>;
+    static const bool configured = (allow_smem(kernel, S::kSmem), true);
+    (void)configured;
+    kernel<<<grid, S::kThreads + 128, S::kSmem, launch.stream()>>>(p, row_blocks, maps);
+  } else {
+    auto kernel = attention_prefill_wgmma_kernel<T, D, false>;
+    static const bool configured = (allow_smem(kernel, S::kSmem), true);
+    (void)configured;
+    kernel<<<grid, S::kThreads, S::kSmem, launch.stream()>>>(p, row_blocks, maps);
+  }
 }
 
 template <typename T>
