@@ -767,6 +767,29 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
 
 // ---- prefill: FlashAttention-2 with mma.sync; one block per (batch, head, row block)
 
+// The (batch, head, row block) a prefill block serves, its valid keys and key tiles; causal
+// grids run the longest row blocks first.
+struct PrefillBlock {
+  int64_t b, h, hkv, len, shift, r0, kv_end, tiles;
+};
+__device__ __forceinline__ PrefillBlock prefill_block(const AttentionParams& p, int64_t row_blocks, int rows,
+                                                      int keys) {
+  PrefillBlock k{};
+  int64_t id = blockIdx.x;
+  int64_t rb = id % row_blocks;
+  id /= row_blocks;
+  if (p.causal) rb = row_blocks - 1 - rb;
+  k.h = id % p.heads_q;
+  k.b = id / p.heads_q;
+  k.hkv = k.h * p.heads_kv / p.heads_q;
+  k.len = valid_len(p, k.b);
+  k.shift = p.causal_from_end ? k.len - p.q_len : 0;
+  k.r0 = rb * rows;
+  k.kv_end = key_end(p, k.len, k.shift, std::min<int64_t>(k.r0 + rows, p.q_len) - 1);
+  k.tiles = (k.kv_end + keys - 1) / keys;
+  return k;
+}
+
 constexpr int kPrefillWarps = 4;
 
 template <int D>  // D: the head dim padded to a multiple of 16
@@ -793,17 +816,9 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
   const uint32_t q_s = smem_u32(smem), kv_s = q_s + S::kRows * S::kPitch;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4;
 
-  int64_t id = blockIdx.x;
-  int64_t rb = id % row_blocks;
-  id /= row_blocks;
-  if (p.causal) rb = row_blocks - 1 - rb;  // the longest blocks first
-  const int64_t h = id % p.heads_q, b = id / p.heads_q;
-  const int64_t hkv = h * p.heads_kv / p.heads_q;
-  const int64_t len = valid_len(p, b), shift = p.causal_from_end ? len - p.q_len : 0;
-  const int64_t r0 = rb * S::kRows;
-  const int64_t last_row = std::min<int64_t>(r0 + S::kRows, p.q_len) - 1;
-  const int64_t kv_end = key_end(p, len, shift, last_row);
-  const int64_t tiles = (kv_end + S::kKeys - 1) / S::kKeys;
+  const PrefillBlock blk = prefill_block(p, row_blocks, S::kRows, S::kKeys);
+  const int64_t b = blk.b, h = blk.h, hkv = blk.hkv, len = blk.len, shift = blk.shift, r0 = blk.r0;
+  const int64_t kv_end = blk.kv_end, tiles = blk.tiles;
   const int64_t rw0 = r0 + warp * 16 * S::kMTiles, rw1 = rw0 + 16 * S::kMTiles - 1;  // this warp's rows
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
 
@@ -1069,16 +1084,9 @@ __global__ void __launch_bounds__(WgPrefillShape<D>::kThreads + (kTma ? 128 : 0)
   const uint32_t q_s = (smem_u32(smem_wg) + 1023u) & ~1023u, kv_s = q_s + S::kQBytes;
   const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
 
-  int64_t id = blockIdx.x;
-  int64_t rb = id % row_blocks;
-  id /= row_blocks;
-  if (p.causal) rb = row_blocks - 1 - rb;  // the longest blocks first
-  const int64_t h = id % p.heads_q, b = id / p.heads_q;
-  const int64_t hkv = h * p.heads_kv / p.heads_q;
-  const int64_t len = valid_len(p, b), shift = p.causal_from_end ? len - p.q_len : 0;
-  const int64_t r0 = rb * S::kRows;
-  const int64_t kv_end = key_end(p, len, shift, std::min<int64_t>(r0 + S::kRows, p.q_len) - 1);
-  const int64_t tiles = (kv_end + S::kKeys - 1) / S::kKeys;
+  const PrefillBlock blk = prefill_block(p, row_blocks, S::kRows, S::kKeys);
+  const int64_t b = blk.b, h = blk.h, hkv = blk.hkv, len = blk.len, shift = blk.shift, r0 = blk.r0;
+  const int64_t kv_end = blk.kv_end, tiles = blk.tiles;
   const int64_t rg0 = r0 + wg * 64, rw0 = rg0 + warp * 16;  // first row of this warpgroup / warp
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
 
