@@ -245,7 +245,7 @@ TEST_P(Linear, Float32AccumulatesInFloat32) {
 }
 
 // A long k through the GEMV and the GEMM (a transposed weight, and 16 rows) on integers up to
-// 16: every partial sum is an integer below 2^24, exact in a float32 accumulator in any order,
+// 16 (31 weight rows: passes of four rows and a tail): every partial sum is an integer below 2^24, exact in a float32 accumulator in any order,
 // so the result is the exact sum rounded once; partial sums of magnitude ~10^3 rounded to
 // bfloat16 / float16 on the way (a split-k reduced in the output type, a low-precision
 // accumulator) give other values. The gamma_k bound of the random tables is too loose at this
@@ -255,7 +255,7 @@ TEST_P(Linear, ExactLongKOnIntegers) {
   th::Gen g(4008);
   for (DType t : {kBFloat16, kFloat16, kFloat32}) {
     for (int64_t m : {1, 4, 16}) {
-      for (int64_t k : {1000, 4096}) {
+      for (int64_t k : {1000, 4096, 8235}) {  // 8235: the CPU's four-rows-per-pass GEMV (k >= 8192) with a tail
         for (Layout lw : {Layout::Transposed, Layout::Contiguous}) {
           const LinearCase c{{m, k}, 31, Bias::None};
           if (!loop.run("exact " + linear_name(c, t, Layout::Contiguous, lw, dev()), [&] {
