@@ -10,10 +10,13 @@
 //    buffer and runs q k^T and p v on mma.sync (p as hi + lo, as in the prefill).
 //    float32: SIMT, 256 threads over 8 rows, key tiles shared by the block.
 //  prefill (bfloat16 / float16, head_dim = v_head_dim <= 256, a multiple of 8, 16-byte rows):
-//    FlashAttention-2: a block per 128 query rows (64 above head_dim 128) of one head, 4 warps
-//    of 16-row m-tiles, mma.sync m16n8k16 for q k^T and p v with float32 accumulators, online
-//    softmax in registers; K / V tiles double-buffered by cp.async; causal blocks stop at their
-//    last visible key. p enters the p v product as two 16-bit terms (see kExactP).
+//    compute capability 9.0 without attn_mask: wgmma + TMA (FlashAttention-3's structure): a
+//    block per 128 query rows = two computing warpgroups and one loading warpgroup, p rounded
+//    once to T for the p v product (see attention_prefill_wgmma_kernel).
+//    Otherwise FlashAttention-2: a block per 128 query rows (64 above head_dim 128) of one head,
+//    4 warps of 16-row m-tiles, mma.sync m16n8k16 for q k^T and p v with float32 accumulators,
+//    online softmax in registers; K / V tiles double-buffered by cp.async; causal blocks stop at
+//    their last visible key. p enters the p v product as two 16-bit terms (see kExactP).
 //  simple (everything else: float32 / float64 beyond decode, odd head dims, unaligned rows,
 //    head_dim > 256): 16 query rows per block, 32-key tiles converted into shared memory, a lane
 //    per key for the scores and per output column for p v.
