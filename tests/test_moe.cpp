@@ -83,9 +83,11 @@ TEST_P(Moe, RouteTable) {
   struct Case {
     int64_t tokens, experts, k;
   };
-  const std::vector<Case> cases = {{1, 128, 8}, {1, 8, 2},   {3, 60, 4},    {64, 128, 8},  {65, 128, 8},
-                                   {7, 1000, 8}, {2, 1024, 16}, {513, 64, 8}, {1, 5, 5},     {100, 33, 1},
-                                   {4100, 16, 2}, {0, 8, 2}};
+  // One token at each CUDA per-lane width (<= 128, 256, 512, 1024 experts) and its edges.
+  const std::vector<Case> cases = {{1, 128, 8},   {1, 8, 2},    {3, 60, 4},   {64, 128, 8},  {65, 128, 8},
+                                   {7, 1000, 8},  {2, 1024, 16}, {513, 64, 8}, {1, 5, 5},     {100, 33, 1},
+                                   {4100, 16, 2}, {0, 8, 2},     {1, 129, 8},  {1, 256, 32},  {1, 500, 16},
+                                   {1, 1000, 8},  {1, 1024, 1},  {1, 33, 33},  {1, 1, 1}};
   int ci = 0;
   for (const Case& c : cases) {
     for (DType t : {kFloat32, kBFloat16, kFloat16}) {
@@ -137,6 +139,26 @@ TEST_P(Moe, RouteSpecialValues) {
   ref::Array w = th::to_array(r.topk_weights);
   for (int s = 0; s < 6; ++s) EXPECT_NEAR(w.v[static_cast<size_t>(s)], 1.0 / 3, 1e-6);
   EXPECT_EQ(ints(r.offs).back(), 9);
+  // The same rows one token at a time (the single-token kernels).
+  for (int64_t t = 0; t < 3; ++t) {
+    ref::Array row({1, 6});
+    for (int64_t e = 0; e < 6; ++e) row.at({0, e}) = x.at({t, e});
+    MoeRouting one = moe_route(th::make_tensor(row, kFloat32, dev()), 3, true);
+    const std::vector<int64_t> got = ints(one.topk_ids);
+    if (t < 2) {
+      EXPECT_EQ(got, std::vector<int64_t>(ids.begin() + 3 * t, ids.begin() + 3 * t + 3)) << "row " << t;
+    }
+    std::vector<int64_t> sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) << "row " << t;
+    for (int64_t e : got) EXPECT_TRUE(e >= 0 && e < 6) << "row " << t;
+    EXPECT_EQ(ints(one.offs).back(), 3) << "row " << t;
+    const std::vector<int64_t> pos = ints(one.sorted_pos);
+    for (size_t s = 0; s < 3; ++s) {  // the sorted row of slot s = the chosen experts below it
+      const auto below = std::count_if(got.begin(), got.end(), [&](int64_t e) { return e < got[s]; });
+      EXPECT_EQ(pos[s], below) << "row " << t;
+    }
+  }
 }
 
 TEST_P(Moe, CombineTable) {

@@ -6,8 +6,8 @@
 // experts, and a walk of each segment in order whose in-warp ranks come from __match_any_sync,
 // so the sort is stable (rows of one expert in token order) and needs no atomics in global
 // memory. Up to 64 tokens (decode) everything is one block and one launch; more tokens route in a
-// grid first; up to 32 (token, slot) pairs (a decode token's top 8, or four tokens') one warp
-// does it all. Combine: one thread per V hidden elements of a token sums its top_k rows.
+// grid first; up to 32 (token, slot) pairs (four tokens' top 8) one warp does it all, and one
+// token's routing is one warp holding the probabilities in registers (keys for redux max / min). Combine: one thread per V hidden elements of a token sums its top_k rows.
 // Fused experts (decode, few (token, slot) pairs; see MoeExpertsParams): two GEMV kernels over
 // the pairs' own expert rows, no gather or sort. gate_up: a block per (pair, 4R intermediate
 // columns) = R tiles of 8 weight rows (4 gate, 4 up) as the n = 8 side of mma.sync m16n8k16,
@@ -15,7 +15,7 @@
 // and writes silu(g) * u. down: a block per (token, 8 hidden rows), P warps per slot stream that
 // slot's expert rows over inter; each slot's product is summed and rounded, then the slots are
 // summed in order (the combine). Both are launched with programmatic dependent launch; so is
-// routing, whose single-token kernel ranks each expert with one thread.
+// routing.
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
@@ -180,58 +180,84 @@ __global__ void __launch_bounds__(kSortThreads) route_sort_kernel(const __grid_c
   sort_pairs(p, smem);
 }
 
-// One decode token (experts <= 1024): thread e owns expert e. Block max and sum give the
-// softmax (the warp kernel's formulas); each expert's rank in routing order is one pass over the
-// probabilities in shared memory, and rank < top_k is its slot. The chosen experts are distinct,
-// so a chosen expert's sorted row is the number of chosen experts below it and offs[e] the same
-// count up to e inclusive (ballots and a prefix over warps).
-template <typename T>
-__global__ void __launch_bounds__(kSortThreads) route_single_kernel(const __grid_constant__ MoeRouteParams p) {
-  extern __shared__ float prob[];  // [experts]
-  __shared__ float red[kSortWarps], sel[kSortThreads];
-  __shared__ int below[kSortWarps];
+// One decode token (experts <= 32 P): a single warp, lane l owning experts [l P, l P + P) in
+// registers. The softmax is two warp reductions. Each probability becomes an int key whose order
+// is the routing order (a probability is >= 0, so its float bits order as ints; NaN is made the
+// largest; a taken expert and the padding are negative), so each of the top_k rounds is a lane
+// max, one warp max (redux) and one warp min over the lanes holding that key (the lowest expert
+// wins ties). A chosen expert's sorted row is the number of chosen experts below it: a prefix
+// over the lanes of their chosen counts, which also gives offs.
+template <typename T, int P>
+__global__ void __launch_bounds__(32) route_single_kernel(const __grid_constant__ MoeRouteParams p) {
+  constexpr int kTaken = -1, kPad = INT_MIN;
   pdl_launch_dependents();
   pdl_wait();
-  const int e = threadIdx.x, lane = e % 32, warp = e / 32, warps = blockDim.x / 32;
-  const int E = static_cast<int>(p.experts), K = static_cast<int>(p.top_k);
-  const float x = e < E ? to_compute(static_cast<const T*>(p.logits)[e]) : -INFINITY;
-  auto block_reduce = [&](float v, bool max) {
-    for (int d = 16; d > 0; d >>= 1) {
-      const float o = __shfl_xor_sync(0xffffffffu, v, d);
-      v = max ? fmaxf(v, o) : v + o;
-    }
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float r = max ? -INFINITY : 0.f;
-    for (int w = 0; w < warps; ++w) r = max ? fmaxf(r, red[w]) : r + red[w];
-    __syncthreads();  // red is reused
-    return r;
-  };
-  const float mx = block_reduce(x, true);
-  const float ex = e < E ? expf(x - mx) : 0.f;
-  const float pe = ex * (1.f / block_reduce(ex, false));
-  if (e < E) prob[e] = pe;
-  __syncthreads();
-  int rank = 0;
-  if (e < E) {
-#pragma unroll 4
-    for (int o = 0; o < E; ++o) rank += routes_before(prob[o], o, pe, e);
+  const int lane = threadIdx.x, E = static_cast<int>(p.experts), K = static_cast<int>(p.top_k);
+  const T* logits = static_cast<const T*>(p.logits);
+  float prob[P];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const int e = lane * P + j;
+    prob[j] = e < E ? to_compute(logits[e]) : -INFINITY;
+    mx = fmaxf(mx, prob[j]);
   }
-  const bool chosen = e < E && rank < K;
-  if (chosen) sel[rank] = pe;
-  const unsigned ballot = __ballot_sync(0xffffffffu, chosen);
-  if (lane == 0) below[warp] = __popc(ballot);
-  __syncthreads();
-  int row = __popc(ballot & ((1u << lane) - 1u));
-  for (int w = 0; w < warp; ++w) row += below[w];
-  if (e < E) p.offs[e] = row + chosen;
-  if (!chosen) return;
-  float total = 0.f;  // slots in order, as the warp kernel
-  for (int s2 = 0; s2 < K; ++s2) total += sel[s2];
-  p.weights[rank] = p.renormalize ? pe * (1.f / total) : pe;
-  p.ids[rank] = e;
-  p.sorted_pos[rank] = row;
-  p.token_index[row] = 0;
+  for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+  float sum = 0.f;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    prob[j] = lane * P + j < E ? expf(prob[j] - mx) : 0.f;
+    sum += prob[j];
+  }
+  for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+  const float inv = 1.f / sum;
+  int key[P], slot[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    prob[j] *= inv;
+    key[j] = lane * P + j >= E ? kPad : isnan(prob[j]) ? 0x7fc00000 : __float_as_int(prob[j]);
+    slot[j] = -1;
+  }
+  float total = 0.f;  // the chosen probabilities in slot order, as the warp kernel
+  for (int s = 0; s < K; ++s) {
+    int best = kPad;
+#pragma unroll
+    for (int j = 0; j < P; ++j) best = max(best, key[j]);
+    best = __reduce_max_sync(0xffffffffu, best);
+    unsigned first = 0xffffffffu;
+#pragma unroll
+    for (int j = P - 1; j >= 0; --j) first = key[j] == best ? static_cast<unsigned>(lane * P + j) : first;
+    const unsigned winner = __reduce_min_sync(0xffffffffu, first);
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      if (static_cast<unsigned>(lane * P + j) == winner) key[j] = kTaken, slot[j] = s;
+    }
+    total += __int_as_float(best);
+  }
+  int chosen = 0;
+#pragma unroll
+  for (int j = 0; j < P; ++j) chosen += slot[j] >= 0;
+  int below = chosen;  // inclusive prefix over lanes, then exclusive
+  for (int d = 1; d < 32; d <<= 1) {
+    const int o = __shfl_up_sync(0xffffffffu, below, d);
+    if (lane >= d) below += o;
+  }
+  below -= chosen;
+  const float scale = 1.f / total;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const int e = lane * P + j;
+    if (e >= E) break;
+    if (slot[j] >= 0) {
+      const int s = slot[j];
+      p.weights[s] = p.renormalize ? prob[j] * scale : prob[j];
+      p.ids[s] = e;
+      p.sorted_pos[s] = below;
+      p.token_index[below] = 0;
+      ++below;
+    }
+    p.offs[e] = below;
+  }
 }
 
 // Decode (tokens * top_k <= 32 pairs): one warp does everything in shared memory and registers.
@@ -503,8 +529,11 @@ void moe_route(const MoeRouteParams& p) {
     } else {
       const size_t sort_bytes = sort_smem_bytes(p.experts);
       if (p.tokens == 1) {
-        const int threads = static_cast<int>((p.experts + 31) / 32 * 32);
-        launch_pdl(name, route_single_kernel<T>, dim3(1), dim3(threads), sizeof(float) * p.experts, launch.stream(), p);
+        auto kernel = p.experts <= 32 * 4    ? route_single_kernel<T, 4>
+                      : p.experts <= 32 * 8  ? route_single_kernel<T, 8>
+                      : p.experts <= 32 * 16 ? route_single_kernel<T, 16>
+                                             : route_single_kernel<T, 32>;
+        launch_pdl(name, kernel, dim3(1), dim3(32), 0, launch.stream(), p);
       } else if (p.tokens * p.top_k <= kWarpPairs) {
         launch_pdl(name, route_warp_kernel<T>, dim3(1), dim3(32), 2 * sizeof(float) * p.experts, launch.stream(), p);
       } else if (p.tokens <= kFusedMaxTokens) {

@@ -1,9 +1,11 @@
 // softmax / log_softmax on CUDA over the middle dim of a contiguous [outer, dim_size, inner].
 //  inner == 1, rows: a row is held in registers and read once. Short rows (<= 32 * kItems)
 //    take a group of up to 32 lanes of a warp; longer rows a block, or a cluster of up to 16
-//    blocks that exchange their max and then their sum through distributed shared memory, so
-//    a 151936-column decode row is spread over 16 SMs in one launch without scratch memory or
-//    inter-block atomics. Rows too long even for a cluster's registers are read three times.
+//    blocks that exchange their max and then their sum through distributed shared memory. Rows
+//    too long even for a cluster's registers are read three times. A few long rows (a decode
+//    step's logits) instead split into parts of 2048 columns over many SMs: one kernel writes
+//    each part's (max, sum), a programmatic dependent combines them and writes the part (the
+//    input read twice, the second time from L2).
 //  inner > 1, strided: a thread per (outer, inner) column, online (max, sum) then a second pass.
 // PyTorch semantics: max-subtracted, NaN anywhere gives a NaN row, an all -inf row gives NaN,
 // softmax = exp(x - max) * (1 / sum), log_softmax = (x - max) - log(sum).
@@ -15,7 +17,9 @@
 
 #include "core/dispatch.h"
 #include "core/kernels.h"
+#include "cuda/allocator.h"
 #include "cuda/device/convert.cuh"
+#include "cuda/device/pdl.cuh"
 #include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
@@ -24,6 +28,8 @@ namespace {
 
 namespace cg = cooperative_groups;
 using cuda_device::from_compute;
+using cuda_device::pdl_launch_dependents;
+using cuda_device::pdl_wait;
 using cuda_device::to_compute;
 
 constexpr int kMaxThreads = 1024;
@@ -84,6 +90,25 @@ __device__ __forceinline__ void store_out(void* out, DType t, int64_t i, A v) {
       break;
     default:
       store_at<float>(out, i, v);
+      break;
+  }
+}
+
+// f(TypeTag<Out>) for the out dtype: one store loop per out dtype, chosen once per launch.
+template <typename F>
+__device__ __forceinline__ void with_out_type(DType t, F&& f) {
+  switch (t) {
+    case DType::BFloat16:
+      f(TypeTag<BFloat16>{});
+      break;
+    case DType::Float16:
+      f(TypeTag<Half>{});
+      break;
+    case DType::Float64:
+      f(TypeTag<double>{});
+      break;
+    default:
+      f(TypeTag<float>{});
       break;
   }
 }
@@ -249,23 +274,101 @@ __global__ void __launch_bounds__(kMaxThreads)
           }
         }
       };
-      switch (p.out_dtype) {  // uniform per launch; one store loop per out dtype
-        case DType::BFloat16:
-          store_part(TypeTag<BFloat16>{});
-          break;
-        case DType::Float16:
-          store_part(TypeTag<Half>{});
-          break;
-        case DType::Float64:
-          store_part(TypeTag<double>{});
-          break;
-        default:
-          store_part(TypeTag<float>{});
-          break;
-      }
+      with_out_type(p.out_dtype, store_part);
     }
   }
   if (cluster > 1) cg::this_cluster().sync();  // keep block_val alive until the last remote read
+}
+
+// ---- split rows (few long rows, float32 compute): two kernels launched as programmatic
+// dependents. softmax_parts_kernel: a block per (row, part of kSplitChunk columns) writes the
+// part's max m_b and sum s_b of exp(x - m_b) (-inf columns add 0, so an all -inf part is
+// (-inf, 0)). softmax_finish_kernel, the same grid, loads its part before waiting for the
+// partials (the input is not written by the first kernel), combines them in part order into
+// the row's max M and sum S = sum_b s_b exp(m_b - M) and writes its part. Where no part has a
+// finite max, M = -inf makes S NaN: the all -inf row gives NaN as PyTorch.
+constexpr int kSplitThreads = 256;
+constexpr int kSplitItems = 8;
+constexpr int kSplitChunk = kSplitThreads * kSplitItems;
+
+// The block's reduction of v (every thread ends with it); warp partials are combined by warp 0
+// in a shuffle tree. red holds kSplitThreads / 32 + 1 values; two barriers.
+template <typename Op>
+__device__ __forceinline__ float block_reduce(float v, Op op, float* red) {
+  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    constexpr int warps = kSplitThreads / 32;
+    float r = red[threadIdx.x % warps];  // lanes past the warps repeat them: max / sum taken once below
+    for (int off = warps / 2; off > 0; off >>= 1) r = op(r, __shfl_xor_sync(0xffffffffu, r, off));
+    if (threadIdx.x == 0) red[warps] = r;
+  }
+  __syncthreads();
+  return red[kSplitThreads / 32];
+}
+
+// The part's columns of `row`, clamped into the row (loads in flight before the first use).
+template <typename In>
+__device__ __forceinline__ void load_part(const In* row, int64_t dim, int64_t begin, float (&v)[kSplitItems]) {
+  In raw[kSplitItems];
+#pragma unroll
+  for (int i = 0; i < kSplitItems; ++i) raw[i] = row[std::min(begin + threadIdx.x + i * kSplitThreads, dim - 1)];
+#pragma unroll
+  for (int i = 0; i < kSplitItems; ++i)
+    v[i] = begin + threadIdx.x + i * kSplitThreads < dim ? to_compute(raw[i]) : -INFINITY;
+}
+
+template <typename In>
+__global__ void __launch_bounds__(kSplitThreads)
+    softmax_parts_kernel(const __grid_constant__ SoftmaxParams p, int parts, float2* partials) {
+  __shared__ float red[kSplitThreads / 32 + 1];
+  pdl_wait();
+  pdl_launch_dependents();  // after the wait: the finishing kernel reads the input early
+  const int64_t row = blockIdx.x / parts, begin = int64_t{blockIdx.x % parts} * kSplitChunk;
+  float v[kSplitItems];
+  load_part(static_cast<const In*>(p.in) + row * p.dim_size, p.dim_size, begin, v);
+  float m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kSplitItems; ++i) m = max_nan(m, v[i]);
+  m = block_reduce(m, MaxOp{}, red);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < kSplitItems; ++i) s += v[i] == -INFINITY ? 0.f : expf(v[i] - m);
+  s = block_reduce(s, SumOp{}, red);
+  if (threadIdx.x == 0) partials[blockIdx.x] = make_float2(m, s);
+}
+
+template <typename In>
+__global__ void __launch_bounds__(kSplitThreads)
+    softmax_finish_kernel(const __grid_constant__ SoftmaxParams p, int parts, const float2* partials) {
+  __shared__ float red[kSplitThreads / 32 + 1];
+  const int64_t row = blockIdx.x / parts, begin = int64_t{blockIdx.x % parts} * kSplitChunk;
+  float v[kSplitItems];
+  load_part(static_cast<const In*>(p.in) + row * p.dim_size, p.dim_size, begin, v);
+  pdl_wait();
+  pdl_launch_dependents();
+  // Each thread combines parts t, t + 256, ... in order, then the block.
+  float m = -INFINITY;
+  for (int b = threadIdx.x; b < parts; b += kSplitThreads) m = max_nan(m, partials[row * parts + b].x);
+  m = block_reduce(m, MaxOp{}, red);
+  float s = 0.f;
+  for (int b = threadIdx.x; b < parts; b += kSplitThreads) {
+    const float2 ms = partials[row * parts + b];
+    s += ms.y * expf(ms.x - m);
+  }
+  s = block_reduce(s, SumOp{}, red);
+  const float inv_sum = 1.f / s, log_sum = logf(s);
+  auto store_part = [&](auto out_tag) {
+    using Out = typename decltype(out_tag)::type;
+    Out* out = static_cast<Out*>(p.out) + row * p.dim_size;
+#pragma unroll
+    for (int i = 0; i < kSplitItems; ++i) {
+      const int64_t c = begin + threadIdx.x + i * kSplitThreads;
+      if (c < p.dim_size) out[c] = from_compute<Out>(p.log ? (v[i] - m) - log_sum : expf(v[i] - m) * inv_sum);
+    }
+  };
+  with_out_type(p.out_dtype, store_part);
 }
 
 // ---- strided (inner > 1): a thread per (outer, inner) column, neighbouring threads on
@@ -325,10 +428,33 @@ int max_cluster_for(Kernel kernel) {
   return max_clusters(kernel, 16, kMaxThreads, 0) > 0 ? 16 : kMaxCluster;
 }
 
+// Few long rows, float32 compute: the split kernels, a part per kSplitChunk columns (H200,
+// [1, 151936] float32: 75 parts).
+template <typename In>
+void launch_split(const SoftmaxParams& p, const KernelLaunch& launch) {
+  const int parts = static_cast<int>((p.dim_size + kSplitChunk - 1) / kSplitChunk);
+  const int64_t blocks = p.outer * parts;
+  allocator::Scratch partials(launch.device(), static_cast<size_t>(blocks) * sizeof(float2), launch.stream());
+  auto* ms = static_cast<float2*>(partials.get());
+  const char* name = p.log ? "[log_softmax]" : "[softmax]";
+  launch_pdl(name, softmax_parts_kernel<In>, dim3(static_cast<unsigned>(blocks)), dim3(kSplitThreads), 0,
+             launch.stream(), p, parts, ms);
+  launch_pdl(name, softmax_finish_kernel<In>, dim3(static_cast<unsigned>(blocks)), dim3(kSplitThreads), 0,
+             launch.stream(), p, parts, static_cast<const float2*>(ms));
+}
+
 template <typename In, typename A>
 void launch_rows(const SoftmaxParams& p, const KernelLaunch& launch) {
   constexpr int K = kItems<A>;
   const int64_t dim = p.dim_size;
+  if constexpr (std::is_same_v<A, float>) {
+    // Split when the parts of all rows fit in one wave of blocks (<= 8 per SM). H200, graph
+    // replay, [1, 151936] float32: 4.2 us against 10.4 on a 16-block cluster (below).
+    if (dim > 4 * kSplitChunk && p.outer * ((dim + kSplitChunk - 1) / kSplitChunk) <= 8 * launch.sm_count()) {
+      launch_split<In>(p, launch);
+      return;
+    }
+  }
   if (dim <= 32 * K) {
     // Short rows: about 4 values per lane, several rows per 256-thread block.
     const int group = std::min(32, pow2_ceil((dim + 3) / 4));
