@@ -272,6 +272,30 @@ TEST_P(Linear, ExactLongKOnIntegers) {
   }
 }
 
+// The CUDA GEMV's block shapes by weight rows (H200, 132 SMs): n 1000 (16-warp blocks, one
+// wave), 2000 (8-warp blocks, one wave), 3500 (8-warp blocks at 4 per SM when k <= 2048), 6000
+// (several waves); k inside one load step, at its end and past it.
+TEST_P(Linear, GemvBlockShapesExactOnIntegers) {
+  th::CaseLoop loop;
+  th::Gen g(4009);
+  for (DType t : {kBFloat16, kFloat16}) {
+    for (int64_t n : {1000, 2000, 3500, 6000}) {
+      for (int64_t k : {520, 2048, 2056}) {
+        const int64_t m = n == 3500 ? 3 : 1;
+        const LinearCase c{{m, k}, n, Bias::None};
+        if (!loop.run("exact " + linear_name(c, t, Layout::Contiguous, Layout::Contiguous, dev()), [&] {
+          th::Input x = th::make_input(c.x, kInt32, dev(), Layout::Contiguous, g, -16, 16);
+          th::Input w = th::make_input(weight_shape(c), kInt32, dev(), Layout::Contiguous, g, -16, 16);
+          ref::Array want = ref::linear(x.a, w.a);
+          for (double& v : want.v) v = th::round_to_dtype(v, t);
+          ASSERT_TRUE(th::expect_equal(linear(th::make_tensor(x.a, t, dev()), th::make_tensor(w.a, t, dev())), want));
+        }))
+          return;
+      }
+    }
+  }
+}
+
 // 65536+ rows: a 16-bit row index or a grid dim past 65535 breaks here.
 TEST_P(Linear, MoreThan65536Rows) {
   th::CaseLoop loop;

@@ -5,7 +5,9 @@
 //    (n = 8) and the m x rows as A (rows m..15 zero or duplicates whose results are dropped).
 //    Each lane holds 8 consecutive k of one row per 32-column tile; the k order inside a tile is
 //    permuted the same way for x and w, which a dot product does not notice.
-//    - regs: a block per 8 (or 16) rows, warps split k, 8 16-byte loads in flight per lane.
+//    - regs: a block per 8 (or 16) rows, warps split k, 8 16-byte loads in flight per lane;
+//      warps per block and blocks per SM are chosen so the grid runs in as few waves as it can
+//      without more than two load steps per warp (mid-size weights are wave-bound).
 //    - bulk (huge n, see use_bulk): one persistent block per SM; a producer warp streams
 //      8-row x 2048-column stages of the weight into shared memory with the bulk copy engine
 //      (cp.async.bulk), 6 stages deep, so each SM keeps ~190 KB of reads in flight across row
@@ -371,8 +373,16 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
   const int rows_per_block = wide ? 16 : 8;
   const int64_t blocks = (p.n + rows_per_block - 1) / rows_per_block;
   ANVIL_CHECK(blocks <= 0x7FFFFFFF, ShapeError, "[linear] n = ", p.n, " is too large for the CUDA gemv");
-  // Few blocks (small n): more warps per block so the k tiles still spread over many warps.
-  const int warps = blocks >= 2 * launch.sm_count() ? 8 : kMaxWarps;
+  // Block shape by waves (H200, graph replay): up to one block per SM, 16 warps split k; more
+  // blocks take 8 warps at 3 per SM (one wave up to 3 blocks per SM) unless k needs more than
+  // two load steps of 8 warps while 16-warp blocks would still fit in two waves; 3-4 blocks per
+  // SM with one step of k run at 4 per SM (64 registers, a few spilled). Against 16 warps below
+  // 2 blocks per SM and 3 per SM above: decode-linear geomean 0.445 -> 0.467 of copy (expert
+  // gate_up 2048 -> 1536 6.51 -> 3.17 us, q_proj 2048 -> 4096 7.04 -> 5.86 us); 8 warps at
+  // k = 8192, 256 blocks: 12.0 -> 14.5 us, hence the k limit.
+  const int64_t sms = launch.sm_count();
+  const int warps = blocks <= sms || (blocks < 2 * sms && p.k > 2 * 8 * 256) ? kMaxWarps : 8;
+  const bool four = !wide && warps == 8 && blocks > 3 * sms && blocks <= 4 * sms && p.k <= 8 * 256;
   const dim3 grid(static_cast<unsigned>(blocks)), block(warps * 32);
   // The L2 prefetch pays on small weights; on large ones it competes with the previous kernel's
   // stream (scaled_mm's measurement: 3-6% slower past 32 MiB).
@@ -382,11 +392,13 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
   // 8-warp blocks of one 8-row tile are held to 80 registers (3 blocks per SM, no spills)
   // rather than 128 (2 per SM): H200, decode-linear suite geomean 0.433 -> 0.445 of copy, mostly
   // on 40-130 MB weights (Gemma-2-2B up 20.9 -> 15.9 us; Llama-3.1-8B up 34.0 -> 32.3 us); 64
-  // registers spill and lose it again (0.434). Two tiles (R = 2) spill at 80, so they keep 128.
+  // registers for all of them spill and lose it again (0.434). Two tiles (R = 2) spill at 80,
+  // so they keep 128.
   auto pick = [&](auto r_tag, auto vec_tag) {
     constexpr int R = decltype(r_tag)::value;
     constexpr bool V = decltype(vec_tag)::value;
     if (warps == kMaxWarps) return go(gemv_regs_kernel<T, R, V, kMaxWarps * 32, 1>);
+    if (R == 1 && four) return go(gemv_regs_kernel<T, R, V, 256, 4>);
     return go(gemv_regs_kernel<T, R, V, 256, R == 1 ? 3 : 2>);
   };
   using One = std::integral_constant<int, 1>;
