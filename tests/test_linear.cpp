@@ -272,15 +272,16 @@ TEST_P(Linear, ExactLongKOnIntegers) {
   }
 }
 
-// The CUDA GEMV's block shapes by weight rows (H200, 132 SMs): n 1000 (16-warp blocks, one
-// wave), 2000 (8-warp blocks, one wave), 3500 (8-warp blocks at 4 per SM when k <= 2048), 6000
-// (several waves); k inside one load step, at its end and past it.
+// The CUDA GEMV's block shapes (H200, 132 SMs): k <= 2048 takes k / 256 warps (520: two warps
+// and a tail step; 1024: four), longer k up to 16 (2880: 11) up to one block per SM; by weight
+// rows n 1000 (one wave), 2000 (8-warp blocks, one wave), 3500 (4 blocks per SM when k <= 2048), 6000
+// (several waves).
 TEST_P(Linear, GemvBlockShapesExactOnIntegers) {
   th::CaseLoop loop;
   th::Gen g(4009);
   for (DType t : {kBFloat16, kFloat16}) {
     for (int64_t n : {1000, 2000, 3500, 6000}) {
-      for (int64_t k : {520, 2048, 2056}) {
+      for (int64_t k : {520, 1024, 2048, 2056, 2880}) {
         const int64_t m = n == 3500 ? 3 : 1;
         const LinearCase c{{m, k}, n, Bias::None};
         if (!loop.run("exact " + linear_name(c, t, Layout::Contiguous, Layout::Contiguous, dev()), [&] {
