@@ -244,6 +244,48 @@ TEST_P(Attention, DecodeAttentionOverCache) {
   }
 }
 
+// Long caches with few kv heads: the CPU decode path splits one kv head's keys over the
+// threads and combines the splits (lengths that leave whole splits empty, one split's NaN key
+// reaching only its batch's rows through the combine).
+TEST_P(Attention, DecodeLongCacheSplits) {
+  th::CaseLoop loop;
+  th::Gen g(8009);
+  for (DType t : {kBFloat16, kFloat32, kFloat16}) {
+    for (const auto& [Hq, Hk, E] : {std::tuple{4, 1, 64}, std::tuple{8, 2, 80}}) {
+      if (!loop.run(th::dtype_str(t) + " Hq " + std::to_string(Hq) + " Hk " + std::to_string(Hk), [&] {
+        const int64_t B = 3, S = 5000;
+        const std::vector<int64_t> lens = {5000, 700, 2600};
+        ref::Array q = th::random_array({B, Hq, 1, E}, t, g, -1, 1);
+        ref::Array k = th::random_array({B, Hk, S, E}, t, g, -1, 1), v = th::random_array({B, Hk, S, E}, t, g, -1, 1);
+        ref::Array kp = k, vp = v;
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t h = 0; h < Hk; ++h)
+            for (int64_t j = lens[static_cast<size_t>(b)]; j < S; ++j)
+              for (int64_t d = 0; d < E; ++d) kp.at({b, h, j, d}) = vp.at({b, h, j, d}) = std::nan("");
+        v.at({2, 0, 2000, 3}) = vp.at({2, 0, 2000, 3}) = std::nan("");  // batch 2, kv head 0: NaN rows
+        ref::Array la({B});
+        for (int64_t b = 0; b < B; ++b) la.v[static_cast<size_t>(b)] = static_cast<double>(lens[static_cast<size_t>(b)]);
+        Tensor y = decode_attention(th::make_tensor(q, t, dev()), th::make_tensor(kp, t, dev()),
+                                    th::make_tensor(vp, t, dev()), th::make_tensor(la, kInt32, dev()));
+        ref::AttentionRef want =
+            ref::attention(q, k, v, nullptr, false, &lens, true, true, 1.0 / std::sqrt(static_cast<double>(E)));
+        ref::Array got = th::to_array(y);
+        const int64_t group = Hq / Hk;
+        for (int64_t h = 0; h < Hq; ++h) {  // batch 2's heads of kv head 0: NaN in column 3 only
+          for (int64_t d = 0; d < E; ++d) {
+            const size_t at = static_cast<size_t>(((2 * Hq + h) * 1) * E + d);
+            const bool nan_col = h / group == 0 && d == 3;
+            ASSERT_EQ(std::isnan(got.v[at]), nan_col) << "head " << h << " col " << d;
+            if (nan_col) got.v[at] = want.out.v[at] = want.err.v[at] = 0.0;
+          }
+        }
+        ASSERT_TRUE(check_attention(th::make_tensor(got, t, kCPU), want, t));
+      }))
+        return;
+    }
+  }
+}
+
 // batch x heads past 65535 (a grid dim of 65535 or a 16-bit index breaks here).
 TEST_P(Attention, ManyBatchHeads) {
   th::Gen g(8005);

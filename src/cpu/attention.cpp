@@ -1,10 +1,24 @@
-// CPU attention. For each (batch, kv head) the query rows of every query head that reads it
+// CPU attention.
+// Decode (few query rows per kv head: <= 8 = the GQA group x q_len, no attn_mask, float32 /
+// bfloat16 / float16): each (batch, kv head, key split) streams its K and V rows once in blocks
+// of kDecodeKeys. Scores of the block's keys against every query row are the GEMV dots
+// (simd::gemv_dots: K rows as the weight, bf16 pair products where the CPU has them), then an
+// online softmax per row (the block max, exp_sum's vector exp, the running sum and output
+// rescaled when the max grows), and o += p V by a Highway loop that widens each V row once for
+// all rows. Splits of one kv head meet in a combine. float32 accumulation, one rounding.
+// Otherwise, for each (batch, kv head) the query rows of every query head that reads it
 // (grouped-query heads share one read of K and V) go in chunks through two BLAS products:
 // scores = Q K^T over the valid keys, the row softmax in place (scale, mask, causal limit,
 // max-subtracted exp, row sums), then O = P V and one division and rounding per output. float32
 // for float32 / bfloat16 / float16 (operands widened once per kv head), float64 for float64.
 // BLAS runs its own threads; the loops around it are sequential.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/attention.cpp"
+#include <hwy/foreach_target.h>  // NOLINT: must precede highway.h
+#include <hwy/highway.h>
+
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,8 +28,90 @@
 #include "core/dispatch.h"
 #include "core/element.h"
 #include "core/kernels.h"
+#include "cpu/simd.h"
+#include "cpu/simd-inl.h"
 
+HWY_BEFORE_NAMESPACE();
+namespace anvil::cpu::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Rows [r0, r0 + nr) (nr <= 4) x NC vectors of columns from c0: accumulators in registers over
+// all keys, each V row widened once, then added to o.
+template <int NC, typename T>
+HWY_INLINE void PvGroup(const T* HWY_RESTRICT v, int64_t stride_v, const float* HWY_RESTRICT p, int64_t ldp,
+                        int64_t r0, int nr, int64_t keys, int64_t cols, int64_t c0, float* HWY_RESTRICT o) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  V acc[4][NC];
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < NC; ++c) acc[r][c] = hn::Zero(df);
+  for (int64_t j = 0; j < keys; ++j) {
+    const T* vr = v + j * stride_v + c0;
+    V vv[NC];
+    for (int c = 0; c < NC; ++c) vv[c] = LoadAsF32(df, vr + c * N);
+    for (int r = 0; r < 4; ++r) {
+      if (r >= nr) break;
+      const V pr = hn::Set(df, p[(r0 + r) * ldp + j]);
+      for (int c = 0; c < NC; ++c) acc[r][c] = hn::MulAdd(pr, vv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < nr; ++r)
+    for (int c = 0; c < NC; ++c) {
+      float* dst = o + (r0 + r) * cols + c0 + c * N;
+      hn::StoreU(hn::Add(hn::LoadU(df, dst), acc[r][c]), df, dst);
+    }
+}
+
+// o[r, c] += sum_{j < keys} p[r * ldp + j] * v[j * stride_v + c] for r < rows (<= 8), c < cols;
+// o is [rows, cols] contiguous float32. Rows go in groups of 4 and columns in groups of up to 4
+// vectors (16 accumulators in registers); columns past the last whole vector take a scalar loop.
+template <typename T>
+void PvAccumulate(const T* HWY_RESTRICT v, int64_t stride_v, const float* HWY_RESTRICT p, int64_t ldp, int64_t rows,
+                  int64_t keys, int64_t cols, float* HWY_RESTRICT o) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t whole = cols / N;
+  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+    const int nr = static_cast<int>(std::min<int64_t>(4, rows - r0));
+    for (int64_t g = 0; g < whole; g += 4) {
+      switch (std::min<int64_t>(4, whole - g)) {
+        case 4: PvGroup<4>(v, stride_v, p, ldp, r0, nr, keys, cols, g * N, o); break;
+        case 3: PvGroup<3>(v, stride_v, p, ldp, r0, nr, keys, cols, g * N, o); break;
+        case 2: PvGroup<2>(v, stride_v, p, ldp, r0, nr, keys, cols, g * N, o); break;
+        default: PvGroup<1>(v, stride_v, p, ldp, r0, nr, keys, cols, g * N, o); break;
+      }
+    }
+    for (int64_t c = whole * N; c < cols; ++c)
+      for (int r = 0; r < nr; ++r) {
+        float a = 0.f;
+        for (int64_t j = 0; j < keys; ++j) a += p[(r0 + r) * ldp + j] * static_cast<float>(v[j * stride_v + c]);
+        o[(r0 + r) * cols + c] += a;
+      }
+  }
+}
+
+void PvF32(const void* v, int64_t sv, const float* p, int64_t ldp, int64_t rows, int64_t keys, int64_t cols, float* o) {
+  PvAccumulate(static_cast<const float*>(v), sv, p, ldp, rows, keys, cols, o);
+}
+void PvBF16(const void* v, int64_t sv, const float* p, int64_t ldp, int64_t rows, int64_t keys, int64_t cols, float* o) {
+  PvAccumulate(static_cast<const BFloat16*>(v), sv, p, ldp, rows, keys, cols, o);
+}
+void PvF16(const void* v, int64_t sv, const float* p, int64_t ldp, int64_t rows, int64_t keys, int64_t cols, float* o) {
+  PvAccumulate(static_cast<const Half*>(v), sv, p, ldp, rows, keys, cols, o);
+}
+
+}  // namespace anvil::cpu::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace anvil::cpu {
+namespace simd {
+HWY_EXPORT(PvF32);
+HWY_EXPORT(PvBF16);
+HWY_EXPORT(PvF16);
+}  // namespace simd
+
 namespace {
 
 constexpr int64_t kChunkRows = 64;  // query rows per product: scores stay at 64 x S values
@@ -120,10 +216,151 @@ void attention_typed(const AttentionParams& p) {
   }
 }
 
+// ---- decode: few query rows per kv head, K and V streamed once
+
+constexpr int64_t kDecodeRows = 8;    // query rows per kv head (gemv_dots' m limit)
+constexpr int64_t kDecodeKeys = 128;  // keys per block: the block's V rows stay in L1 for p V
+constexpr int64_t kSplitKeys = 512;   // fewest keys per split of one kv head
+
+void pv_accumulate(DType t, const void* v, int64_t sv, const float* p, int64_t ldp, int64_t rows, int64_t keys,
+                   int64_t cols, float* o) {
+  switch (t) {
+    case DType::BFloat16: return HWY_DYNAMIC_DISPATCH(simd::PvBF16)(v, sv, p, ldp, rows, keys, cols, o);
+    case DType::Float16: return HWY_DYNAMIC_DISPATCH(simd::PvF16)(v, sv, p, ldp, rows, keys, cols, o);
+    default: return HWY_DYNAMIC_DISPATCH(simd::PvF32)(v, sv, p, ldp, rows, keys, cols, o);
+  }
+}
+
+// The query heads [h0, h1) that read kv head hk (a contiguous range).
+void kv_group(const AttentionParams& p, int64_t hk, int64_t& h0, int64_t& h1) {
+  h0 = (hk * p.heads_q + p.heads_kv - 1) / p.heads_kv;
+  h1 = std::min(p.heads_q, ((hk + 1) * p.heads_q + p.heads_kv - 1) / p.heads_kv);
+}
+
+bool use_decode(const AttentionParams& p) {
+  if (p.mask || p.head_dim < 1 || p.v_head_dim < 1 || p.dtype == DType::Float64) return false;
+  const int64_t group = (p.heads_q + p.heads_kv - 1) / p.heads_kv;
+  return group * p.q_len <= kDecodeRows;
+}
+
+// One (batch, kv head, split): its rows' running max m, sum l and unnormalised output o over
+// keys [k0, k1) of the batch's valid keys.
+struct DecodePart {
+  float m[kDecodeRows], l[kDecodeRows];
+  std::vector<float> o;  // [rows, v_head_dim]
+};
+
+template <typename T>
+void decode_part(const AttentionParams& p, int64_t b, int64_t hk, int64_t k0, int64_t k1, DecodePart& part) {
+  const int64_t E = p.head_dim, Ev = p.v_head_dim;
+  const int64_t len = p.kv_lens ? std::clamp<int64_t>(p.kv_lens[b], 0, p.kv_len) : p.kv_len;
+  int64_t h0, h1;
+  kv_group(p, hk, h0, h1);
+  const int64_t rows = (h1 - h0) * p.q_len;
+  std::vector<float> q32(static_cast<size_t>(rows * E)), s(static_cast<size_t>(rows * kDecodeKeys)),
+      e(static_cast<size_t>(rows * kDecodeKeys));
+  int64_t limit[kDecodeRows];
+  const float scale = static_cast<float>(p.scale);  // folded into q
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = h0 + r / p.q_len, i = r % p.q_len;
+    const T* qr = static_cast<const T*>(p.q) + b * p.stride_q[0] + h * p.stride_q[1] + i * p.stride_q[2];
+    for (int64_t c = 0; c < E; ++c) q32[static_cast<size_t>(r * E + c)] = static_cast<float>(qr[c]) * scale;
+    limit[r] = p.causal ? std::clamp<int64_t>(i + 1 + (p.causal_from_end ? len - p.q_len : 0), 0, len) : len;
+    part.m[r] = -INFINITY;
+    part.l[r] = 0.f;
+  }
+  part.o.assign(static_cast<size_t>(rows * Ev), 0.f);
+  const T* kp = static_cast<const T*>(p.k) + b * p.stride_k[0] + hk * p.stride_k[1];
+  const T* vp = static_cast<const T*>(p.v) + b * p.stride_v[0] + hk * p.stride_v[1];
+  const int64_t end = std::min(k1, len);
+  for (int64_t j0 = k0; j0 < end; j0 += kDecodeKeys) {
+    const int64_t nb = std::min(kDecodeKeys, end - j0);
+    // Highway's dots rather than bf16 pair products: at E 64-128 the pair path's per-call setup
+    // outweighs it (2 Zen 5 threads, hd80, 4K keys: 1222 -> 727 us).
+    simd::gemv_dots(p.dtype, kp + j0 * p.stride_k[2], p.stride_k[2], q32.data(), rows, E, s.data(), kDecodeKeys, 0,
+                    nb, false);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* sr = s.data() + r * kDecodeKeys;
+      float* er = e.data() + r * kDecodeKeys;
+      for (int64_t j = std::max<int64_t>(0, limit[r] - j0); j < nb; ++j) sr[j] = -INFINITY;  // causal
+      // A NaN score may or may not become the max; either way the row ends NaN. mx stays -inf
+      // while no key is valid: terms are then NaN for NaN scores and 0 otherwise.
+      const float mx = std::max(part.m[r], simd::row_max(sr, nb));
+      float add = 0.f;
+      if (mx == -INFINITY) {
+        for (int64_t j = 0; j < nb; ++j) add += er[j] = std::isnan(sr[j]) ? sr[j] : 0.f;
+      } else {
+        add = simd::exp_sum(sr, er, nb, mx);
+      }
+      if (mx != part.m[r]) {  // the running max grew: rescale what is accumulated
+        const float alpha = part.m[r] == -INFINITY ? 0.f : std::exp(part.m[r] - mx);
+        part.l[r] *= alpha;
+        float* orow = part.o.data() + r * Ev;
+        for (int64_t c = 0; c < Ev; ++c) orow[c] *= alpha;
+        part.m[r] = mx;
+      }
+      part.l[r] += add;
+    }
+    pv_accumulate(p.dtype, vp + j0 * p.stride_v[2], p.stride_v[2], e.data(), kDecodeKeys, rows, nb, Ev,
+                  part.o.data());
+  }
+}
+
+template <typename T>
+void attention_decode(const AttentionParams& p) {
+  const int64_t Ev = p.v_head_dim;
+  const int64_t heads = p.batch * p.heads_kv;
+  const int64_t threads = omp_get_max_threads();
+  // Splits of one kv head's keys while the heads leave threads idle, each >= kSplitKeys keys.
+  const int64_t splits =
+      std::clamp<int64_t>((2 * threads + heads - 1) / heads, 1, std::max<int64_t>(1, p.kv_len / kSplitKeys));
+  const int64_t chunk = (p.kv_len + splits - 1) / splits;
+  std::vector<DecodePart> parts(static_cast<size_t>(heads * splits));
+#pragma omp parallel for schedule(dynamic, 1) if (heads * splits > 1 && heads * p.kv_len >= 2 * kSplitKeys)
+  for (int64_t u = 0; u < heads * splits; ++u) {
+    const int64_t b = u / (p.heads_kv * splits), hk = u / splits % p.heads_kv, sp = u % splits;
+    decode_part<T>(p, b, hk, sp * chunk, (sp + 1) * chunk, parts[static_cast<size_t>(u)]);
+  }
+  // Combine the splits of each (batch, kv head) in order; one division and rounding per output.
+  std::vector<float> acc(static_cast<size_t>(Ev));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      int64_t h0, h1;
+      kv_group(p, hk, h0, h1);
+      const DecodePart* ps = parts.data() + (b * p.heads_kv + hk) * splits;
+      for (int64_t r = 0; r < (h1 - h0) * p.q_len; ++r) {
+        float m = -INFINITY;
+        for (int64_t sp = 0; sp < splits; ++sp) m = std::max(m, ps[sp].m[r]);
+        float l = 0.f;
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t sp = 0; sp < splits; ++sp) {
+          // A split whose max is below m is scaled down; one with no valid key (max -inf) adds
+          // nothing unless it carries a NaN (then l is NaN and so is the row).
+          const float w = ps[sp].m[r] == m ? 1.f : ps[sp].m[r] == -INFINITY ? 0.f : std::exp(ps[sp].m[r] - m);
+          l += w == 0.f ? (std::isnan(ps[sp].l[r]) ? ps[sp].l[r] : 0.f) : ps[sp].l[r] * w;
+          const float* o = ps[sp].o.data() + r * Ev;
+          if (w != 0.f)
+            for (int64_t c = 0; c < Ev; ++c) acc[static_cast<size_t>(c)] += o[c] * w;
+        }
+        const int64_t h = h0 + r / p.q_len, i = r % p.q_len;
+        T* out = static_cast<T*>(p.out) + b * p.stride_out[0] + h * p.stride_out[1] + i * p.stride_out[2];
+        for (int64_t c = 0; c < Ev; ++c) out[c] = T(l == 0.f ? 0.f : acc[static_cast<size_t>(c)] / l);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void attention(const AttentionParams& p) {
-  dispatch_float_types(p.dtype, "[attention]", [&](auto tag) { attention_typed<typename decltype(tag)::type>(p); });
+  dispatch_float_types(p.dtype, "[attention]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, double>) {
+      if (use_decode(p)) return attention_decode<T>(p);
+    }
+    attention_typed<T>(p);
+  });
 }
 
 }  // namespace anvil::cpu
+#endif  // HWY_ONCE

@@ -24,6 +24,12 @@ const char* target_name();
 void decode_f32(DType from, const void* src, float* out, int64_t n);
 // Softmax of one contiguous float32 row (cpu/softmax.cpp's three passes); x and y may alias.
 void softmax_row(const float* x, float* y, int64_t n);
+// Max of n float32 values (-inf for n = 0); a NaN may or may not win (SIMD max).
+float row_max(const float* x, int64_t n);
+// Sum over i < n of exp(x[i] - m) for x[i] <= m (-inf gives 0) or NaN (kept), each term within
+// about 1 ulp (cpu/softmax.cpp); the terms go to e when e is not null (e may be x: each term
+// is stored after its input is loaded).
+float exp_sum(const float* x, float* e, int64_t n, float m);
 void encode_f32(DType to, const float* in, void* dst, int64_t n);
 // Software prefetch distance of the GEMV weight streams (cpu/gemv-inl.h, cpu/bf16_dots_x86.cpp),
 // bytes ahead into L2; measured in gemv-inl.h.

@@ -121,6 +121,9 @@ namespace simd {
 HWY_EXPORT(RowMax);
 HWY_EXPORT(RowExpSum);
 HWY_EXPORT(RowFinish);
+
+float row_max(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMax)(x, n); }
+float exp_sum(const float* x, float* e, int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(RowExpSum)(x, e, n, m); }
 }  // namespace simd
 
 namespace {
@@ -128,16 +131,14 @@ namespace {
 // Below this many elements per row, rows are not split across threads.
 constexpr int64_t kSplitRowElements = 16384;
 
-float row_max(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(simd::RowMax)(x, n); }
-float row_exp_sum(const float* x, float* e, int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(simd::RowExpSum)(x, e, n, m); }
 void row_finish(const float* x, float* y, int64_t n, float scale, float max, float log_sum, bool log) {
   HWY_DYNAMIC_DISPATCH(simd::RowFinish)(x, y, n, scale, max, log_sum, log);
 }
 
 // One float32 row; x and y may alias (the low-precision path converts into y first).
 void softmax_row(const float* x, float* y, int64_t n, bool log) {
-  const float m = row_max(x, n);
-  const float s = row_exp_sum(x, log ? nullptr : y, n, m);
+  const float m = simd::row_max(x, n);
+  const float s = simd::exp_sum(x, log ? nullptr : y, n, m);
   row_finish(x, y, n, 1.0f / s, m, std::log(s), log);
 }
 
@@ -171,12 +172,12 @@ void softmax_rows(const SoftmaxParams& p) {
         const int t = omp_get_thread_num(), nt = omp_get_num_threads();
         const int64_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
         if (!direct) to_f32(p.in_dtype, in + (r * n + i0) * is, scratch.data() + i0, i1 - i0);
-        part_max[t] = row_max(x + i0, i1 - i0);
+        part_max[t] = simd::row_max(x + i0, i1 - i0);
 #pragma omp barrier
         float m = part_max[0];
         for (int u = 1; u < nt; ++u) m = std::max(m, part_max[u]);
         for (int u = 0; u < nt; ++u) m = std::isnan(part_max[u]) ? part_max[u] : m;
-        part_sum[t] = row_exp_sum(x + i0, p.log ? nullptr : y + i0, i1 - i0, m);
+        part_sum[t] = simd::exp_sum(x + i0, p.log ? nullptr : y + i0, i1 - i0, m);
 #pragma omp barrier
         float s = 0;
         for (int u = 0; u < nt; ++u) s += part_sum[u];
