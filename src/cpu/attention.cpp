@@ -1,9 +1,9 @@
 // CPU attention.
 // Decode (few query rows per kv head: <= 8 = the GQA group x q_len, no attn_mask, float32 /
 // bfloat16 / float16): each (batch, kv head, key split) streams its K and V rows once in blocks
-// of kDecodeKeys. Scores of the block's keys against every query row are the GEMV dots
-// (simd::gemv_dots: K rows as the weight, bf16 pair products where the CPU has them), then an
-// online softmax per row (the block max, exp_sum's vector exp, the running sum and output
+// of kDecodeKeys. Scores of the block's keys against 4 query rows at a time accumulate one
+// vector per (row, key) and take their horizontal sums in one ConcatEven / ConcatOdd tree, then
+// an online softmax per row (the block max, exp_sum's vector exp, the running sum and output
 // rescaled when the max grows), and o += p V by a Highway loop that widens each V row once for
 // all rows. Splits of one kv head meet in a combine. float32 accumulation, one rounding.
 // Otherwise, for each (batch, kv head) the query rows of every query head that reads it
@@ -34,6 +34,67 @@
 HWY_BEFORE_NAMESPACE();
 namespace anvil::cpu::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// s[r * lds + j] = dot(q[r, :], k[j, :]) for r < 4 and j < keys; q is [4, E] float32 (rows past
+// the caller's zero), k rows float32 / bfloat16 / float16 at stride_k elements. Lanes(df) (row,
+// key) products accumulate at once (4 rows x Lanes / 4 keys); their horizontal sums come out of
+// one ConcatEven / ConcatOdd tree as one vector, instead of one reduction per product. Columns
+// past the last whole vector are added by a scalar loop.
+template <typename T>
+void ScoresT(const T* HWY_RESTRICT k, int64_t stride_k, const float* HWY_RESTRICT q, int64_t E, int64_t keys,
+             float* HWY_RESTRICT s, int64_t lds) {
+#if HWY_TARGET == HWY_SCALAR
+  for (int r = 0; r < 4; ++r)
+    for (int64_t j = 0; j < keys; ++j) {
+      float t = 0.f;
+      for (int64_t c = 0; c < E; ++c) t += q[r * E + c] * static_cast<float>(k[j * stride_k + c]);
+      s[r * lds + j] = t;
+    }
+#else
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(df));
+  constexpr int64_t G = N / 4;  // keys per group
+  static_assert(N >= 4 && N <= 16);
+  HWY_ALIGN float sums[N];
+  const int64_t whole = E / N * N;
+  for (int64_t j0 = 0; j0 < keys; j0 += G) {
+    const T* kr[G];
+    for (int64_t g = 0; g < G; ++g) kr[g] = k + std::min(j0 + g, keys - 1) * stride_k;
+    V acc[N];
+    for (int64_t i = 0; i < N; ++i) acc[i] = hn::Zero(df);
+    for (int64_t c = 0; c < whole; c += N) {
+      V kv[G], qv[4];
+      for (int64_t g = 0; g < G; ++g) kv[g] = LoadAsF32(df, kr[g] + c);
+      for (int r = 0; r < 4; ++r) qv[r] = hn::LoadU(df, q + r * E + c);
+      for (int r = 0; r < 4; ++r)
+        for (int64_t g = 0; g < G; ++g) acc[r * G + g] = hn::MulAdd(qv[r], kv[g], acc[r * G + g]);
+    }
+    // Tree: each level halves the vectors; lane order stays acc[0] .. acc[N - 1].
+    for (int64_t n = N; n > 1; n /= 2)
+      for (int64_t i = 0; i < n / 2; ++i)
+        acc[i] = hn::Add(hn::ConcatEven(df, acc[2 * i + 1], acc[2 * i]), hn::ConcatOdd(df, acc[2 * i + 1], acc[2 * i]));
+    hn::Store(acc[0], df, sums);
+    const int64_t ng = std::min(G, keys - j0);
+    for (int r = 0; r < 4; ++r)
+      for (int64_t g = 0; g < ng; ++g) {
+        float t = sums[r * G + g];
+        for (int64_t c = whole; c < E; ++c) t += q[r * E + c] * static_cast<float>(kr[g][c]);
+        s[r * lds + j0 + g] = t;
+      }
+  }
+#endif
+}
+
+void ScoresF32(const void* k, int64_t sk, const float* q, int64_t E, int64_t keys, float* s, int64_t lds) {
+  ScoresT(static_cast<const float*>(k), sk, q, E, keys, s, lds);
+}
+void ScoresBF16(const void* k, int64_t sk, const float* q, int64_t E, int64_t keys, float* s, int64_t lds) {
+  ScoresT(static_cast<const BFloat16*>(k), sk, q, E, keys, s, lds);
+}
+void ScoresF16(const void* k, int64_t sk, const float* q, int64_t E, int64_t keys, float* s, int64_t lds) {
+  ScoresT(static_cast<const Half*>(k), sk, q, E, keys, s, lds);
+}
 
 // Rows [r0, r0 + nr) (nr <= 4) x NC vectors of columns from c0: accumulators in registers over
 // all keys, each V row widened once, then added to o.
@@ -107,6 +168,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace anvil::cpu {
 namespace simd {
+HWY_EXPORT(ScoresF32);
+HWY_EXPORT(ScoresBF16);
+HWY_EXPORT(ScoresF16);
 HWY_EXPORT(PvF32);
 HWY_EXPORT(PvBF16);
 HWY_EXPORT(PvF16);
@@ -218,9 +282,17 @@ void attention_typed(const AttentionParams& p) {
 
 // ---- decode: few query rows per kv head, K and V streamed once
 
-constexpr int64_t kDecodeRows = 8;    // query rows per kv head (gemv_dots' m limit)
+constexpr int64_t kDecodeRows = 8;    // query rows per kv head (two passes of the 4-row scores)
 constexpr int64_t kDecodeKeys = 128;  // keys per block: the block's V rows stay in L1 for p V
 constexpr int64_t kSplitKeys = 512;   // fewest keys per split of one kv head
+
+void scores(DType t, const void* k, int64_t sk, const float* q, int64_t E, int64_t keys, float* s, int64_t lds) {
+  switch (t) {
+    case DType::BFloat16: return HWY_DYNAMIC_DISPATCH(simd::ScoresBF16)(k, sk, q, E, keys, s, lds);
+    case DType::Float16: return HWY_DYNAMIC_DISPATCH(simd::ScoresF16)(k, sk, q, E, keys, s, lds);
+    default: return HWY_DYNAMIC_DISPATCH(simd::ScoresF32)(k, sk, q, E, keys, s, lds);
+  }
+}
 
 void pv_accumulate(DType t, const void* v, int64_t sv, const float* p, int64_t ldp, int64_t rows, int64_t keys,
                    int64_t cols, float* o) {
@@ -257,7 +329,8 @@ void decode_part(const AttentionParams& p, int64_t b, int64_t hk, int64_t k0, in
   int64_t h0, h1;
   kv_group(p, hk, h0, h1);
   const int64_t rows = (h1 - h0) * p.q_len;
-  std::vector<float> q32(static_cast<size_t>(rows * E)), s(static_cast<size_t>(rows * kDecodeKeys)),
+  const int64_t rows4 = (rows + 3) / 4 * 4;  // the scores kernel takes 4 rows at a time
+  std::vector<float> q32(static_cast<size_t>(rows4 * E), 0.f), s(static_cast<size_t>(rows4 * kDecodeKeys)),
       e(static_cast<size_t>(rows * kDecodeKeys));
   int64_t limit[kDecodeRows];
   const float scale = static_cast<float>(p.scale);  // folded into q
@@ -275,10 +348,13 @@ void decode_part(const AttentionParams& p, int64_t b, int64_t hk, int64_t k0, in
   const int64_t end = std::min(k1, len);
   for (int64_t j0 = k0; j0 < end; j0 += kDecodeKeys) {
     const int64_t nb = std::min(kDecodeKeys, end - j0);
-    // Highway's dots rather than bf16 pair products: at E 64-128 the pair path's per-call setup
-    // outweighs it (2 Zen 5 threads, hd80, 4K keys: 1222 -> 727 us).
-    simd::gemv_dots(p.dtype, kp + j0 * p.stride_k[2], p.stride_k[2], q32.data(), rows, E, s.data(), kDecodeKeys, 0,
-                    nb, false);
+    // Scores of 4 rows at a time (rows padded to a multiple of 4 with zero q rows). 2 Zen 5
+    // threads, bf16 32q/8kv, 4K keys, hd64 / hd80 / hd128: the GEMV dots (one horizontal sum
+    // per row and key) 418 / 480 / 642 us, bf16 pair-product dots 1222 us at hd80, this 318-347
+    // / 358-376 / 512-515 us; 32K hd80 4992 -> 4859 us (compute-bound on both).
+    for (int64_t r0 = 0; r0 < rows; r0 += 4)
+      scores(p.dtype, kp + j0 * p.stride_k[2], p.stride_k[2], q32.data() + r0 * E, E, nb, s.data() + r0 * kDecodeKeys,
+             kDecodeKeys);
     for (int64_t r = 0; r < rows; ++r) {
       float* sr = s.data() + r * kDecodeKeys;
       float* er = e.data() + r * kDecodeKeys;
