@@ -178,6 +178,13 @@ HWY_EXPORT(PvF16);
 
 namespace {
 
+// The query heads [h0, h1) that read kv head hk: those with h * heads_kv / heads_q == hk, a
+// contiguous range.
+void kv_group(const AttentionParams& p, int64_t hk, int64_t& h0, int64_t& h1) {
+  h0 = (hk * p.heads_q + p.heads_kv - 1) / p.heads_kv;
+  h1 = std::min(p.heads_q, ((hk + 1) * p.heads_q + p.heads_kv - 1) / p.heads_kv);
+}
+
 constexpr int64_t kChunkRows = 64;  // query rows per product: scores stay at 64 x S values
 
 void gemm(bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
@@ -215,9 +222,8 @@ void attention_typed(const AttentionParams& p) {
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t len = p.kv_lens ? std::clamp<int64_t>(p.kv_lens[b], 0, p.kv_len) : p.kv_len;
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
-      // Query heads h with h * heads_kv / heads_q == hk form one contiguous range.
-      const int64_t h0 = (hk * p.heads_q + p.heads_kv - 1) / p.heads_kv;
-      const int64_t h1 = std::min(p.heads_q, ((hk + 1) * p.heads_q + p.heads_kv - 1) / p.heads_kv);
+      int64_t h0, h1;
+      kv_group(p, hk, h0, h1);
       if (h0 >= h1) continue;
       const T* kp = static_cast<const T*>(p.k) + b * p.stride_k[0] + hk * p.stride_k[1];
       const T* vp = static_cast<const T*>(p.v) + b * p.stride_v[0] + hk * p.stride_v[1];
@@ -303,12 +309,6 @@ void pv_accumulate(DType t, const void* v, int64_t sv, const float* p, int64_t l
   }
 }
 
-// The query heads [h0, h1) that read kv head hk (a contiguous range).
-void kv_group(const AttentionParams& p, int64_t hk, int64_t& h0, int64_t& h1) {
-  h0 = (hk * p.heads_q + p.heads_kv - 1) / p.heads_kv;
-  h1 = std::min(p.heads_q, ((hk + 1) * p.heads_q + p.heads_kv - 1) / p.heads_kv);
-}
-
 bool use_decode(const AttentionParams& p) {
   if (p.mask || p.head_dim < 1 || p.v_head_dim < 1 || p.dtype == DType::Float64) return false;
   const int64_t group = (p.heads_q + p.heads_kv - 1) / p.heads_kv;
@@ -319,7 +319,7 @@ bool use_decode(const AttentionParams& p) {
 // keys [k0, k1) of the batch's valid keys.
 struct DecodePart {
   float m[kDecodeRows], l[kDecodeRows];
-  std::vector<float> o;  // [rows, v_head_dim]
+  float* o;  // [rows, v_head_dim] in the call's one output buffer
 };
 
 template <typename T>
@@ -330,8 +330,11 @@ void decode_part(const AttentionParams& p, int64_t b, int64_t hk, int64_t k0, in
   kv_group(p, hk, h0, h1);
   const int64_t rows = (h1 - h0) * p.q_len;
   const int64_t rows4 = (rows + 3) / 4 * 4;  // the scores kernel takes 4 rows at a time
-  std::vector<float> q32(static_cast<size_t>(rows4 * E), 0.f), s(static_cast<size_t>(rows4 * kDecodeKeys)),
-      e(static_cast<size_t>(rows * kDecodeKeys));
+  // Per-thread scratch, grown once and reused by every part and call on this thread.
+  thread_local std::vector<float> q32, s, e;
+  q32.assign(static_cast<size_t>(rows4 * E), 0.f);
+  s.resize(static_cast<size_t>(rows4 * kDecodeKeys));
+  e.resize(static_cast<size_t>(rows * kDecodeKeys));
   int64_t limit[kDecodeRows];
   const float scale = static_cast<float>(p.scale);  // folded into q
   for (int64_t r = 0; r < rows; ++r) {
@@ -342,7 +345,7 @@ void decode_part(const AttentionParams& p, int64_t b, int64_t hk, int64_t k0, in
     part.m[r] = -INFINITY;
     part.l[r] = 0.f;
   }
-  part.o.assign(static_cast<size_t>(rows * Ev), 0.f);
+  std::fill(part.o, part.o + rows * Ev, 0.f);
   const T* kp = static_cast<const T*>(p.k) + b * p.stride_k[0] + hk * p.stride_k[1];
   const T* vp = static_cast<const T*>(p.v) + b * p.stride_v[0] + hk * p.stride_v[1];
   const int64_t end = std::min(k1, len);
@@ -371,14 +374,13 @@ void decode_part(const AttentionParams& p, int64_t b, int64_t hk, int64_t k0, in
       if (mx != part.m[r]) {  // the running max grew: rescale what is accumulated
         const float alpha = part.m[r] == -INFINITY ? 0.f : std::exp(part.m[r] - mx);
         part.l[r] *= alpha;
-        float* orow = part.o.data() + r * Ev;
+        float* orow = part.o + r * Ev;
         for (int64_t c = 0; c < Ev; ++c) orow[c] *= alpha;
         part.m[r] = mx;
       }
       part.l[r] += add;
     }
-    pv_accumulate(p.dtype, vp + j0 * p.stride_v[2], p.stride_v[2], e.data(), kDecodeKeys, rows, nb, Ev,
-                  part.o.data());
+    pv_accumulate(p.dtype, vp + j0 * p.stride_v[2], p.stride_v[2], e.data(), kDecodeKeys, rows, nb, Ev, part.o);
   }
 }
 
@@ -392,6 +394,9 @@ void attention_decode(const AttentionParams& p) {
       std::clamp<int64_t>((2 * threads + heads - 1) / heads, 1, std::max<int64_t>(1, p.kv_len / kSplitKeys));
   const int64_t chunk = (p.kv_len + splits - 1) / splits;
   std::vector<DecodePart> parts(static_cast<size_t>(heads * splits));
+  const int64_t max_rows = (p.heads_q + p.heads_kv - 1) / p.heads_kv * p.q_len;  // <= kDecodeRows
+  std::vector<float> outs(static_cast<size_t>(heads * splits * max_rows * Ev));
+  for (size_t u = 0; u < parts.size(); ++u) parts[u].o = outs.data() + u * static_cast<size_t>(max_rows * Ev);
 #pragma omp parallel for schedule(dynamic, 1) if (heads * splits > 1 && heads * p.kv_len >= 2 * kSplitKeys)
   for (int64_t u = 0; u < heads * splits; ++u) {
     const int64_t b = u / (p.heads_kv * splits), hk = u / splits % p.heads_kv, sp = u % splits;
@@ -414,7 +419,7 @@ void attention_decode(const AttentionParams& p) {
           // nothing unless it carries a NaN (then l is NaN and so is the row).
           const float w = ps[sp].m[r] == m ? 1.f : ps[sp].m[r] == -INFINITY ? 0.f : std::exp(ps[sp].m[r] - m);
           l += w == 0.f ? (std::isnan(ps[sp].l[r]) ? ps[sp].l[r] : 0.f) : ps[sp].l[r] * w;
-          const float* o = ps[sp].o.data() + r * Ev;
+          const float* o = ps[sp].o + r * Ev;
           if (w != 0.f)
             for (int64_t c = 0; c < Ev; ++c) acc[static_cast<size_t>(c)] += o[c] * w;
         }
