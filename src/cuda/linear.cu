@@ -374,22 +374,21 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
   const int64_t blocks = (p.n + rows_per_block - 1) / rows_per_block;
   ANVIL_CHECK(blocks <= 0x7FFFFFFF, ShapeError, "[linear] n = ", p.n, " is too large for the CUDA gemv");
   // Block shape by waves (H200, graph replay). k <= 2048 (one load step of 8 warps): k / 256
-  // warps (at least 2), each with one full step, whatever the block count (16 warps leave half of them on
-  // the clamped tail path: router 2048 -> 128 3.18 -> 1.88 us, k_proj 2048 -> 512 3.26 -> 2.21).
-  // Longer k: up to one block per SM, 16 warps split k; more blocks take 8 warps at 3 per SM
-  // (one wave up to 3 blocks per SM) unless k needs more than two load steps of 8 warps while
-  // 16-warp blocks would still fit in two waves. 3-4 blocks per SM with one step of k run at 4 per SM (64 registers, a few
-  // spilled). Against 16 warps below 2 blocks per SM and 3 per SM above: decode-linear geomean
-  // 0.445 -> 0.467 of copy (expert gate_up 2048 -> 1536 6.51 -> 3.17 us, q_proj 2048 -> 4096
-  // 7.04 -> 5.86 us), then 0.479 with the k <= 2048 rule; 8 warps at k = 8192, 256 blocks:
-  // 12.0 -> 14.5 us, hence the k limit.
+  // warps (at least 2), each with one full step, whatever the block count (16 warps leave half
+  // of them on the clamped tail path: router 2048 -> 128 3.18 -> 1.88 us, k_proj 2048 -> 512
+  // 3.26 -> 2.21). Longer k: up to one block per SM, up to 16 warps split k (k / 256 when fewer
+  // cover it in full steps: gpt-oss router 2880 -> 32 takes 11); more blocks take 8 warps at 3
+  // per SM (one wave up to 3 blocks per SM) unless k needs more than two load steps of 8 warps
+  // while 16-warp blocks would still fit in two waves. 3-4 blocks per SM with one step of k run
+  // at 4 per SM (64 registers, a few spilled). Against 16 warps below 2 blocks per SM and 3 per
+  // SM above: decode-linear geomean 0.445 -> 0.467 of copy (expert gate_up 2048 -> 1536 6.51 ->
+  // 3.17 us, q_proj 2048 -> 4096 7.04 -> 5.86 us), then 0.479 with the k <= 2048 rule; 8 warps
+  // at k = 8192, 256 blocks: 12.0 -> 14.5 us, hence the k limit. At least 2 warps: the tile
+  // store takes 64 threads (k <= 2048 never takes two tiles).
   const int64_t sms = launch.sm_count();
-  // 16-warp blocks take k / 256 warps when fewer cover k in full steps (gpt-oss router 2880 ->
-  // 32: 11). At least 2 warps: the tile store takes 64 threads (k <= 2048 never takes two tiles).
-  const int full_step_warps = static_cast<int>(std::clamp<int64_t>(p.k / 256, 2, kMaxWarps));
-  const int warps = p.k <= 8 * 256 || blocks <= sms || (blocks < 2 * sms && p.k > 2 * 8 * 256)
-                        ? std::min(full_step_warps, p.k <= 8 * 256 ? 8 : kMaxWarps)
-                        : 8;
+  const int full_step_warps = static_cast<int>(std::clamp<int64_t>(p.k / 256, 2, kMaxWarps));  // <= 8 at k <= 2048
+  const int warps =
+      p.k <= 8 * 256 || blocks <= sms || (blocks < 2 * sms && p.k > 2 * 8 * 256) ? full_step_warps : 8;
   const bool four = !wide && p.k <= 8 * 256 && blocks > 3 * sms && blocks <= 4 * sms;
   const dim3 grid(static_cast<unsigned>(blocks)), block(warps * 32);
   // The L2 prefetch pays on small weights; on large ones it competes with the previous kernel's

@@ -7,7 +7,8 @@
 // so the sort is stable (rows of one expert in token order) and needs no atomics in global
 // memory. Up to 64 tokens (decode) everything is one block and one launch; more tokens route in a
 // grid first; up to 32 (token, slot) pairs (four tokens' top 8) one warp does it all, and one
-// token's routing is one warp holding the probabilities in registers (keys for redux max / min). Combine: one thread per V hidden elements of a token sums its top_k rows.
+// token's routing is one warp holding the probabilities in registers (keys for redux max / min).
+// Combine: one thread per V hidden elements of a token sums its top_k rows.
 // Fused experts (decode, few (token, slot) pairs; see MoeExpertsParams): two GEMV kernels over
 // the pairs' own expert rows, no gather or sort. gate_up: a block per (pair, 4R intermediate
 // columns) = R tiles of 8 weight rows (4 gate, 4 up) as the n = 8 side of mma.sync m16n8k16,

@@ -20,6 +20,7 @@
 #include "cuda/allocator.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/pdl.cuh"
+#include "cuda/device/reduce.cuh"
 #include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
@@ -74,26 +75,6 @@ __device__ __forceinline__ void store_at(void* out, int64_t i, A v) {
   static_cast<Out*>(out)[i] = from_compute<Out>(v);
 }
 
-// The out dtype is a run-time switch at the store (uniform per launch), which keeps instances
-// per (input, compute) pair instead of per (input, output) pair.
-template <typename A>
-__device__ __forceinline__ void store_out(void* out, DType t, int64_t i, A v) {
-  switch (t) {
-    case DType::BFloat16:
-      store_at<BFloat16>(out, i, v);
-      break;
-    case DType::Float16:
-      store_at<Half>(out, i, v);
-      break;
-    case DType::Float64:
-      store_at<double>(out, i, v);
-      break;
-    default:
-      store_at<float>(out, i, v);
-      break;
-  }
-}
-
 // f(TypeTag<Out>) for the out dtype: one store loop per out dtype, chosen once per launch.
 template <typename F>
 __device__ __forceinline__ void with_out_type(DType t, F&& f) {
@@ -113,6 +94,13 @@ __device__ __forceinline__ void with_out_type(DType t, F&& f) {
   }
 }
 
+// One element: the out dtype is a run-time switch at the store (uniform per launch), which keeps
+// instances per (input, compute) pair instead of per (input, output) pair.
+template <typename A>
+__device__ __forceinline__ void store_out(void* out, DType t, int64_t i, A v) {
+  with_out_type(t, [&](auto tag) { store_at<typename decltype(tag)::type>(out, i, v); });
+}
+
 template <typename A>
 __device__ __forceinline__ A finish(A x, A m, A inv_sum, A log_sum, bool log) {
   return log ? (x - m) - log_sum : exp_a(x - m) * inv_sum;
@@ -123,17 +111,22 @@ __device__ __forceinline__ A finish(A x, A m, A inv_sum, A log_sum, bool log) {
 // are symmetric and the block and cluster steps read their partials in a fixed order.
 // (H200, [1, 151936] float32: 16.5 us with one online (max, sum) reduction, where every
 // combine costs two exps, on 8-block clusters; 10.6 us with this split on 16-block clusters.)
+// init / combine: the reducer interface of cuda_device::block_reduce (float32 there).
 struct MaxOp {
   template <typename A>
   __device__ A operator()(A a, A b) const {
     return max_nan(a, b);
   }
+  __device__ float init() const { return -INFINITY; }
+  __device__ float combine(float a, float b) const { return max_nan(a, b); }
 };
 struct SumOp {
   template <typename A>
   __device__ A operator()(A a, A b) const {
     return a + b;
   }
+  __device__ float init() const { return 0.f; }
+  __device__ float combine(float a, float b) const { return a + b; }
 };
 
 template <typename A>
@@ -291,19 +284,12 @@ constexpr int kSplitThreads = 256;
 constexpr int kSplitItems = 8;
 constexpr int kSplitChunk = kSplitThreads * kSplitItems;
 
-// The block's reduction of v (every thread ends with it); warp partials are combined by warp 0
-// in a shuffle tree. red holds kSplitThreads / 32 + 1 values; two barriers.
-template <typename Op>
-__device__ __forceinline__ float block_reduce(float v, Op op, float* red) {
-  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    constexpr int warps = kSplitThreads / 32;
-    float r = red[threadIdx.x % warps];  // lanes past the warps repeat them: max / sum taken once below
-    for (int off = warps / 2; off > 0; off >>= 1) r = op(r, __shfl_xor_sync(0xffffffffu, r, off));
-    if (threadIdx.x == 0) red[warps] = r;
-  }
+// The block's max (NaN kept) or sum of v, every thread ending with it: cuda_device::block_reduce
+// into thread 0, then broadcast through red[kSplitThreads / 32].
+template <typename R>
+__device__ __forceinline__ float block_all(float v, R r, float* red) {
+  v = cuda_device::block_reduce(v, r, red);
+  if (threadIdx.x == 0) red[kSplitThreads / 32] = v;
   __syncthreads();
   return red[kSplitThreads / 32];
 }
@@ -331,11 +317,11 @@ __global__ void __launch_bounds__(kSplitThreads)
   float m = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kSplitItems; ++i) m = max_nan(m, v[i]);
-  m = block_reduce(m, MaxOp{}, red);
+  m = block_all(m, MaxOp{}, red);
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < kSplitItems; ++i) s += v[i] == -INFINITY ? 0.f : expf(v[i] - m);
-  s = block_reduce(s, SumOp{}, red);
+  s = block_all(s, SumOp{}, red);
   if (threadIdx.x == 0) partials[blockIdx.x] = make_float2(m, s);
 }
 
@@ -351,13 +337,13 @@ __global__ void __launch_bounds__(kSplitThreads)
   // Each thread combines parts t, t + 256, ... in order, then the block.
   float m = -INFINITY;
   for (int b = threadIdx.x; b < parts; b += kSplitThreads) m = max_nan(m, partials[row * parts + b].x);
-  m = block_reduce(m, MaxOp{}, red);
+  m = block_all(m, MaxOp{}, red);
   float s = 0.f;
   for (int b = threadIdx.x; b < parts; b += kSplitThreads) {
     const float2 ms = partials[row * parts + b];
     s += ms.y * expf(ms.x - m);
   }
-  s = block_reduce(s, SumOp{}, red);
+  s = block_all(s, SumOp{}, red);
   const float inv_sum = 1.f / s, log_sum = logf(s);
   auto store_part = [&](auto out_tag) {
     using Out = typename decltype(out_tag)::type;
