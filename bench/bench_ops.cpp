@@ -74,6 +74,18 @@ double time_graph(Device dev, const Runner& run, int reps) {
   return median(t);
 }
 
+// Empty matches all; "A|B" matches names containing A or B.
+bool matches_filter(const std::string& name, const std::string& filter) {
+  if (filter.empty()) return true;
+  for (size_t begin = 0;;) {
+    const size_t end = filter.find('|', begin);
+    const std::string part = filter.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    if (!part.empty() && name.find(part) != std::string::npos) return true;
+    if (end == std::string::npos) return false;
+    begin = end + 1;
+  }
+}
+
 }  // namespace
 
 int run_bench_ops(const BenchOpsOptions& o) {
@@ -112,7 +124,7 @@ int run_bench_ops(const BenchOpsOptions& o) {
   for (Case& c : moe_cases(dev)) cases.push_back(std::move(c));
   std::vector<Result> results;
   for (const Case& c : cases) {
-    if (!o.filter.empty() && c.name.find(o.filter) == std::string::npos) continue;
+    if (!matches_filter(c.name, o.filter)) continue;
     std::printf("  %s\n", c.name.c_str());
     std::fflush(stdout);
     Result r{c.name, c.ceiling, c.group, 0, 0, c.bytes, 0, 0, c.spec};

@@ -54,6 +54,16 @@ std::vector<Case> core_cases(Device dev) {
                        return [=](int i) { (void)sum(a[i % rot]); };
                      }, "", spec("sum", t, t)});
   }
+  // Short read-only streams of a decode step's sizes (q_proj's 16.8 MB, the MoE block's 50 MB
+  // gate_up): the reference for what a ~5-20 us kernel can read, start and drain included.
+  for (const int64_t m : {int64_t{8} << 20, int64_t{24} << 20}) {
+    const int mrot = rotations_for(dev, 2.0 * m);
+    cases.push_back({"sum bf16 short stream " + std::to_string(m), 2.0 * m, ceil, [=]() -> Runner {
+                       std::vector<Tensor> a;
+                       for (int i = 0; i < mrot; ++i) a.push_back(rand({m}, TensorOptions(kBFloat16).device(dev)));
+                       return [=](int i) { (void)sum(a[i % mrot]); };
+                     }, "", nlohmann::json{{"op", "sum"}, {"n", m}, {"dtype", "bfloat16"}, {"out_dtype", "bfloat16"}}});
+  }
   return cases;
 }
 

@@ -333,6 +333,7 @@ TEST_P(Moe, ExpertsMatchReferenceAndComposition) {
       {kFloat16, kFloat8_e5m2, 8, 64, 32, 2, {2, 40}},
       {kBFloat16, kBFloat16, 12, 72, 24, 3, {1, 30}},
       {kBFloat16, kFloat8_e4m3fn, 12, 72, 24, 3, {1, 30}},
+      {kBFloat16, kBFloat16, 40, 32, 16, 30, {1, 2}},  // top_k > 24: 1024-thread down blocks
       {kBFloat16, kBFloat16, 40, 32, 16, 33, {1}},  // top_k > 32: the grouped path
       {kBFloat16, kBFloat16, 6, 16, 8, 1, {1, 64, 65}},
   };

@@ -316,7 +316,9 @@ struct MoeCombineParams {
 // (float8 weights). Every rounding is to `dtype`, as the composition's intermediates. Weight rows
 // have unit stride along their columns; ids, weights are [tokens, top_k] contiguous; act is
 // [tokens * top_k, inter] contiguous scratch (CUDA). The CUDA kernels take 16-bit activations,
-// 16-byte aligned rows, hidden and inter multiples of 16 / sizeof(w element), top_k <= 32.
+// 16-byte aligned rows, hidden and inter multiples of 16 / sizeof(w element), the limits below.
+constexpr int64_t kMoeExpertsMaxPairs = 64;  // tokens * top_k the fused kernels take
+constexpr int64_t kMoeExpertsMaxTopK = 32;   // the CUDA down kernel's per-slot partials
 struct MoeExpertsParams {
   const void* hidden = nullptr;
   const int64_t* ids = nullptr;

@@ -570,11 +570,7 @@ bool use_decode(const GroupedMmParams& p) {
 
 template <typename A, typename W>
 void launch_decode(const GroupedMmParams& p, const KernelLaunch& launch) {
-  static const int per_sm = [] {
-    int blocks = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, grouped_gemv_kernel<A, W>, kDecodeWarps * 32, 0);
-    return std::max(blocks, 1);
-  }();
+  static const int per_sm = resident_blocks(grouped_gemv_kernel<A, W>, kDecodeWarps * 32, 0);
   const int64_t cap = int64_t{per_sm} * launch.sm_count();
   const int64_t steps = (p.k + kDecodeStepCols<W> - 1) / kDecodeStepCols<W>;
   const int64_t tiles = std::min(p.m, p.groups) * ((p.n + 7) / 8);

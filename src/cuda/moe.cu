@@ -369,34 +369,35 @@ __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Mo
 // ---- fused experts
 
 constexpr int kExpertWarps = 8;
-constexpr int kExpertLoads = 8;      // 16-byte weight loads in flight per lane
-constexpr int kExpertMaxSlots = 32;  // top_k limit (the op sends more through the grouped products)
 
 // acc[r] (lane (g, t): d[0], d[1] = dot of x with rows 2t, 2t + 1 of weight tile r) += the dot
-// of x[0, k) with row g of tile r (w[r]) over the 4V-column chunks c = c0, c0 + stride, ...;
-// lane t holds columns [4V c + V t, + V) with V = 16 / sizeof(W); U chunks x R rows of loads per
-// lane in flight, all issued before the first mma. k % V == 0, so a lane's columns are all inside
-// k or all past it (zeros).
+// of x[0, k) with row g of tile r (w[r]) over the 4V-column chunks of the groups of U chunks c0,
+// c0 + stride, ... (a warp's U loads of a step read U x 64 contiguous bytes of a row); lane t
+// holds columns [4V c + V t, + V) with V = 16 / sizeof(W); U chunks x R rows of loads per lane in
+// flight, all issued before the first mma. k % V == 0, so a lane's columns are all inside k or
+// all past it (zeros).
 template <typename A, typename W, int R, int U>
 __device__ __forceinline__ void stream_dot(float (&acc)[R][4], const char* const (&w)[R], const char* x, int64_t k,
                                            int c0, int stride) {
   constexpr int V = 16 / sizeof(W), XV = V * sizeof(A) / 16;
   const int t = threadIdx.x % 4;
   const int64_t chunks = (k + 4 * V - 1) / (4 * V);
-  for (int64_t c = c0; c < chunks; c += int64_t{stride} * U) {
+  for (int64_t c = int64_t{c0} * U; c < chunks; c += int64_t{stride} * U) {
+    // Chunks c .. c + U - 1 are 64 contiguous bytes of the row apart: one base, immediate offsets.
+    const int64_t q0 = c * 4 * V + t * V;
     uint4 wv[U][R], xv[U][XV];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t q = (c + int64_t{u} * stride) * 4 * V + t * V;
 #pragma unroll
-      for (int r = 0; r < R; ++r) wv[u][r] = q < k ? load_stream16(w[r] + q * int64_t{sizeof(W)}) : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < R; ++r)
+        wv[u][r] = q0 + u * 4 * V < k ? load_stream16(w[r] + q0 * int64_t{sizeof(W)} + 64 * u) : make_uint4(0, 0, 0, 0);
     }
+    const char* xq = x + q0 * int64_t{sizeof(A)};
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t q = (c + int64_t{u} * stride) * 4 * V + t * V;
 #pragma unroll
       for (int v = 0; v < XV; ++v)
-        xv[u][v] = q < k ? load_cached16(x + q * int64_t{sizeof(A)} + 16 * v) : make_uint4(0, 0, 0, 0);
+        xv[u][v] = q0 + u * 4 * V < k ? load_cached16(xq + (4 * V * sizeof(A)) * u + 16 * v) : make_uint4(0, 0, 0, 0);
     }
     __syncwarp();  // mma.sync is warp-collective: reconverge after the per-lane loads
 #pragma unroll
@@ -422,6 +423,13 @@ __global__ void __launch_bounds__(kExpertWarps * 32) experts_gate_up_kernel(cons
   pdl_launch_dependents();
   pdl_wait();
   const int64_t e = expert_of(p, pair);
+  // The epilogue's float8 scales, loaded now so their latency hides behind the weight stream.
+  const int64_t i = c0 + threadIdx.x;
+  float gs = 1.f, us = 1.f;
+  if (p.gate_up_scale && threadIdx.x < 4 * R && i < p.inter) {
+    gs = p.gate_up_scale[e * 2 * p.inter + i];
+    us = p.gate_up_scale[e * 2 * p.inter + p.inter + i];
+  }
   const char* w[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -439,7 +447,6 @@ __global__ void __launch_bounds__(kExpertWarps * 32) experts_gate_up_kernel(cons
     }
   }
   __syncthreads();
-  const int64_t i = c0 + threadIdx.x;
   if (threadIdx.x >= 4 * R || i >= p.inter) return;
   const int r = threadIdx.x / 4, j = threadIdx.x % 4;
   float gv = 0.f, uv = 0.f;
@@ -448,21 +455,28 @@ __global__ void __launch_bounds__(kExpertWarps * 32) experts_gate_up_kernel(cons
     gv += partial[wi][r][j];
     uv += partial[wi][r][4 + j];
   }
-  if (p.gate_up_scale) {
-    gv *= p.gate_up_scale[e * 2 * p.inter + i];
-    uv *= p.gate_up_scale[e * 2 * p.inter + p.inter + i];
-  }
-  gv = to_compute(from_compute<A>(gv));  // the composition's gate_up output, then silu_mul's
-  uv = to_compute(from_compute<A>(uv));
+  gv = to_compute(from_compute<A>(gv * gs));  // the composition's gate_up output, then silu_mul's
+  uv = to_compute(from_compute<A>(uv * us));
   static_cast<A*>(p.act)[pair * p.inter + i] = from_compute<A>(gv / (1.f + expf(-gv)) * uv);
 }
 
-// A block per (token, 8 hidden rows): warp w streams slot w / P's expert rows over k-chunks
-// w % P, w % P + P, ... (P warps per slot, blockDim = 32 top_k P); each slot's product is summed
-// over its P warps in order and rounded, then the slots are combined in order.
-template <typename A, typename W>
-__global__ void __launch_bounds__(1024) experts_down_kernel(const __grid_constant__ MoeExpertsParams p, int P) {
-  __shared__ float partial[32][8];
+// A block per (token, 8 hidden rows): warp w streams slot w / P's expert rows over the groups of
+// kDownLoads k-chunks w % P, w % P + P, ... (P warps per slot, blockDim = 32 top_k P); each
+// slot's product is summed over its P warps in order and rounded, then the slots are combined in
+// order. The first warp of a slot copies the slot's routing weight and float8 scales into shared
+// memory (cp.async) before its weight stream, so the epilogue reads only shared memory (loaded
+// there, the chain of per-slot loads cost ~0.5 us per slot on the H200: fp8 down 14.7 -> 10.9 us
+// for 12.7 MB). Two blocks per SM of up to kDownThreads threads at 64 registers, each lane with
+// kDownLoads loads in flight per step (H200, Qwen3-30B-A3B's 8 experts, 768 -> 2048: bf16 25 MB
+// 13.4 us with 768 threads and 8 loads, 15.3 with 768 at 40 registers and 4 loads, 12.5 with 512
+// and 4; one block of 768 at 44 registers 18.8); one block of 1024 threads (one warp per slot)
+// past it.
+constexpr int kDownThreads = 512;
+constexpr int kDownLoads = 4;
+template <typename A, typename W, int kMaxThreads>
+__global__ void __launch_bounds__(kMaxThreads, kMaxThreads <= kDownThreads ? 2 : 1)
+    experts_down_kernel(const __grid_constant__ MoeExpertsParams p, int P) {
+  __shared__ float partial[32][8], slot_weight[kMoeExpertsMaxTopK], slot_scale[kMoeExpertsMaxTopK][8];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t tiles = (p.hidden_size + 7) / 8, tok = blockIdx.x / tiles, j0 = (blockIdx.x % tiles) * 8;
   pdl_launch_dependents();
@@ -470,24 +484,33 @@ __global__ void __launch_bounds__(1024) experts_down_kernel(const __grid_constan
   const int s = warp / P;
   const int64_t pair = tok * p.top_k + s, e = expert_of(p, pair);
   const int64_t j = std::min(j0 + g, p.hidden_size - 1);
+  if (warp % P == 0 && lane < 8) {  // straight into shared memory: no registers held over the stream
+    if (p.down_scale)
+      cuda_device::cp_async4(cuda_device::smem_u32(&slot_scale[s][lane]),
+                             p.down_scale + e * p.hidden_size + std::min(j0 + lane, p.hidden_size - 1));
+    else
+      slot_scale[s][lane] = 1.f;
+    if (lane == 0) cuda_device::cp_async4(cuda_device::smem_u32(&slot_weight[s]), p.weights + pair);
+  }
+  cuda_device::cp_async_commit();
   const char* const w[1] = {static_cast<const char*>(p.down) + (e * p.stride_down_expert + j * p.stride_down_row) * int64_t{sizeof(W)}};
   const char* x = static_cast<const char*>(p.act) + pair * p.inter * int64_t{sizeof(A)};
   float acc[1][4] = {};
-  stream_dot<A, W, 1, kExpertLoads>(acc, w, x, p.inter, warp % P, P);
+  stream_dot<A, W, 1, kDownLoads>(acc, w, x, p.inter, warp % P, P);
   if (g == 0) {
     partial[warp][2 * t] = acc[0][0];
     partial[warp][2 * t + 1] = acc[0][1];
   }
+  cuda_device::cp_async_wait<0>();
   __syncthreads();
   if (threadIdx.x >= 8 || j0 + threadIdx.x >= p.hidden_size) return;
   const int64_t jj = j0 + threadIdx.x;
   float out = 0.f;  // moe_combine's sum: float32, slots in order
   for (int si = 0; si < p.top_k; ++si) {
-    const int64_t q = tok * p.top_k + si;
     float y = 0.f;
     for (int sp = 0; sp < P; ++sp) y += partial[si * P + sp][threadIdx.x];
-    if (p.down_scale) y *= p.down_scale[expert_of(p, q) * p.hidden_size + jj];
-    out += p.weights[q] * to_compute(from_compute<A>(y));  // the composition's down output
+    y *= slot_scale[si][threadIdx.x];
+    out += slot_weight[si] * to_compute(from_compute<A>(y));  // the composition's down output
   }
   static_cast<A*>(p.out)[tok * p.stride_out_row + jj] = from_compute<A>(out);
 }
@@ -495,25 +518,28 @@ __global__ void __launch_bounds__(1024) experts_down_kernel(const __grid_constan
 template <typename A, typename W>
 void launch_experts(const MoeExpertsParams& p, const KernelLaunch& launch) {
   const char* op = "[moe_experts]";
-  // gate_up: each warp's share of hidden is one step of loads. H200, Qwen3-30B-A3B's experts
-  // (H 2048, graph replay of the whole block): bf16 weights (8 chunks per warp) 37.1 us with
-  // one 8-row tile x 8 chunks against 38.6 with two tiles x 4 and 38.7 with two x 8; float8
-  // weights (4 chunks per warp) 33.8 us with two tiles x 4 against 36.2 with one x 8.
+  // gate_up tiles and loads per lane per step, H200, Qwen3-30B-A3B's experts (H 2048, graph replay
+  // of the whole block, us for R tiles x U loads): bf16 weights 1 x 2 30.9, 1 x 4 31.0, 2 x 4
+  // 33.0, 1 x 8 35.2 (fewer loads in flight per lane, more resident blocks); float8 2 x 4 23.7,
+  // 1 x 2 24.5, 1 x 4 25.5, 1 x 8 31.9.
+  constexpr int R = sizeof(W) == 1 ? 2 : 1, U = sizeof(W) == 1 ? 4 : 2;
   constexpr int64_t kChunkCols = 64 / sizeof(W);
-  const int64_t up_chunks = (p.hidden_size + kChunkCols - 1) / kChunkCols;
-  const bool two_tiles = up_chunks <= 4 * kExpertWarps;
-  const int R = two_tiles ? 2 : 1;
   const int64_t up_blocks = p.tokens * p.top_k * ((p.inter + 4 * R - 1) / (4 * R));
   const int64_t down_blocks = p.tokens * ((p.hidden_size + 7) / 8);
   ANVIL_CHECK(up_blocks <= INT_MAX && down_blocks <= INT_MAX, ShapeError, op, " ", p.tokens, " tokens x ",
               p.hidden_size, " x ", p.inter, " are too large for the fused CUDA kernels");
-  launch_pdl(op, two_tiles ? experts_gate_up_kernel<A, W, 2, 4> : experts_gate_up_kernel<A, W, 1, kExpertLoads>,
-             dim3(static_cast<unsigned>(up_blocks)), dim3(kExpertWarps * 32), 0, launch.stream(), p);
-  // Warps per slot: enough that each warp's share of inter is one step of loads, at most 32 warps.
+  launch_pdl(op, experts_gate_up_kernel<A, W, R, U>, dim3(static_cast<unsigned>(up_blocks)), dim3(kExpertWarps * 32), 0,
+             launch.stream(), p);
+  // Warps per slot: enough that each warp's share of inter is two steps of loads, within
+  // kDownThreads (one warp per slot past it).
   const int64_t chunks = (p.inter + kChunkCols - 1) / kChunkCols;
-  const int P = static_cast<int>(std::clamp<int64_t>((chunks + kExpertLoads - 1) / kExpertLoads, 1, 32 / p.top_k));
-  launch_pdl(op, experts_down_kernel<A, W>, dim3(static_cast<unsigned>(down_blocks)),
-             dim3(static_cast<unsigned>(32 * p.top_k * P)), 0, launch.stream(), p, P);
+  const int64_t most = std::max<int64_t>(1, kDownThreads / 32 / p.top_k);
+  const int P = static_cast<int>(std::clamp<int64_t>((chunks + kDownLoads - 1) / kDownLoads, 1, most));
+  const dim3 down_grid(static_cast<unsigned>(down_blocks)), block(static_cast<unsigned>(32 * p.top_k * P));
+  if (block.x <= kDownThreads)
+    launch_pdl(op, experts_down_kernel<A, W, kDownThreads>, down_grid, block, 0, launch.stream(), p, P);
+  else
+    launch_pdl(op, experts_down_kernel<A, W, 1024>, down_grid, block, 0, launch.stream(), p, P);
 }
 
 }  // namespace
@@ -575,8 +601,9 @@ void moe_combine(const MoeCombineParams& p) {
 
 void moe_experts(const MoeExpertsParams& p) {
   const char* name = "[moe_experts]";
-  ANVIL_CHECK(p.top_k <= kExpertMaxSlots, ShapeError, name, " the fused CUDA kernels take top_k <= ", kExpertMaxSlots,
-              ", got ", p.top_k);
+  ANVIL_CHECK(p.top_k <= kMoeExpertsMaxTopK && p.tokens * p.top_k <= kMoeExpertsMaxPairs, ShapeError, name,
+              " the fused CUDA kernels take top_k <= ", kMoeExpertsMaxTopK, " and tokens x top_k <= ",
+              kMoeExpertsMaxPairs, ", got ", p.tokens, " x ", p.top_k);
   KernelLaunch launch(p.out);
   auto with_weights = [&](auto a_tag) {
     using A = typename decltype(a_tag)::type;

@@ -96,8 +96,6 @@ namespace {
 
 // The fused experts kernels run for at most this many (token, slot) pairs (decode): they read
 // each pair's expert rows once, so many tokens sharing experts go through the grouped products.
-constexpr int64_t kFusedMaxPairs = 64;
-constexpr int64_t kFusedMaxTopK = 32;  // the CUDA down kernel's per-slot partials
 
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data_ptr()) % 16 == 0; }
 
@@ -169,7 +167,7 @@ Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor
   if (K == 0 || I == 0) return zeros({T, H}, o);
   const Tensor gu = unit_rows(gate_up), dn = unit_rows(down);
   const Tensor h = as_rows(hidden, T, H);
-  const bool fused = T * K <= kFusedMaxPairs && K <= kFusedMaxTopK &&
+  const bool fused = T * K <= kMoeExpertsMaxPairs && K <= kMoeExpertsMaxTopK &&
                      (!hidden.device().is_cuda() || cuda_fusable(h, gu, dn));
   if (!fused) {
     ANVIL_CHECK(routing.offs.defined() && routing.token_index.defined() && routing.sorted_pos.defined(), Error, op,

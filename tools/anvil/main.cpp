@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   anvil::bench::BenchOpsOptions bo;
   auto* bench_ops = app.add_subcommand("bench-ops", "time op cases against a bandwidth ceiling measured in the same run");
   bench_ops->add_option("--device", bo.device, "cpu | cuda | cuda:N")->capture_default_str();
-  bench_ops->add_option("--filter", bo.filter, "run only cases whose name contains this text");
+  bench_ops->add_option("--filter", bo.filter, "run only cases whose name contains this text (A|B: either)");
   bench_ops->add_option("--json", bo.json_path, "write results to this JSON file");
   bench_ops->add_option("--reps", bo.reps, "timed repetitions per case (default: 15 cpu, 50 cuda)");
 
