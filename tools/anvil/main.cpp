@@ -1,10 +1,11 @@
-// anvil: the command-line front end (info, bench-ops; the runtime adds run/bench/logits).
+// anvil: the command-line front end (info, bench-ops, tokenize, detokenize; run / bench / logits next).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <omp.h>
 
 #include "anvil/anvil.h"
 #include "bench_ops.h"
+#include "commands.h"
 
 namespace {
 
@@ -44,10 +45,23 @@ int main(int argc, char** argv) {
   bench_ops->add_option("--json", bo.json_path, "write results to this JSON file");
   bench_ops->add_option("--reps", bo.reps, "timed repetitions per case (default: 15 cpu, 50 cuda)");
 
+  anvil::cli::TokenizeOptions to;
+  auto* tokenize = app.add_subcommand("tokenize", "print the ids of a text as a JSON array");
+  tokenize->add_option("--tokenizer", to.tokenizer, "tokenizer.json")->required();
+  tokenize->add_option("text", to.text, "the text (or --text-file)");
+  tokenize->add_option("--text-file", to.text_file, "read the text from this file");
+  anvil::cli::DetokenizeOptions de;
+  auto* detokenize = app.add_subcommand("detokenize", "print the text of ids");
+  detokenize->add_option("--tokenizer", de.tokenizer, "tokenizer.json")->required();
+  detokenize->add_option("--ids", de.ids, "ids: 1,2,3 or [1, 2, 3]")->required();
+  detokenize->add_flag("--skip-special", de.skip_special, "leave special tokens out");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("info")) return cmd_info();
     if (app.got_subcommand("bench-ops")) return anvil::bench::run_bench_ops(bo);
+    if (app.got_subcommand("tokenize")) return anvil::cli::cmd_tokenize(to);
+    if (app.got_subcommand("detokenize")) return anvil::cli::cmd_detokenize(de);
   } catch (const anvil::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
