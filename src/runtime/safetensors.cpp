@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "anvil/error.h"
+#include "runtime/format_error.h"
 
 namespace anvil::runtime {
 namespace {
@@ -16,10 +16,7 @@ constexpr const char* kOp = "[safetensors]";
 
 template <typename... Args>
 [[noreturn]] void fail(const std::string& where, Args&&... args) {
-  std::ostringstream s;
-  s << kOp << " " << where << ": ";
-  (s << ... << args);
-  throw FormatError(s.str());
+  format_fail(kOp, where, std::forward<Args>(args)...);
 }
 
 std::string shape_str(const Shape& s) {

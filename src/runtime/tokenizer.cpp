@@ -11,9 +11,9 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "anvil/error.h"
+#include "runtime/format_error.h"
 
 namespace anvil::runtime {
 namespace {
@@ -24,10 +24,7 @@ constexpr const char* kOp = "[tokenizer]";
 
 template <typename... Args>
 [[noreturn]] void fail(const std::string& where, Args&&... args) {
-  std::ostringstream s;
-  s << kOp << " " << where << ": ";
-  (s << ... << args);
-  throw FormatError(s.str());
+  format_fail(kOp, where, std::forward<Args>(args)...);
 }
 
 // GPT-2's byte <-> character table: printable Latin-1 bytes stand for themselves, the other 68
