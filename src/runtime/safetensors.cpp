@@ -19,12 +19,6 @@ template <typename... Args>
   format_fail(kOp, where, std::forward<Args>(args)...);
 }
 
-std::string shape_str(const Shape& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 // The safetensors dtype names anvil holds; others (F8_E8M0, F4, F6_*) are refused by name.
 bool safetensors_dtype(const std::string& n, DType& out) {
   static const std::map<std::string, DType> names = {
@@ -59,6 +53,13 @@ json parse_json_unique(const char* begin, const char* end, const std::string& wh
   }
   if (!duplicate.empty()) fail(where, what, " has the key \"", duplicate, "\" twice");
   return j;
+}
+
+// "[2, 3]" (anvil::shape_str lives with the Tensor printing code, which the fuzz target leaves out).
+std::string dims_str(const Shape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
 }
 
 bool as_u64(const json& v, uint64_t& out) {
@@ -97,14 +98,14 @@ SafetensorsEntry parse_entry(const std::string& where, const std::string& name, 
   }
   const uint64_t elem = element_size(e.dtype);
   if (overflow || (numel != 0 && numel > UINT64_MAX / elem) || numel * elem > static_cast<uint64_t>(INT64_MAX))
-    fail(where, t, ": shape ", shape_str(e.shape), " of ", dtype_name(e.dtype), " overflows 64-bit sizes");
+    fail(where, t, ": shape ", dims_str(e.shape), " of ", dtype_name(e.dtype), " overflows 64-bit sizes");
   const json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !as_u64(off[0], e.begin) || !as_u64(off[1], e.end))
     fail(where, t, ": data_offsets must be two non-negative integers, got ", off.dump());
   if (e.end < e.begin) fail(where, t, ": data_offsets [", e.begin, ", ", e.end, "] end before they begin");
   if (e.end - e.begin != numel * elem)
     fail(where, t, ": data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes, shape ",
-         shape_str(e.shape), " of ", dtype_name(e.dtype), " needs ", numel * elem);
+         dims_str(e.shape), " of ", dtype_name(e.dtype), " needs ", numel * elem);
   return e;
 }
 

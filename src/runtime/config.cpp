@@ -1,0 +1,135 @@
+#include "runtime/config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "anvil/error.h"
+#include "runtime/format_error.h"
+
+namespace anvil::runtime {
+namespace {
+
+using nlohmann::json;
+constexpr const char* kOp = "[config]";
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw Error(std::string(kOp) + " cannot open " + p.string());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+json parse(const std::string& text, const std::string& where) {
+  try {
+    json j = json::parse(text);
+    if (!j.is_object()) format_fail(kOp, where, "not a JSON object");
+    return j;
+  } catch (const json::exception& e) {
+    format_fail(kOp, where, "not valid JSON: ", e.what());
+  }
+}
+
+// The first of `names` present; FormatError naming them all when none is.
+const json& field(const json& j, std::initializer_list<const char*> names, const std::string& where) {
+  for (const char* n : names)
+    if (j.contains(n) && !j[n].is_null()) return j[n];
+  std::string list;
+  for (const char* n : names) list += (list.empty() ? "\"" : " or \"") + std::string(n) + "\"";
+  format_fail(kOp, where, "missing field ", list);
+}
+
+int64_t positive(const json& j, std::initializer_list<const char*> names, const std::string& where) {
+  const json& v = field(j, names, where);
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+    format_fail(kOp, where, "\"", *names.begin(), "\" must be a positive integer, got ", v.dump());
+  return v.get<int64_t>();
+}
+
+std::vector<int64_t> ids_of(const json& v) {
+  std::vector<int64_t> r;
+  if (v.is_number_integer()) r.push_back(v.get<int64_t>());
+  else if (v.is_array())
+    for (const json& x : v)
+      if (x.is_number_integer()) r.push_back(x.get<int64_t>());
+  return r;
+}
+
+}  // namespace
+
+bool ModelConfig::sparse_layer(int64_t l) const {
+  return is_moe() && std::find(mlp_only_layers.begin(), mlp_only_layers.end(), l) == mlp_only_layers.end() &&
+         (l + 1) % decoder_sparse_step == 0;
+}
+
+ModelConfig parse_config(const std::string& config, const std::string& generation_config, const std::string& where) {
+  const json j = parse(config, where);
+  ModelConfig c;
+  c.model_type = j.value("model_type", "");
+  if (c.model_type != "qwen3" && c.model_type != "qwen3_moe")
+    format_fail(kOp, where, "model_type \"", c.model_type, "\" is not supported (qwen3, qwen3_moe)");
+  for (const char* f : {"dtype", "torch_dtype"})
+    if (c.dtype.empty() && j.contains(f) && j[f].is_string()) c.dtype = j[f].get<std::string>();
+  c.hidden_size = positive(j, {"hidden_size"}, where);
+  c.num_hidden_layers = positive(j, {"num_hidden_layers"}, where);
+  c.num_attention_heads = positive(j, {"num_attention_heads"}, where);
+  c.num_key_value_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                              ? positive(j, {"num_key_value_heads"}, where)
+                              : c.num_attention_heads;
+  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? positive(j, {"head_dim"}, where)
+                                                                   : c.hidden_size / c.num_attention_heads;
+  c.vocab_size = positive(j, {"vocab_size"}, where);
+  c.max_position_embeddings = positive(j, {"max_position_embeddings"}, where);
+  c.rms_norm_eps = field(j, {"rms_norm_eps"}, where).get<double>();
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const json& rp = j["rope_parameters"];
+    c.rope_theta = field(rp, {"rope_theta"}, where + " rope_parameters").get<double>();
+    const std::string type = rp.value("rope_type", "default");
+    if (type != "default") format_fail(kOp, where, "rope_type \"", type, "\" is not supported (default only)");
+  } else {
+    c.rope_theta = field(j, {"rope_theta"}, where).get<double>();
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    format_fail(kOp, where, "rope_scaling is not supported");
+  if (j.value("attention_bias", false)) format_fail(kOp, where, "attention_bias is not supported");
+  if (j.value("use_sliding_window", false)) format_fail(kOp, where, "use_sliding_window is not supported");
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+    format_fail(kOp, where, "hidden_act ", j["hidden_act"].dump(), " is not supported (silu)");
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    format_fail(kOp, where, "num_attention_heads ", c.num_attention_heads, " is not a multiple of num_key_value_heads ",
+                c.num_key_value_heads);
+  if (c.model_type == "qwen3_moe") {
+    c.num_experts = positive(j, {"num_experts", "num_local_experts"}, where);
+    c.num_experts_per_tok = positive(j, {"num_experts_per_tok"}, where);
+    c.moe_intermediate_size = positive(j, {"moe_intermediate_size"}, where);
+    c.decoder_sparse_step = j.contains("decoder_sparse_step") ? positive(j, {"decoder_sparse_step"}, where) : 1;
+    c.norm_topk_prob = j.value("norm_topk_prob", false);
+    if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array()) c.mlp_only_layers = ids_of(j["mlp_only_layers"]);
+    if (c.num_experts_per_tok > c.num_experts)
+      format_fail(kOp, where, "num_experts_per_tok ", c.num_experts_per_tok, " exceeds the ", c.num_experts, " experts");
+  }
+  // Dense layers (qwen3, and qwen3_moe's mlp_only / non-sparse layers) use intermediate_size.
+  const bool needs_dense = !c.is_moe() || [&] {
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      if (!c.sparse_layer(l)) return true;
+    return false;
+  }();
+  if (needs_dense) c.intermediate_size = positive(j, {"intermediate_size"}, where);
+  if (j.contains("eos_token_id")) c.eos_token_ids = ids_of(j["eos_token_id"]);
+  if (!generation_config.empty()) {
+    const json g = parse(generation_config, where + " (generation_config)");
+    if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) c.eos_token_ids = ids_of(g["eos_token_id"]);
+  }
+  return c;
+}
+
+ModelConfig load_config(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path d(dir), cfg = d / "config.json", gen = d / "generation_config.json";
+  if (!fs::exists(cfg)) throw Error(std::string(kOp) + " " + dir + " has no config.json");
+  return parse_config(read_file(cfg), fs::exists(gen) ? read_file(gen) : std::string(), cfg.string());
+}
+
+}  // namespace anvil::runtime

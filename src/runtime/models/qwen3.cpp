@@ -1,0 +1,180 @@
+// Qwen3 (dense) and Qwen3-MoE, as transformers' modeling_qwen3{,_moe}.py:
+//   x = embed_tokens[ids]
+//   per layer: h = rms_norm(x) (input_layernorm)
+//              q, k, v = h Wq^T, h Wk^T, h Wv^T, split into heads of head_dim
+//              q, k = rms_norm over head_dim (q_norm, k_norm), then neox RoPE at their positions
+//              k, v appended to the cache; o = causal attention over the cache (grouped-query)
+//              x = x + o Wo^T
+//              h = rms_norm(x) (post_attention_layernorm)
+//              x = x + mlp(h): dense SwiGLU down(silu(gate h) * up h), or the MoE block: router
+//                  logits h Wg^T -> softmax over all experts -> top k (renormalised iff
+//                  norm_topk_prob) -> the chosen experts' SwiGLUs weighted and summed
+//   logits = rms_norm(x) (norm) lm_head^T (embed_tokens when tie_word_embeddings)
+// Expert weights load from either layout: per expert (mlp.experts.E.{gate,up,down}_proj.weight,
+// the Hub's) or fused (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I],
+// transformers v5's), into moe_experts' stacked [E, 2I, H] / [E, H, I].
+#include <cstdio>
+#include <vector>
+
+#include "runtime/format_error.h"
+#include "runtime/model.h"
+#include "runtime/safetensors.h"
+
+namespace anvil::runtime {
+namespace {
+
+constexpr const char* kOp = "[load]";
+
+struct Layer {
+  Tensor in_norm, q, k, v, o, q_norm, k_norm, post_norm;
+  Tensor gate, up, down;       // dense MLP
+  Tensor router, gate_up, experts_down;  // MoE: [E, H], [E, 2I, H], [E, H, I]
+};
+
+class Qwen3 final : public Model {
+ public:
+  Qwen3(const std::string& dir, const ModelConfig& c, const LoadOptions& o) : c_(c), o_(o) {
+    const Checkpoint ck(dir);
+    const int64_t H = c.hidden_size, D = c.head_dim;
+    embed_ = take(ck, "model.embed_tokens.weight", {c.vocab_size, H});
+    norm_ = take(ck, "model.norm.weight", {H});
+    head_ = c.tie_word_embeddings ? embed_ : take(ck, "lm_head.weight", {c.vocab_size, H});
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      Layer L;
+      L.in_norm = take(ck, p + "input_layernorm.weight", {H});
+      L.post_norm = take(ck, p + "post_attention_layernorm.weight", {H});
+      L.q = take(ck, p + "self_attn.q_proj.weight", {c.num_attention_heads * D, H});
+      L.k = take(ck, p + "self_attn.k_proj.weight", {c.num_key_value_heads * D, H});
+      L.v = take(ck, p + "self_attn.v_proj.weight", {c.num_key_value_heads * D, H});
+      L.o = take(ck, p + "self_attn.o_proj.weight", {H, c.num_attention_heads * D});
+      L.q_norm = take(ck, p + "self_attn.q_norm.weight", {D});
+      L.k_norm = take(ck, p + "self_attn.k_norm.weight", {D});
+      if (c.sparse_layer(l)) {
+        load_experts(ck, p + "mlp.", L);
+      } else {
+        const int64_t I = c.intermediate_size;
+        L.gate = take(ck, p + "mlp.gate_proj.weight", {I, H});
+        L.up = take(ck, p + "mlp.up_proj.weight", {I, H});
+        L.down = take(ck, p + "mlp.down_proj.weight", {H, I});
+      }
+      layers_.push_back(std::move(L));
+    }
+    max_context_ = o.max_context > 0 ? o.max_context : std::min<int64_t>(c.max_position_embeddings, 4096);
+    const TensorOptions t = TensorOptions(o.dtype).device(o.device);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      k_cache_.push_back(zeros({1, c.num_key_value_heads, max_context_, D}, t));
+      v_cache_.push_back(zeros({1, c.num_key_value_heads, max_context_, D}, t));
+    }
+    // transformers keeps the rotary inv_freq as a buffer in the dtype the checkpoint is loaded in:
+    // a bfloat16 / float16 checkpoint rotates with inv_freq rounded to it, whatever the compute
+    // dtype (the goldens of tests/data match only so: float32 inv_freq moves their logits by up to
+    // 1.1e-3 of the row's scale at position 39, rounded ones by < 1e-6).
+    inv_freq_ = rope_inv_freq(D, c.rope_theta, kCPU);
+    if (c.dtype == "bfloat16") inv_freq_ = inv_freq_.to(kBFloat16).to(kFloat32);
+    else if (c.dtype == "float16") inv_freq_ = inv_freq_.to(kFloat16).to(kFloat32);
+    inv_freq_ = inv_freq_.to(o.device);
+  }
+
+  const ModelConfig& config() const override { return c_; }
+  int64_t max_context() const override { return max_context_; }
+  uint64_t weight_bytes() const override { return weight_bytes_; }
+  std::vector<Tensor> router_logits() const override { return router_; }
+
+  Tensor forward(const Tensor& ids_in, int64_t pos) override {
+    ANVIL_CHECK(ids_in.dim() == 1 && ids_in.size(0) >= 1, ShapeError, "[forward] ids must be [T] with T >= 1, got ",
+                shape_str(ids_in.sizes()));
+    const int64_t T = ids_in.size(0), H = c_.hidden_size, D = c_.head_dim;
+    const int64_t nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
+    ANVIL_CHECK(pos >= 0 && pos + T <= max_context_, Error, "[forward] positions ", pos, "..", pos + T - 1,
+                " exceed the context of ", max_context_, " tokens");
+    const Device dev = o_.device;
+    const Tensor ids = ids_in.to(dev, kInt64);
+    const Tensor positions = arange(pos, pos + T, 1, TensorOptions(kInt64)).view({T, 1}).to(dev);
+    const Tensor start = full({1}, pos, TensorOptions(kInt32)).to(dev);
+    const Tensor lens = full({1}, pos + T, TensorOptions(kInt32)).to(dev);
+    router_.clear();
+    const double eps = c_.rms_norm_eps;
+    Tensor x = embedding(embed_, ids);  // [T, H]
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& L = layers_[l];
+      const Tensor h = rms_norm(x, {H}, L.in_norm, eps);
+      Tensor q = rms_norm(linear(h, L.q).view({T, nh, D}), {D}, L.q_norm, eps);
+      Tensor k = rms_norm(linear(h, L.k).view({T, nkv, D}), {D}, L.k_norm, eps);
+      const Tensor v = linear(h, L.v).view({T, nkv, D});
+      q = rope(q, positions, inv_freq_);
+      k = rope(k, positions, inv_freq_);
+      cache_write(k_cache_[l], k.permute({1, 0, 2}).unsqueeze(0), start);
+      cache_write(v_cache_[l], v.permute({1, 0, 2}).unsqueeze(0), start);
+      const Tensor a = decode_attention(q.permute({1, 0, 2}).unsqueeze(0), k_cache_[l], v_cache_[l], lens);  // [1, nh, T, D]
+      x = add(x, linear(a.squeeze(0).permute({1, 0, 2}).reshape({T, nh * D}), L.o));
+      const Tensor h2 = rms_norm(x, {H}, L.post_norm, eps);
+      x = add(x, mlp(L, h2));
+    }
+    return linear(rms_norm(x, {H}, norm_, eps), head_).to(kFloat32);
+  }
+
+ private:
+  Tensor mlp(const Layer& L, const Tensor& h) {
+    if (!L.router.defined()) return linear(silu_mul(linear(h, L.gate), linear(h, L.up)), L.down);
+    const Tensor logits = linear(h, L.router);
+    if (o_.keep_router) router_.push_back(logits);
+    const MoeRouting r = moe_route(logits, c_.num_experts_per_tok, c_.norm_topk_prob);
+    return moe_experts(h, r, L.gate_up, L.experts_down);
+  }
+
+  // The checkpoint tensor `name`, shape-checked, converted to the compute dtype on the device.
+  Tensor take(const Checkpoint& ck, const std::string& name, const Shape& shape) {
+    const SafetensorsEntry& e = ck.entry(name);
+    if (e.shape != shape)
+      format_fail(kOp, ck.dir(), name, " has shape ", shape_str(e.shape), ", the config gives ", shape_str(shape));
+    const Tensor src = ck.tensor(name);
+    Tensor t = src.to(o_.device, o_.dtype).contiguous();
+    if (t.storage() == src.storage()) t = t.clone();  // own aligned bytes rather than view the file map
+    weight_bytes_ += t.nbytes();
+    return t;
+  }
+
+  void load_experts(const Checkpoint& ck, const std::string& p, Layer& L) {
+    const int64_t E = c_.num_experts, H = c_.hidden_size, I = c_.moe_intermediate_size;
+    L.router = take(ck, p + "gate.weight", {E, H});
+    if (ck.has(p + "experts.gate_up_proj")) {
+      L.gate_up = take(ck, p + "experts.gate_up_proj", {E, 2 * I, H});
+      L.experts_down = take(ck, p + "experts.down_proj", {E, H, I});
+      return;
+    }
+    const TensorOptions t = TensorOptions(o_.dtype).device(o_.device);
+    L.gate_up = empty({E, 2 * I, H}, t);
+    L.experts_down = empty({E, H, I}, t);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string q = p + "experts." + std::to_string(e) + ".";
+      L.gate_up[e].narrow(0, 0, I).copy_(take(ck, q + "gate_proj.weight", {I, H}));
+      L.gate_up[e].narrow(0, I, I).copy_(take(ck, q + "up_proj.weight", {I, H}));
+      L.experts_down[e].copy_(take(ck, q + "down_proj.weight", {H, I}));
+    }
+  }
+
+  ModelConfig c_;
+  LoadOptions o_;
+  Tensor embed_, norm_, head_, inv_freq_;
+  std::vector<Layer> layers_;
+  std::vector<Tensor> k_cache_, v_cache_, router_;
+  int64_t max_context_ = 0;
+  uint64_t weight_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_qwen3(const std::string& dir, const ModelConfig& config, const LoadOptions& options) {
+  return std::make_unique<Qwen3>(dir, config, options);
+}
+
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
+  ANVIL_CHECK(options.dtype == kFloat32 || options.dtype == kBFloat16 || options.dtype == kFloat16, DTypeError,
+              "[load] compute dtype must be float32, bfloat16 or float16, got ", dtype_name(options.dtype));
+  const ModelConfig c = load_config(dir);
+  if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") return load_qwen3(dir, c, options);
+  throw FormatError("[load] " + dir + ": model_type \"" + c.model_type + "\" has no implementation");
+}
+
+}  // namespace anvil::runtime
