@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "anvil/dtype.h"
+
 namespace anvil::cli {
 
 struct TokenizeOptions {
@@ -15,9 +17,16 @@ struct DetokenizeOptions {
   bool skip_special = false;
 };
 
+struct LogitsOptions {
+  std::string model, ids, mode = "prefill", device = "cpu", dtype = "float32", out;
+};
+
 int cmd_tokenize(const TokenizeOptions& o);
+int cmd_logits(const LogitsOptions& o);
 int cmd_detokenize(const DetokenizeOptions& o);
 // "1,2,3", "1 2 3" or "[1, 2, 3]" -> ids; Error naming `op` on anything else.
 std::vector<int32_t> parse_ids(const std::string& s, const char* op);
+// bfloat16 / float16 / float32 (and short names) -> DType; Error naming `op` otherwise.
+DType parse_dtype(const std::string& s, const char* op);
 
 }  // namespace anvil::cli

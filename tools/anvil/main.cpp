@@ -1,4 +1,4 @@
-// anvil: the command-line front end (info, bench-ops, tokenize, detokenize; run / bench / logits next).
+// anvil: the command-line front end (info, bench-ops, tokenize, detokenize, logits; run / bench next).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <omp.h>
@@ -56,12 +56,23 @@ int main(int argc, char** argv) {
   detokenize->add_option("--ids", de.ids, "ids: 1,2,3 or [1, 2, 3]")->required();
   detokenize->add_flag("--skip-special", de.skip_special, "leave special tokens out");
 
+  anvil::cli::LogitsOptions lg;
+  auto* logits = app.add_subcommand("logits", "write a checkpoint's float32 logits for ids to a .npy file");
+  logits->add_option("-m,--model", lg.model, "checkpoint folder (config.json, safetensors)")->required();
+  logits->add_option("--ids", lg.ids, "token ids: 1,2,3")->required();
+  logits->add_option("--mode", lg.mode, "prefill (one pass) | decode (one token at a time through the KV cache)")
+      ->capture_default_str();
+  logits->add_option("--device", lg.device, "cpu | cuda | cuda:N")->capture_default_str();
+  logits->add_option("--dtype", lg.dtype, "float32 | bfloat16 | float16")->capture_default_str();
+  logits->add_option("-o,--out", lg.out, "output .npy, [len(ids), vocab] float32")->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("info")) return cmd_info();
     if (app.got_subcommand("bench-ops")) return anvil::bench::run_bench_ops(bo);
     if (app.got_subcommand("tokenize")) return anvil::cli::cmd_tokenize(to);
     if (app.got_subcommand("detokenize")) return anvil::cli::cmd_detokenize(de);
+    if (app.got_subcommand("logits")) return anvil::cli::cmd_logits(lg);
   } catch (const anvil::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

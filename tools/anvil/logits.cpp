@@ -1,0 +1,75 @@
+// anvil logits: float32 logits [len(ids), vocab] of a checkpoint as a .npy file, by one prefill
+// over the ids or by feeding them one at a time through the KV cache (decode).
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "anvil/anvil.h"
+#include "commands.h"
+#include "runtime/model.h"
+
+namespace anvil::cli {
+namespace {
+
+// NumPy's .npy v1.0: magic, header length, a Python dict literal padded to 64 bytes, the data.
+void write_npy(const std::string& path, const Tensor& t) {
+  const Tensor c = t.to(kCPU, kFloat32).contiguous();
+  std::string shape = "(";
+  for (int64_t d : c.sizes()) shape += std::to_string(d) + ", ";
+  if (c.dim() > 1) shape.resize(shape.size() - 1), shape.back() = ')';
+  else shape += ")";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  ANVIL_CHECK(out.good(), Error, "[logits] cannot write ", path);
+  const uint16_t n = static_cast<uint16_t>(header.size());
+  out.write("\x93NUMPY\x01\x00", 8);
+  out.write(reinterpret_cast<const char*>(&n), 2);
+  out << header;
+  out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+  ANVIL_CHECK(out.good(), Error, "[logits] writing ", path, " failed");
+}
+
+}  // namespace
+
+DType parse_dtype(const std::string& s, const char* op) {
+  if (s == "bfloat16" || s == "bf16") return kBFloat16;
+  if (s == "float16" || s == "fp16" || s == "half") return kFloat16;
+  if (s == "float32" || s == "fp32" || s == "float") return kFloat32;
+  throw Error(std::string(op) + " --dtype must be bfloat16, float16 or float32, got \"" + s + "\"");
+}
+
+int cmd_logits(const LogitsOptions& o) {
+  const std::vector<int32_t> ids32 = parse_ids(o.ids, "[logits]");
+  ANVIL_CHECK(!ids32.empty(), Error, "[logits] --ids is empty");
+  ANVIL_CHECK(o.mode == "prefill" || o.mode == "decode", Error, "[logits] --mode must be prefill or decode, got \"",
+              o.mode, "\"");
+  const int64_t T = static_cast<int64_t>(ids32.size());
+  runtime::LoadOptions lo;
+  lo.device = Device(o.device);
+  lo.dtype = parse_dtype(o.dtype, "[logits]");
+  lo.max_context = T;
+  auto model = runtime::load_model(o.model, lo);
+  Tensor ids = empty({T}, TensorOptions(kInt64));
+  for (int64_t i = 0; i < T; ++i) {
+    ANVIL_CHECK(ids32[static_cast<size_t>(i)] < model->config().vocab_size, Error, "[logits] id ", ids32[static_cast<size_t>(i)],
+                " is outside the vocabulary of ", model->config().vocab_size);
+    ids.data_ptr<int64_t>()[i] = ids32[static_cast<size_t>(i)];
+  }
+  Tensor logits;
+  if (o.mode == "prefill") {
+    logits = model->forward(ids, 0);
+  } else {
+    std::vector<Tensor> rows;
+    for (int64_t i = 0; i < T; ++i) rows.push_back(model->forward(ids.narrow(0, i, 1), i));
+    logits = cat(rows, 0);
+  }
+  write_npy(o.out, logits);
+  std::fprintf(stderr, "[logits] %lld x %lld float32 logits (%s, %s) -> %s\n", static_cast<long long>(logits.size(0)),
+               static_cast<long long>(logits.size(1)), o.mode.c_str(), o.dtype.c_str(), o.out.c_str());
+  return 0;
+}
+
+}  // namespace anvil::cli
