@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,6 +16,11 @@ using anvil::kCPU;
 void DeviceTest::SetUp() {
   if (GetParam().is_cuda() && !anvil::cuda::is_available())
     GTEST_SKIP() << "CUDA not available: " << anvil::cuda::unavailable_reason();
+}
+
+std::string source_dir() {
+  const char* env = std::getenv("ANVIL_SOURCE_DIR");
+  return env && *env ? std::string(env) : std::string(ANVIL_SOURCE_DIR);
 }
 
 std::string device_param_name(const ::testing::TestParamInfo<Device>& info) {

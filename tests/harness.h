@@ -38,6 +38,9 @@ class DeviceTest : public ::testing::TestWithParam<Device> {
   Device dev() const { return GetParam(); }
 };
 std::string device_param_name(const ::testing::TestParamInfo<Device>& info);
+// The source tree holding tests/data/ and data/: $ANVIL_SOURCE_DIR when set (a test binary
+// carried to another machine), else the tree it was built from.
+std::string source_dir();
 #define ANVIL_INSTANTIATE_DEVICE_TESTS(Suite)                                                         \
   INSTANTIATE_TEST_SUITE_P(Dev, Suite, ::testing::Values(::anvil::Device(::anvil::kCPU),              \
                                                          ::anvil::Device(::anvil::kCUDA, 0)),          \

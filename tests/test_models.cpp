@@ -29,7 +29,7 @@ struct Golden {
   std::vector<double> margin;
 };
 
-std::string model_dir(const std::string& name) { return std::string(ANVIL_SOURCE_DIR) + "/tests/data/" + name; }
+std::string model_dir(const std::string& name) { return th::source_dir() + "/tests/data/" + name; }
 
 const Golden& golden(const std::string& name) {
   static std::map<std::string, Golden> cache;

@@ -16,12 +16,12 @@ using anvil::runtime::Tokenizer;
 using anvil::runtime::utf8_sanitize;
 
 const Tokenizer& qwen3() {
-  static const Tokenizer t = Tokenizer::from_file(std::string(ANVIL_SOURCE_DIR) + "/data/qwen3-tokenizer/tokenizer.json");
+  static const Tokenizer t = Tokenizer::from_file(th::source_dir() + "/data/qwen3-tokenizer/tokenizer.json");
   return t;
 }
 
 TEST(Tokenizer, Qwen3MatchesHuggingFace) {
-  std::ifstream in(std::string(ANVIL_SOURCE_DIR) + "/tests/data/qwen3-visible.json");
+  std::ifstream in(th::source_dir() + "/tests/data/qwen3-visible.json");
   const nlohmann::json cases = nlohmann::json::parse(in);
   ASSERT_GE(cases.size(), 20u);
   for (const auto& c : cases) {
