@@ -14,6 +14,7 @@
 
 #include "harness.h"
 #include "runtime/config.h"
+#include "runtime/generate.h"
 #include "runtime/model.h"
 
 namespace {
@@ -142,21 +143,47 @@ TEST_P(Models, MatchTransformersLogits) {
   }
 }
 
-// Greedy generation from the prompt reproduces the reference's continuation (float32).
-TEST_P(Models, GreedyGenerationReproducesTheReference) {
+// Greedy generation from the prompt reproduces the reference's continuation (float32); sampling
+// with one seed gives the same tokens every time; stop ids and the context end it.
+TEST_P(Models, Generate) {
+  using anvil::runtime::generate;
+  using anvil::runtime::GenerateOptions;
+  using anvil::runtime::GenerateStats;
   for (const std::string name : {"qwen3-moe-tiny", "qwen3-dense-tiny"}) {
     SCOPED_TRACE(name);
     const Golden& g = golden(name);
     auto m = load_model(model_dir(name), LoadOptions{dev(), kFloat32, 64});
-    const size_t P = static_cast<size_t>(g.prompt_len);
-    std::vector<double> last = rows(m->forward(ids_tensor(g.ids, 0, P), 0)).back();
-    std::vector<int64_t> out;
-    for (size_t i = P; i < g.ids.size(); ++i) {
-      out.push_back(static_cast<int64_t>(argmax(last)));
-      last = rows(m->forward(ids_tensor(out, out.size() - 1, out.size()), static_cast<int64_t>(i)))[0];
-    }
-    EXPECT_EQ(out, std::vector<int64_t>(g.ids.begin() + g.prompt_len, g.ids.end()));
+    const std::vector<int64_t> prompt(g.ids.begin(), g.ids.begin() + g.prompt_len);
+    const std::vector<int64_t> want(g.ids.begin() + g.prompt_len, g.ids.end());
+    GenerateOptions o;
+    o.max_new_tokens = static_cast<int64_t>(want.size());
+    GenerateStats st;
+    std::vector<int64_t> seen;
+    EXPECT_EQ(generate(*m, prompt, o, [&](int64_t id) { seen.push_back(id); return true; }, &st), want);
+    EXPECT_EQ(seen, want);
+    EXPECT_EQ(st.prompt_tokens, g.prompt_len);
+    EXPECT_EQ(st.new_tokens, static_cast<int64_t>(want.size()));
+    o.sampling = SamplingOptions{0.8, 50, 0.9};
+    o.seed = 1234;
+    const std::vector<int64_t> a = generate(*m, prompt, o), b = generate(*m, prompt, o);
+    EXPECT_EQ(a, b);
+    o.seed = 1235;
+    EXPECT_NE(generate(*m, prompt, o), a);  // 28 tokens from another seed
+    o.sampling = SamplingOptions{0.0, 0, 1.0};
+    o.stop_ids = {want[3]};  // generation ends at its first occurrence
+    const auto stop_at = std::find(want.begin(), want.end(), want[3]) + 1;
+    EXPECT_EQ(generate(*m, prompt, o, {}, &st), std::vector<int64_t>(want.begin(), stop_at));
+    EXPECT_TRUE(st.stopped);
+    EXPECT_EQ(generate(*m, prompt, o, [](int64_t) { return false; }).size(), 1u);  // the callback ends it
   }
+  auto small = load_model(model_dir("qwen3-dense-tiny"), LoadOptions{dev(), kFloat32, 16});
+  GenerateOptions o;
+  o.max_new_tokens = 100;
+  GenerateStats st;
+  EXPECT_EQ(generate(*small, std::vector<int64_t>(10, 7), o, {}, &st).size(), 7u);  // positions 10..15, then one more sample
+  EXPECT_TRUE(st.context_full);
+  EXPECT_THROWS_OP(Error, "generate", generate(*small, std::vector<int64_t>(16, 7), o));
+  EXPECT_THROWS_OP(IndexError, "generate", generate(*small, {1, 512}, o));
 }
 
 TEST_P(Models, ContextLimitAndBadIds) {

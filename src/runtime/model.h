@@ -29,7 +29,11 @@ class Model {
   virtual Tensor forward(const Tensor& ids, int64_t pos) = 0;
   virtual const ModelConfig& config() const = 0;
   virtual int64_t max_context() const = 0;
+  virtual Device forward_device() const = 0;  // where the weights, cache and logits live
   virtual uint64_t weight_bytes() const = 0;  // of the converted weights
+  // Weight bytes one decode token reads: everything but the embedding table (one row) and the
+  // experts not chosen (top_k of the experts per MoE layer).
+  virtual uint64_t decode_bytes() const = 0;
   // With LoadOptions::keep_router: the router logits [T, experts] of each MoE layer (in layer
   // order) from the last forward; empty otherwise.
   virtual std::vector<Tensor> router_logits() const { return {}; }

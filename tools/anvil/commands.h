@@ -21,7 +21,16 @@ struct LogitsOptions {
   std::string model, ids, mode = "prefill", device = "cpu", dtype = "float32", out;
 };
 
+struct RunOptions {
+  std::string model, prompt = "The capital of France is", tokenizer, device = "cpu", dtype = "bfloat16";
+  int64_t n = 64, top_k = 0, context = 0;
+  double temp = 0.0, top_p = 1.0;
+  uint64_t seed = 0;
+  bool chat = false;
+};
+
 int cmd_tokenize(const TokenizeOptions& o);
+int cmd_run(const RunOptions& o);
 int cmd_logits(const LogitsOptions& o);
 int cmd_detokenize(const DetokenizeOptions& o);
 // "1,2,3", "1 2 3" or "[1, 2, 3]" -> ids; Error naming `op` on anything else.

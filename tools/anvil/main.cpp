@@ -1,4 +1,4 @@
-// anvil: the command-line front end (info, bench-ops, tokenize, detokenize, logits; run / bench next).
+// anvil: the command-line front end (info, bench-ops, run, logits, tokenize, detokenize; bench next).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <omp.h>
@@ -66,6 +66,21 @@ int main(int argc, char** argv) {
   logits->add_option("--dtype", lg.dtype, "float32 | bfloat16 | float16")->capture_default_str();
   logits->add_option("-o,--out", lg.out, "output .npy, [len(ids), vocab] float32")->required();
 
+  anvil::cli::RunOptions ro;
+  auto* run = app.add_subcommand("run", "stream a checkpoint's continuation of a prompt, then tok/s and GB/s");
+  run->add_option("-m,--model", ro.model, "checkpoint folder (config.json, safetensors, tokenizer.json)");
+  run->add_option("-p,--prompt", ro.prompt, "the prompt")->capture_default_str();
+  run->add_option("-n", ro.n, "new tokens at most")->capture_default_str();
+  run->add_option("--device", ro.device, "cpu | cuda | cuda:N")->capture_default_str();
+  run->add_option("--dtype", ro.dtype, "bfloat16 | float16 | float32")->capture_default_str();
+  run->add_option("--temp", ro.temp, "temperature (0: greedy)")->capture_default_str();
+  run->add_option("--top-k", ro.top_k, "keep the k most probable (0: all)")->capture_default_str();
+  run->add_option("--top-p", ro.top_p, "nucleus mass (1: all)")->capture_default_str();
+  run->add_option("-s,--seed", ro.seed, "sampling seed")->capture_default_str();
+  run->add_option("--context", ro.context, "KV cache tokens (0: min(max_position_embeddings, 4096))");
+  run->add_option("--tokenizer", ro.tokenizer, "tokenizer.json (default: the model folder's)");
+  run->add_flag("--chat", ro.chat, "wrap the prompt in the ChatML template (Qwen chat models)");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("info")) return cmd_info();
@@ -73,6 +88,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("tokenize")) return anvil::cli::cmd_tokenize(to);
     if (app.got_subcommand("detokenize")) return anvil::cli::cmd_detokenize(de);
     if (app.got_subcommand("logits")) return anvil::cli::cmd_logits(lg);
+    if (app.got_subcommand("run")) return anvil::cli::cmd_run(ro);
   } catch (const anvil::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -78,7 +78,13 @@ class Qwen3 final : public Model {
 
   const ModelConfig& config() const override { return c_; }
   int64_t max_context() const override { return max_context_; }
+  Device forward_device() const override { return o_.device; }
   uint64_t weight_bytes() const override { return weight_bytes_; }
+  uint64_t decode_bytes() const override {
+    const double chosen = c_.is_moe() ? static_cast<double>(c_.num_experts_per_tok) / static_cast<double>(c_.num_experts) : 1.0;
+    const uint64_t embed = c_.tie_word_embeddings ? 0 : embed_.nbytes();  // tied: read whole as the head
+    return weight_bytes_ - embed - expert_bytes_ + static_cast<uint64_t>(chosen * static_cast<double>(expert_bytes_));
+  }
   std::vector<Tensor> router_logits() const override { return router_; }
 
   Tensor forward(const Tensor& ids_in, int64_t pos) override {
@@ -141,6 +147,7 @@ class Qwen3 final : public Model {
     if (ck.has(p + "experts.gate_up_proj")) {
       L.gate_up = take(ck, p + "experts.gate_up_proj", {E, 2 * I, H});
       L.experts_down = take(ck, p + "experts.down_proj", {E, H, I});
+      expert_bytes_ += L.gate_up.nbytes() + L.experts_down.nbytes();
       return;
     }
     const TensorOptions t = TensorOptions(o_.dtype).device(o_.device);
@@ -152,6 +159,7 @@ class Qwen3 final : public Model {
       L.gate_up[e].narrow(0, I, I).copy_(take(ck, q + "up_proj.weight", {I, H}));
       L.experts_down[e].copy_(take(ck, q + "down_proj.weight", {H, I}));
     }
+    expert_bytes_ += L.gate_up.nbytes() + L.experts_down.nbytes();
   }
 
   ModelConfig c_;
@@ -160,7 +168,7 @@ class Qwen3 final : public Model {
   std::vector<Layer> layers_;
   std::vector<Tensor> k_cache_, v_cache_, router_;
   int64_t max_context_ = 0;
-  uint64_t weight_bytes_ = 0;
+  uint64_t weight_bytes_ = 0, expert_bytes_ = 0;
 };
 
 }  // namespace

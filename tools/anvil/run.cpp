@@ -1,0 +1,86 @@
+// anvil run: stream a checkpoint's continuation of a prompt, then the speed (tok/s, GB/s of
+// weights read per decode token, and the fraction of the device's read bandwidth measured
+// right after).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "anvil/anvil.h"
+#include "commands.h"
+#include "runtime/generate.h"
+#include "runtime/model.h"
+#include "runtime/tokenizer.h"
+
+namespace anvil::cli {
+namespace {
+
+// Best of 3 float32 sums over 256 MiB on `dev`, GB/s read.
+double read_ceiling_gbps(Device dev) {
+  const int64_t n = int64_t{1} << 26;
+  const Tensor x = ones({n}, TensorOptions(kFloat32).device(dev));
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)sum(x).to(kCPU).item<float>();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) best = std::max(best, 4.0 * static_cast<double>(n) / s * 1e-9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int cmd_run(const RunOptions& o) {
+  ANVIL_CHECK(!o.model.empty(), Error,
+              "[run] -m DIR is required for now (the built-in demo model is not in this build yet)");
+  const std::string tok_path = o.tokenizer.empty() ? (std::filesystem::path(o.model) / "tokenizer.json").string() : o.tokenizer;
+  const runtime::Tokenizer tok = runtime::Tokenizer::from_file(tok_path);
+  runtime::LoadOptions lo;
+  lo.device = Device(o.device);
+  lo.dtype = parse_dtype(o.dtype, "[run]");
+  lo.max_context = o.context;
+  const auto t_load = std::chrono::steady_clock::now();
+  auto model = runtime::load_model(o.model, lo);
+  std::fprintf(stderr, "[run] loaded %s (%s, %.1f MB of weights) in %.1f s\n", o.model.c_str(),
+               model->config().model_type.c_str(), model->weight_bytes() / 1e6,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
+  const std::string text = o.chat ? "<|im_start|>user\n" + o.prompt + "<|im_end|>\n<|im_start|>assistant\n" : o.prompt;
+  const std::vector<int32_t> ids32 = tok.encode(text);
+  ANVIL_CHECK(!ids32.empty(), Error, "[run] the prompt encodes to no tokens");
+  std::vector<int64_t> prompt(ids32.begin(), ids32.end());
+  runtime::GenerateOptions g;
+  g.max_new_tokens = o.n;
+  g.sampling = SamplingOptions{o.temp, o.top_k, o.top_p};
+  g.seed = o.seed;
+  g.stop_ids = model->config().eos_token_ids;
+  if (o.chat) {
+    const int32_t im_end = tok.token_id("<|im_end|>");
+    if (im_end >= 0) g.stop_ids.push_back(im_end);
+  }
+  runtime::Tokenizer::Stream stream(tok, true);
+  runtime::GenerateStats st;
+  bool first = true;
+  (void)runtime::generate(*model, prompt, g, [&](int64_t id) {
+    if (first && !o.chat) std::fputs(o.prompt.c_str(), stdout);  // echoed once the prompt has run
+    first = false;
+    std::fputs(stream.push(static_cast<int32_t>(id)).c_str(), stdout);
+    std::fflush(stdout);
+    return true;
+  }, &st);
+  std::fputs(stream.flush().c_str(), stdout);
+  std::fputs("\n", stdout);
+  if (st.context_full) std::fprintf(stderr, "[run] stopped: the context of %lld tokens is full\n", static_cast<long long>(model->max_context()));
+  const double prompt_tps = st.prompt_tokens / st.prompt_seconds;
+  std::fprintf(stderr, "[run] prompt: %lld tokens, %.1f tok/s\n", static_cast<long long>(st.prompt_tokens), prompt_tps);
+  if (st.new_tokens > 1 && st.decode_seconds > 0) {
+    const double tps = static_cast<double>(st.new_tokens - 1) / st.decode_seconds;
+    const double gbps = tps * static_cast<double>(model->decode_bytes()) * 1e-9;
+    const double ceiling = read_ceiling_gbps(lo.device);
+    std::fprintf(stderr, "[run] decode: %lld tokens, %.1f tok/s, %.1f GB/s of weights (%.2f of the %.1f GB/s read ceiling)\n",
+                 static_cast<long long>(st.new_tokens - 1), tps, gbps, gbps / ceiling, ceiling);
+  }
+  return 0;
+}
+
+}  // namespace anvil::cli
