@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "anvil/error.h"
@@ -123,6 +124,30 @@ ModelConfig parse_config(const std::string& config, const std::string& generatio
     if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) c.eos_token_ids = ids_of(g["eos_token_id"]);
   }
   return c;
+}
+
+ModelConfig preset_config(const std::string& name) {
+  static const std::map<std::string, std::string> presets = {
+      {"qwen3-30b-a3b", R"({"model_type":"qwen3_moe","hidden_size":2048,"intermediate_size":6144,
+        "moe_intermediate_size":768,"num_hidden_layers":48,"num_attention_heads":32,"num_key_value_heads":4,
+        "head_dim":128,"num_experts":128,"num_experts_per_tok":8,"norm_topk_prob":true,"decoder_sparse_step":1,
+        "mlp_only_layers":[],"vocab_size":151936,"max_position_embeddings":40960,"rope_theta":1000000.0,
+        "rms_norm_eps":1e-6,"tie_word_embeddings":false,"torch_dtype":"bfloat16","eos_token_id":151645})"},
+      {"qwen3-0.6b", R"({"model_type":"qwen3","hidden_size":1024,"intermediate_size":3072,"num_hidden_layers":28,
+        "num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,"vocab_size":151936,
+        "max_position_embeddings":40960,"rope_theta":1000000.0,"rms_norm_eps":1e-6,"tie_word_embeddings":true,
+        "torch_dtype":"bfloat16","eos_token_id":151645})"},
+      {"demo-moe", R"({"model_type":"qwen3_moe","hidden_size":1024,"moe_intermediate_size":512,
+        "num_hidden_layers":8,"num_attention_heads":16,"num_key_value_heads":4,"head_dim":64,"num_experts":32,
+        "num_experts_per_tok":4,"norm_topk_prob":true,"vocab_size":151936,"max_position_embeddings":4096,
+        "rope_theta":1000000.0,"rms_norm_eps":1e-6,"tie_word_embeddings":false,"torch_dtype":"bfloat16"})"}};
+  const auto it = presets.find(name);
+  if (it == presets.end()) {
+    std::string names;
+    for (const auto& [n, text] : presets) names += (names.empty() ? "" : ", ") + n;
+    throw Error(std::string(kOp) + " no built-in shape \"" + name + "\" (built in: " + names + ")");
+  }
+  return parse_config(it->second, "", "built-in " + name);
 }
 
 ModelConfig load_config(const std::string& dir) {

@@ -39,10 +39,28 @@ class Model {
   virtual std::vector<Tensor> router_logits() const { return {}; }
 };
 
+// Where a model's weights come from: a checkpoint folder, or random numbers in a real model's
+// shapes (benchmarks and the demo need no download).
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  // `name` shaped `shape`, contiguous, in the load dtype on the load device; FormatError naming
+  // it when absent or shaped otherwise.
+  virtual Tensor get(const std::string& name, const Shape& shape) = 0;
+};
+std::unique_ptr<WeightSource> checkpoint_weights(const std::string& dir, const LoadOptions& options);
+// Norm weights 1 + 0.1 N(0, 1), every other matrix N(0, (0.5 / sqrt(fan_in))^2) (the recipe of
+// the tiny goldens), made on the device from `seed` (tiled from a pool of 2^22 draws, so values
+// repeat across weights); experts in the fused layout.
+std::unique_ptr<WeightSource> random_weights(const LoadOptions& options, uint64_t seed);
+
 // Loads the checkpoint folder DIR (config.json, safetensors) for its model_type.
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
+// A model of `config` over `weights` (load_model's second half).
+std::unique_ptr<Model> build_model(const ModelConfig& config, WeightSource& weights, const LoadOptions& options);
 
 // Architectures (one file each under models/).
-std::unique_ptr<Model> load_qwen3(const std::string& dir, const ModelConfig& config, const LoadOptions& options);
+std::unique_ptr<Model> build_qwen3(const ModelConfig& config, WeightSource& weights, const LoadOptions& options);
 
 }  // namespace anvil::runtime

@@ -35,6 +35,8 @@ int cmd_logits(const LogitsOptions& o);
 int cmd_detokenize(const DetokenizeOptions& o);
 // "1,2,3", "1 2 3" or "[1, 2, 3]" -> ids; Error naming `op` on anything else.
 std::vector<int32_t> parse_ids(const std::string& s, const char* op);
+// The shipped data (data/qwen3-tokenizer): $ANVIL_DATA_DIR, else the source tree's data/.
+std::string data_dir();
 // bfloat16 / float16 / float32 (and short names) -> DType; Error naming `op` otherwise.
 DType parse_dtype(const std::string& s, const char* op);
 

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
 
   anvil::cli::RunOptions ro;
   auto* run = app.add_subcommand("run", "stream a checkpoint's continuation of a prompt, then tok/s and GB/s");
-  run->add_option("-m,--model", ro.model, "checkpoint folder (config.json, safetensors, tokenizer.json)");
+  run->add_option("-m,--model", ro.model, "checkpoint folder (config.json, safetensors, tokenizer.json); none: the built-in demo model (random weights)");
   run->add_option("-p,--prompt", ro.prompt, "the prompt")->capture_default_str();
   run->add_option("-n", ro.n, "new tokens at most")->capture_default_str();
   run->add_option("--device", ro.device, "cpu | cuda | cuda:N")->capture_default_str();

@@ -9,6 +9,7 @@
 #include "anvil/anvil.h"
 #include "commands.h"
 #include "runtime/generate.h"
+#include "runtime/config.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
 
@@ -32,17 +33,26 @@ double read_ceiling_gbps(Device dev) {
 }  // namespace
 
 int cmd_run(const RunOptions& o) {
-  ANVIL_CHECK(!o.model.empty(), Error,
-              "[run] -m DIR is required for now (the built-in demo model is not in this build yet)");
-  const std::string tok_path = o.tokenizer.empty() ? (std::filesystem::path(o.model) / "tokenizer.json").string() : o.tokenizer;
+  const bool demo = o.model.empty();
+  const std::string tok_path = !o.tokenizer.empty() ? o.tokenizer
+                               : demo ? data_dir() + "/qwen3-tokenizer/tokenizer.json"
+                                      : (std::filesystem::path(o.model) / "tokenizer.json").string();
   const runtime::Tokenizer tok = runtime::Tokenizer::from_file(tok_path);
   runtime::LoadOptions lo;
   lo.device = Device(o.device);
   lo.dtype = parse_dtype(o.dtype, "[run]");
   lo.max_context = o.context;
   const auto t_load = std::chrono::steady_clock::now();
-  auto model = runtime::load_model(o.model, lo);
-  std::fprintf(stderr, "[run] loaded %s (%s, %.1f MB of weights) in %.1f s\n", o.model.c_str(),
+  std::unique_ptr<runtime::Model> model;
+  if (demo) {
+    std::fprintf(stderr, "[run] no -m: the built-in demo model, a Qwen3-MoE shape (demo-moe) with RANDOM weights "
+                         "(the text is noise; it shows the speed), and the Qwen3 tokenizer\n");
+    const auto w = runtime::random_weights(lo, o.seed);
+    model = runtime::build_model(runtime::preset_config("demo-moe"), *w, lo);
+  } else {
+    model = runtime::load_model(o.model, lo);
+  }
+  std::fprintf(stderr, "[run] %s (%s, %.1f MB of weights) ready in %.1f s\n", demo ? "demo-moe" : o.model.c_str(),
                model->config().model_type.c_str(), model->weight_bytes() / 1e6,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
   const std::string text = o.chat ? "<|im_start|>user\n" + o.prompt + "<|im_end|>\n<|im_start|>assistant\n" : o.prompt;

@@ -1,5 +1,6 @@
 // anvil tokenize / detokenize: a tokenizer.json's ids for a text (a JSON array), and back.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -10,6 +11,11 @@
 #include "runtime/tokenizer.h"
 
 namespace anvil::cli {
+
+std::string data_dir() {
+  const char* env = std::getenv("ANVIL_DATA_DIR");
+  return env && *env ? std::string(env) : std::string(ANVIL_DATA_DIR);
+}
 
 int cmd_tokenize(const TokenizeOptions& o) {
   std::string text = o.text;

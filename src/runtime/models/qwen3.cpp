@@ -13,6 +13,9 @@
 // Expert weights load from either layout: per expert (mlp.experts.E.{gate,up,down}_proj.weight,
 // the Hub's) or fused (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I],
 // transformers v5's), into moe_experts' stacked [E, 2I, H] / [E, H, I].
+#include <algorithm>
+#include <cmath>
+#include <functional>
 #include <cstdio>
 #include <vector>
 
@@ -33,8 +36,7 @@ struct Layer {
 
 class Qwen3 final : public Model {
  public:
-  Qwen3(const std::string& dir, const ModelConfig& c, const LoadOptions& o) : c_(c), o_(o) {
-    const Checkpoint ck(dir);
+  Qwen3(const ModelConfig& c, WeightSource& ck, const LoadOptions& o) : c_(c), o_(o) {
     const int64_t H = c.hidden_size, D = c.head_dim;
     embed_ = take(ck, "model.embed_tokens.weight", {c.vocab_size, H});
     norm_ = take(ck, "model.norm.weight", {H});
@@ -129,19 +131,13 @@ class Qwen3 final : public Model {
     return moe_experts(h, r, L.gate_up, L.experts_down);
   }
 
-  // The checkpoint tensor `name`, shape-checked, converted to the compute dtype on the device.
-  Tensor take(const Checkpoint& ck, const std::string& name, const Shape& shape) {
-    const SafetensorsEntry& e = ck.entry(name);
-    if (e.shape != shape)
-      format_fail(kOp, ck.dir(), name, " has shape ", shape_str(e.shape), ", the config gives ", shape_str(shape));
-    const Tensor src = ck.tensor(name);
-    Tensor t = src.to(o_.device, o_.dtype).contiguous();
-    if (t.storage() == src.storage()) t = t.clone();  // own aligned bytes rather than view the file map
+  Tensor take(WeightSource& ck, const std::string& name, const Shape& shape) {
+    Tensor t = ck.get(name, shape);
     weight_bytes_ += t.nbytes();
     return t;
   }
 
-  void load_experts(const Checkpoint& ck, const std::string& p, Layer& L) {
+  void load_experts(WeightSource& ck, const std::string& p, Layer& L) {
     const int64_t E = c_.num_experts, H = c_.hidden_size, I = c_.moe_intermediate_size;
     L.router = take(ck, p + "gate.weight", {E, H});
     if (ck.has(p + "experts.gate_up_proj")) {
@@ -171,18 +167,86 @@ class Qwen3 final : public Model {
   uint64_t weight_bytes_ = 0, expert_bytes_ = 0;
 };
 
+// The checkpoint tensor, shape-checked, converted to the load dtype on the load device.
+class CheckpointWeights final : public WeightSource {
+ public:
+  CheckpointWeights(const std::string& dir, const LoadOptions& o) : ck_(dir), o_(o) {}
+  bool has(const std::string& name) const override { return ck_.has(name); }
+  Tensor get(const std::string& name, const Shape& shape) override {
+    const SafetensorsEntry& e = ck_.entry(name);
+    if (e.shape != shape)
+      format_fail(kOp, ck_.dir(), name, " has shape ", shape_str(e.shape), ", the config gives ", shape_str(shape));
+    const Tensor src = ck_.tensor(name);
+    Tensor t = src.to(o_.device, o_.dtype).contiguous();
+    if (t.storage() == src.storage()) t = t.clone();  // own aligned bytes rather than view the file map
+    return t;
+  }
+
+ private:
+  Checkpoint ck_;
+  LoadOptions o_;
+};
+
+// Random weights without generating every number: one pool of 2^22 N(0, 1) values per dtype,
+// each weight its scaled copy read cyclically from an offset of its own (a demo or a benchmark
+// needs the shapes, the bytes and realistic magnitudes, not independent draws; 1.5 GB of weights
+// took 33 s to draw on 2 CPU cores, copies take well under a second).
+class RandomWeights final : public WeightSource {
+ public:
+  RandomWeights(const LoadOptions& o, uint64_t seed) : o_(o) {
+    manual_seed(seed);
+    pool_ = randn({kPool}, TensorOptions(kFloat32).device(o.device));
+  }
+  bool has(const std::string& name) const override {
+    return name.find(".experts.") == std::string::npos || name.find("experts.gate_up_proj") != std::string::npos ||
+           name.find("experts.down_proj") != std::string::npos;
+  }
+  Tensor get(const std::string& name, const Shape& shape) override {
+    const bool norm = name.find("norm") != std::string::npos;
+    const double scale = norm ? 0.1 : 0.5 / std::sqrt(static_cast<double>(shape.back()));
+    const Tensor scaled = norm ? add(mul(pool_, scale), 1.0).to(o_.dtype) : mul(pool_, scale).to(o_.dtype);
+    Tensor w = empty(shape, TensorOptions(o_.dtype).device(o_.device));
+    Tensor flat = w.view({w.numel()});
+    int64_t at = static_cast<int64_t>(std::hash<std::string>{}(name) % static_cast<size_t>(kPool));
+    for (int64_t done = 0; done < flat.numel();) {
+      const int64_t n = std::min(flat.numel() - done, kPool - at);
+      flat.narrow(0, done, n).copy_(scaled.narrow(0, at, n));
+      done += n;
+      at = 0;
+    }
+    return w;
+  }
+
+ private:
+  static constexpr int64_t kPool = int64_t{1} << 22;
+  LoadOptions o_;
+  Tensor pool_;
+};
+
 }  // namespace
 
-std::unique_ptr<Model> load_qwen3(const std::string& dir, const ModelConfig& config, const LoadOptions& options) {
-  return std::make_unique<Qwen3>(dir, config, options);
+std::unique_ptr<WeightSource> checkpoint_weights(const std::string& dir, const LoadOptions& options) {
+  return std::make_unique<CheckpointWeights>(dir, options);
+}
+std::unique_ptr<WeightSource> random_weights(const LoadOptions& options, uint64_t seed) {
+  return std::make_unique<RandomWeights>(options, seed);
+}
+
+std::unique_ptr<Model> build_qwen3(const ModelConfig& config, WeightSource& weights, const LoadOptions& options) {
+  return std::make_unique<Qwen3>(config, weights, options);
+}
+
+std::unique_ptr<Model> build_model(const ModelConfig& c, WeightSource& weights, const LoadOptions& options) {
+  ANVIL_CHECK(options.dtype == kFloat32 || options.dtype == kBFloat16 || options.dtype == kFloat16, DTypeError,
+              "[load] compute dtype must be float32, bfloat16 or float16, got ", dtype_name(options.dtype));
+  if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") return build_qwen3(c, weights, options);
+  throw FormatError("[load] model_type \"" + c.model_type + "\" has no implementation");
 }
 
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
-  ANVIL_CHECK(options.dtype == kFloat32 || options.dtype == kBFloat16 || options.dtype == kFloat16, DTypeError,
-              "[load] compute dtype must be float32, bfloat16 or float16, got ", dtype_name(options.dtype));
   const ModelConfig c = load_config(dir);
-  if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") return load_qwen3(dir, c, options);
-  throw FormatError("[load] " + dir + ": model_type \"" + c.model_type + "\" has no implementation");
+  const auto w = checkpoint_weights(dir, options);
+  return build_model(c, *w, options);
 }
 
 }  // namespace anvil::runtime
