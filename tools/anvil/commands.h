@@ -29,7 +29,14 @@ struct RunOptions {
   bool chat = false;
 };
 
+struct BenchOptions {
+  std::string model, shape, device = "cpu", dtype = "bfloat16", json;
+  int64_t p = 512, n = 128;
+  int reps = 5;
+};
+
 int cmd_tokenize(const TokenizeOptions& o);
+int cmd_bench(const BenchOptions& o);
 int cmd_run(const RunOptions& o);
 int cmd_logits(const LogitsOptions& o);
 int cmd_detokenize(const DetokenizeOptions& o);

@@ -1,4 +1,4 @@
-// anvil: the command-line front end (info, bench-ops, run, logits, tokenize, detokenize; bench next).
+// anvil: the command-line front end (info, bench-ops, run, bench, logits, tokenize, detokenize).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <omp.h>
@@ -81,6 +81,17 @@ int main(int argc, char** argv) {
   run->add_option("--tokenizer", ro.tokenizer, "tokenizer.json (default: the model folder's)");
   run->add_flag("--chat", ro.chat, "wrap the prompt in the ChatML template (Qwen chat models)");
 
+  anvil::cli::BenchOptions bm;
+  auto* bench = app.add_subcommand("bench", "llama-bench's table: prompt (ppP) and generation (tgN) tokens per second");
+  bench->add_option("-m,--model", bm.model, "checkpoint folder");
+  bench->add_option("--shape", bm.shape, "a built-in shape with random weights: qwen3-30b-a3b | qwen3-0.6b | demo-moe");
+  bench->add_option("--device", bm.device, "cpu | cuda | cuda:N")->capture_default_str();
+  bench->add_option("--dtype", bm.dtype, "bfloat16 | float16 | float32")->capture_default_str();
+  bench->add_option("-p", bm.p, "prompt tokens (0: none)")->capture_default_str();
+  bench->add_option("-n", bm.n, "generated tokens (0: none)")->capture_default_str();
+  bench->add_option("-r", bm.reps, "timed repetitions")->capture_default_str();
+  bench->add_option("--json", bm.json, "also write the rows to this JSON file");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("info")) return cmd_info();
@@ -89,6 +100,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("detokenize")) return anvil::cli::cmd_detokenize(de);
     if (app.got_subcommand("logits")) return anvil::cli::cmd_logits(lg);
     if (app.got_subcommand("run")) return anvil::cli::cmd_run(ro);
+    if (app.got_subcommand("bench")) return anvil::cli::cmd_bench(bm);
   } catch (const anvil::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

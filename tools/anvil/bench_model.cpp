@@ -1,0 +1,103 @@
+// anvil bench: llama-bench's table for a checkpoint (-m) or a built-in shape with random weights
+// (--shape): prompt processing of -p tokens in one prefill (ppP) and generation of -n tokens one
+// decode step at a time, each sampled greedily on the device (tgN), -r timed repetitions after
+// one warm-up, t/s as mean +- sample standard deviation.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "anvil/anvil.h"
+#include "commands.h"
+#include "runtime/config.h"
+#include "runtime/model.h"
+
+namespace anvil::cli {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One prefill of p tokens: seconds, the result read back.
+double time_prompt(runtime::Model& m, const Tensor& ids) {
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)m.forward(ids, 0).select(0, ids.size(0) - 1).to(kCPU);
+  return seconds_since(t0);
+}
+
+// n decode steps from position 0, each token the greedy sample of the last: seconds.
+double time_generation(runtime::Model& m, int64_t n, Device dev) {
+  const Tensor rng = sampler_state(0, dev);
+  Tensor tok = full({1}, 1, TensorOptions(kInt64));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor logits = m.forward(tok, i);
+    tok = sample(logits.select(0, 0), SamplingOptions{0.0, 0, 1.0}, rng).to(kCPU).view({1});
+  }
+  return seconds_since(t0);
+}
+
+}  // namespace
+
+int cmd_bench(const BenchOptions& o) {
+  ANVIL_CHECK(o.model.empty() != o.shape.empty(), Error, "[bench] give either -m DIR or --shape NAME");
+  ANVIL_CHECK(o.p >= 0 && o.n >= 0 && o.p + o.n > 0 && o.reps >= 1, Error, "[bench] -p, -n >= 0 (not both 0), -r >= 1");
+  runtime::LoadOptions lo;
+  lo.device = Device(o.device);
+  lo.dtype = parse_dtype(o.dtype, "[bench]");
+  lo.max_context = std::max<int64_t>({o.p, o.n, 1});
+  std::unique_ptr<runtime::Model> model;
+  std::string name;
+  if (!o.shape.empty()) {
+    const auto w = runtime::random_weights(lo, 0);
+    model = runtime::build_model(runtime::preset_config(o.shape), *w, lo);
+    name = o.shape + " (random)";
+  } else {
+    model = runtime::load_model(o.model, lo);
+    name = o.model;
+  }
+  const double gib = static_cast<double>(model->weight_bytes()) / 1073741824.0;
+  const double params = static_cast<double>(model->weight_bytes()) / static_cast<double>(element_size(lo.dtype)) * 1e-9;
+  const std::string backend = lo.device.is_cuda() ? "CUDA" : "CPU";
+  Tensor ids = randint(0, model->config().vocab_size, {std::max<int64_t>(o.p, 1)}, TensorOptions(kInt64));
+  struct Row {
+    std::string test;
+    std::vector<double> tps;
+  };
+  std::vector<Row> rows;
+  if (o.p > 0) rows.push_back({"pp" + std::to_string(o.p), {}});
+  if (o.n > 0) rows.push_back({"tg" + std::to_string(o.n), {}});
+  for (int r = -1; r < o.reps; ++r) {  // r = -1: warm-up
+    for (Row& row : rows) {
+      const bool pp = row.test[0] == 'p';
+      const double s = pp ? time_prompt(*model, ids) : time_generation(*model, o.n, lo.device);
+      if (r >= 0) row.tps.push_back(static_cast<double>(pp ? o.p : o.n) / s);
+    }
+  }
+  std::printf("| %-28s | %9s | %8s | %-7s | %-6s | %18s |\n", "model", "size", "params", "backend", "test", "t/s");
+  std::printf("| %s | %s | %s | %s | %s | %s |\n", std::string(28, '-').c_str(), std::string(9, '-').c_str(),
+              std::string(8, '-').c_str(), std::string(7, '-').c_str(), std::string(6, '-').c_str(),
+              std::string(18, '-').c_str());
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& row : rows) {
+    double mean = 0, var = 0;
+    for (double v : row.tps) mean += v / static_cast<double>(row.tps.size());
+    for (double v : row.tps) var += (v - mean) * (v - mean) / std::max<double>(1.0, static_cast<double>(row.tps.size()) - 1);
+    std::printf("| %-28s | %5.2f GiB | %6.2f B | %-7s | %-6s | %9.2f +- %6.2f |\n", name.c_str(), gib, params,
+                backend.c_str(), row.test.c_str(), mean, std::sqrt(var));
+    out.push_back({{"model", name}, {"size_gib", gib}, {"params_b", params}, {"backend", backend}, {"dtype", o.dtype},
+                   {"test", row.test}, {"tps_mean", mean}, {"tps_std", std::sqrt(var)}, {"tps", row.tps}});
+  }
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    ANVIL_CHECK(f.good(), Error, "[bench] cannot write ", o.json);
+    f << out.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace anvil::cli
