@@ -18,6 +18,9 @@ struct LoadOptions {
   DType dtype = kBFloat16;    // compute and weight dtype: float32 / bfloat16 / float16
   int64_t max_context = 0;    // KV cache rows; 0: min(max_position_embeddings, 4096)
   bool keep_router = false;   // keep each MoE layer's router logits of the last forward (analysis)
+  // Projection and expert weights as float8 e4m3fn with one scale per row (dtype: the activations'
+  // and the rest's); embeddings, norms and MoE routers stay in dtype.
+  bool fp8_weights = false;
 };
 
 class Model {

@@ -48,7 +48,7 @@ int cmd_bench(const BenchOptions& o) {
   ANVIL_CHECK(o.p >= 0 && o.n >= 0 && o.p + o.n > 0 && o.reps >= 1, Error, "[bench] -p, -n >= 0 (not both 0), -r >= 1");
   runtime::LoadOptions lo;
   lo.device = Device(o.device);
-  lo.dtype = parse_dtype(o.dtype, "[bench]");
+  set_dtype(o.dtype, lo, "[bench]");
   lo.max_context = std::max<int64_t>({o.p, o.n, 1});
   std::unique_ptr<runtime::Model> model;
   std::string name;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "anvil/dtype.h"
+#include "runtime/model.h"
 
 namespace anvil::cli {
 
@@ -44,7 +45,8 @@ int cmd_detokenize(const DetokenizeOptions& o);
 std::vector<int32_t> parse_ids(const std::string& s, const char* op);
 // The shipped data (data/qwen3-tokenizer): $ANVIL_DATA_DIR, else the source tree's data/.
 std::string data_dir();
-// bfloat16 / float16 / float32 (and short names) -> DType; Error naming `op` otherwise.
-DType parse_dtype(const std::string& s, const char* op);
+// --dtype: bfloat16 / float16 / float32 (and short names), or fp8 (bfloat16 activations with
+// float8 projection and expert weights); Error naming `op` otherwise.
+void set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op);
 
 }  // namespace anvil::cli

@@ -34,11 +34,12 @@ void write_npy(const std::string& path, const Tensor& t) {
 
 }  // namespace
 
-DType parse_dtype(const std::string& s, const char* op) {
-  if (s == "bfloat16" || s == "bf16") return kBFloat16;
-  if (s == "float16" || s == "fp16" || s == "half") return kFloat16;
-  if (s == "float32" || s == "fp32" || s == "float") return kFloat32;
-  throw Error(std::string(op) + " --dtype must be bfloat16, float16 or float32, got \"" + s + "\"");
+void set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op) {
+  lo.fp8_weights = s == "fp8";
+  if (s == "bfloat16" || s == "bf16" || s == "fp8") lo.dtype = kBFloat16;
+  else if (s == "float16" || s == "fp16" || s == "half") lo.dtype = kFloat16;
+  else if (s == "float32" || s == "fp32" || s == "float") lo.dtype = kFloat32;
+  else throw Error(std::string(op) + " --dtype must be bfloat16, float16, float32 or fp8, got \"" + s + "\"");
 }
 
 int cmd_logits(const LogitsOptions& o) {
@@ -49,7 +50,7 @@ int cmd_logits(const LogitsOptions& o) {
   const int64_t T = static_cast<int64_t>(ids32.size());
   runtime::LoadOptions lo;
   lo.device = Device(o.device);
-  lo.dtype = parse_dtype(o.dtype, "[logits]");
+  set_dtype(o.dtype, lo, "[logits]");
   lo.max_context = T;
   auto model = runtime::load_model(o.model, lo);
   Tensor ids = empty({T}, TensorOptions(kInt64));

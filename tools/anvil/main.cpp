@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   logits->add_option("--mode", lg.mode, "prefill (one pass) | decode (one token at a time through the KV cache)")
       ->capture_default_str();
   logits->add_option("--device", lg.device, "cpu | cuda | cuda:N")->capture_default_str();
-  logits->add_option("--dtype", lg.dtype, "float32 | bfloat16 | float16")->capture_default_str();
+  logits->add_option("--dtype", lg.dtype, "float32 | bfloat16 | float16 | fp8 (float8 weights)")->capture_default_str();
   logits->add_option("-o,--out", lg.out, "output .npy, [len(ids), vocab] float32")->required();
 
   anvil::cli::RunOptions ro;
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   run->add_option("-p,--prompt", ro.prompt, "the prompt")->capture_default_str();
   run->add_option("-n", ro.n, "new tokens at most")->capture_default_str();
   run->add_option("--device", ro.device, "cpu | cuda | cuda:N")->capture_default_str();
-  run->add_option("--dtype", ro.dtype, "bfloat16 | float16 | float32")->capture_default_str();
+  run->add_option("--dtype", ro.dtype, "bfloat16 | float16 | float32 | fp8 (float8 weights)")->capture_default_str();
   run->add_option("--temp", ro.temp, "temperature (0: greedy)")->capture_default_str();
   run->add_option("--top-k", ro.top_k, "keep the k most probable (0: all)")->capture_default_str();
   run->add_option("--top-p", ro.top_p, "nucleus mass (1: all)")->capture_default_str();
@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   bench->add_option("-m,--model", bm.model, "checkpoint folder");
   bench->add_option("--shape", bm.shape, "a built-in shape with random weights: qwen3-30b-a3b | qwen3-0.6b | demo-moe");
   bench->add_option("--device", bm.device, "cpu | cuda | cuda:N")->capture_default_str();
-  bench->add_option("--dtype", bm.dtype, "bfloat16 | float16 | float32")->capture_default_str();
+  bench->add_option("--dtype", bm.dtype, "bfloat16 | float16 | float32 | fp8 (float8 weights)")->capture_default_str();
   bench->add_option("-p", bm.p, "prompt tokens (0: none)")->capture_default_str();
   bench->add_option("-n", bm.n, "generated tokens (0: none)")->capture_default_str();
   bench->add_option("-r", bm.reps, "timed repetitions")->capture_default_str();

@@ -40,7 +40,7 @@ int cmd_run(const RunOptions& o) {
   const runtime::Tokenizer tok = runtime::Tokenizer::from_file(tok_path);
   runtime::LoadOptions lo;
   lo.device = Device(o.device);
-  lo.dtype = parse_dtype(o.dtype, "[run]");
+  set_dtype(o.dtype, lo, "[run]");
   lo.max_context = o.context;
   const auto t_load = std::chrono::steady_clock::now();
   std::unique_ptr<runtime::Model> model;

@@ -28,10 +28,19 @@ namespace {
 
 constexpr const char* kOp = "[load]";
 
+// A projection's weight [n, k], float8 with row scales [n] under LoadOptions::fp8_weights.
+struct Proj {
+  Tensor w, scale;
+  Tensor operator()(const Tensor& x) const { return scale.defined() ? scaled_linear(x, w, scale) : linear(x, w); }
+};
+
 struct Layer {
-  Tensor in_norm, q, k, v, o, q_norm, k_norm, post_norm;
-  Tensor gate, up, down;       // dense MLP
-  Tensor router, gate_up, experts_down;  // MoE: [E, H], [E, 2I, H], [E, H, I]
+  Tensor in_norm, q_norm, k_norm, post_norm;
+  Proj q, k, v, o;
+  Proj gate, up, down;                   // dense MLP
+  Tensor router;                         // MoE router [E, H], kept in the compute dtype
+  Tensor gate_up, experts_down;          // MoE experts [E, 2I, H], [E, H, I]
+  Tensor gate_up_scale, down_scale;      // [E, 2I], [E, H] with float8 experts
 };
 
 class Qwen3 final : public Model {
@@ -40,25 +49,25 @@ class Qwen3 final : public Model {
     const int64_t H = c.hidden_size, D = c.head_dim;
     embed_ = take(ck, "model.embed_tokens.weight", {c.vocab_size, H});
     norm_ = take(ck, "model.norm.weight", {H});
-    head_ = c.tie_word_embeddings ? embed_ : take(ck, "lm_head.weight", {c.vocab_size, H});
+    head_ = c.tie_word_embeddings ? Proj{embed_, {}} : proj(ck, "lm_head.weight", {c.vocab_size, H});
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       Layer L;
       L.in_norm = take(ck, p + "input_layernorm.weight", {H});
       L.post_norm = take(ck, p + "post_attention_layernorm.weight", {H});
-      L.q = take(ck, p + "self_attn.q_proj.weight", {c.num_attention_heads * D, H});
-      L.k = take(ck, p + "self_attn.k_proj.weight", {c.num_key_value_heads * D, H});
-      L.v = take(ck, p + "self_attn.v_proj.weight", {c.num_key_value_heads * D, H});
-      L.o = take(ck, p + "self_attn.o_proj.weight", {H, c.num_attention_heads * D});
+      L.q = proj(ck, p + "self_attn.q_proj.weight", {c.num_attention_heads * D, H});
+      L.k = proj(ck, p + "self_attn.k_proj.weight", {c.num_key_value_heads * D, H});
+      L.v = proj(ck, p + "self_attn.v_proj.weight", {c.num_key_value_heads * D, H});
+      L.o = proj(ck, p + "self_attn.o_proj.weight", {H, c.num_attention_heads * D});
       L.q_norm = take(ck, p + "self_attn.q_norm.weight", {D});
       L.k_norm = take(ck, p + "self_attn.k_norm.weight", {D});
       if (c.sparse_layer(l)) {
         load_experts(ck, p + "mlp.", L);
       } else {
         const int64_t I = c.intermediate_size;
-        L.gate = take(ck, p + "mlp.gate_proj.weight", {I, H});
-        L.up = take(ck, p + "mlp.up_proj.weight", {I, H});
-        L.down = take(ck, p + "mlp.down_proj.weight", {H, I});
+        L.gate = proj(ck, p + "mlp.gate_proj.weight", {I, H});
+        L.up = proj(ck, p + "mlp.up_proj.weight", {I, H});
+        L.down = proj(ck, p + "mlp.down_proj.weight", {H, I});
       }
       layers_.push_back(std::move(L));
     }
@@ -107,34 +116,63 @@ class Qwen3 final : public Model {
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& L = layers_[l];
       const Tensor h = rms_norm(x, {H}, L.in_norm, eps);
-      Tensor q = rms_norm(linear(h, L.q).view({T, nh, D}), {D}, L.q_norm, eps);
-      Tensor k = rms_norm(linear(h, L.k).view({T, nkv, D}), {D}, L.k_norm, eps);
-      const Tensor v = linear(h, L.v).view({T, nkv, D});
+      Tensor q = rms_norm(L.q(h).view({T, nh, D}), {D}, L.q_norm, eps);
+      Tensor k = rms_norm(L.k(h).view({T, nkv, D}), {D}, L.k_norm, eps);
+      const Tensor v = L.v(h).view({T, nkv, D});
       q = rope(q, positions, inv_freq_);
       k = rope(k, positions, inv_freq_);
       cache_write(k_cache_[l], k.permute({1, 0, 2}).unsqueeze(0), start);
       cache_write(v_cache_[l], v.permute({1, 0, 2}).unsqueeze(0), start);
       const Tensor a = decode_attention(q.permute({1, 0, 2}).unsqueeze(0), k_cache_[l], v_cache_[l], lens);  // [1, nh, T, D]
-      x = add(x, linear(a.squeeze(0).permute({1, 0, 2}).reshape({T, nh * D}), L.o));
+      x = add(x, L.o(a.squeeze(0).permute({1, 0, 2}).reshape({T, nh * D})));
       const Tensor h2 = rms_norm(x, {H}, L.post_norm, eps);
       x = add(x, mlp(L, h2));
     }
-    return linear(rms_norm(x, {H}, norm_, eps), head_).to(kFloat32);
+    return head_(rms_norm(x, {H}, norm_, eps)).to(kFloat32);
   }
 
  private:
   Tensor mlp(const Layer& L, const Tensor& h) {
-    if (!L.router.defined()) return linear(silu_mul(linear(h, L.gate), linear(h, L.up)), L.down);
+    if (!L.router.defined()) return L.down(silu_mul(L.gate(h), L.up(h)));
     const Tensor logits = linear(h, L.router);
     if (o_.keep_router) router_.push_back(logits);
     const MoeRouting r = moe_route(logits, c_.num_experts_per_tok, c_.norm_topk_prob);
-    return moe_experts(h, r, L.gate_up, L.experts_down);
+    return moe_experts(h, r, L.gate_up, L.experts_down, L.gate_up_scale, L.down_scale);
   }
 
   Tensor take(WeightSource& ck, const std::string& name, const Shape& shape) {
     Tensor t = ck.get(name, shape);
     weight_bytes_ += t.nbytes();
     return t;
+  }
+
+  // A projection, quantised to float8 e4m3fn with row-wise scales under fp8_weights.
+  Proj proj(WeightSource& ck, const std::string& name, const Shape& shape) {
+    Tensor t = ck.get(name, shape);
+    if (!o_.fp8_weights) {
+      weight_bytes_ += t.nbytes();
+      return {t, {}};
+    }
+    auto [q, scale] = quantize_fp8(t, ScalingType::RowWise);
+    weight_bytes_ += q.nbytes() + scale.nbytes();
+    return {q, scale.view({shape[0]})};
+  }
+
+  // Stacked experts to float8 with one scale per weight row under fp8_weights.
+  void quantize_experts(Layer& L) {
+    if (!o_.fp8_weights) return;
+    const int64_t E = L.gate_up.size(0);
+    weight_bytes_ -= L.gate_up.nbytes() + L.experts_down.nbytes();
+    expert_bytes_ -= L.gate_up.nbytes() + L.experts_down.nbytes();
+    auto [gq, gs] = quantize_fp8(L.gate_up, ScalingType::RowWise);
+    auto [dq, ds] = quantize_fp8(L.experts_down, ScalingType::RowWise);
+    L.gate_up = gq;
+    L.experts_down = dq;
+    L.gate_up_scale = gs.view({E, gq.size(1)});
+    L.down_scale = ds.view({E, dq.size(1)});
+    const uint64_t bytes = gq.nbytes() + dq.nbytes() + gs.nbytes() + ds.nbytes();
+    weight_bytes_ += bytes;
+    expert_bytes_ += bytes;
   }
 
   void load_experts(WeightSource& ck, const std::string& p, Layer& L) {
@@ -144,6 +182,7 @@ class Qwen3 final : public Model {
       L.gate_up = take(ck, p + "experts.gate_up_proj", {E, 2 * I, H});
       L.experts_down = take(ck, p + "experts.down_proj", {E, H, I});
       expert_bytes_ += L.gate_up.nbytes() + L.experts_down.nbytes();
+      quantize_experts(L);
       return;
     }
     const TensorOptions t = TensorOptions(o_.dtype).device(o_.device);
@@ -156,11 +195,13 @@ class Qwen3 final : public Model {
       L.experts_down[e].copy_(take(ck, q + "down_proj.weight", {H, I}));
     }
     expert_bytes_ += L.gate_up.nbytes() + L.experts_down.nbytes();
+    quantize_experts(L);
   }
 
   ModelConfig c_;
   LoadOptions o_;
-  Tensor embed_, norm_, head_, inv_freq_;
+  Tensor embed_, norm_, inv_freq_;
+  Proj head_;
   std::vector<Layer> layers_;
   std::vector<Tensor> k_cache_, v_cache_, router_;
   int64_t max_context_ = 0;
