@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,9 @@ struct LoadOptions {
   // Projection and expert weights as float8 e4m3fn with one scale per row (dtype: the activations'
   // and the rest's); embeddings, norms and MoE routers stay in dtype.
   bool fp8_weights = false;
+  // Called after each weight is loaded: bytes read from the source so far, of `total` (0 when
+  // the source cannot tell). The CLI draws a progress bar with it on a terminal.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 class Model {
@@ -51,6 +55,11 @@ class WeightSource {
   // `name` shaped `shape`, contiguous, in the load dtype on the load device; FormatError naming
   // it when absent or shaped otherwise.
   virtual Tensor get(const std::string& name, const Shape& shape) = 0;
+  virtual uint64_t total_bytes() const { return 0; }  // of every weight in the source, when known
+  uint64_t loaded_bytes() const { return loaded_; }   // source bytes of the weights got so far
+
+ protected:
+  uint64_t loaded_ = 0;
 };
 std::unique_ptr<WeightSource> checkpoint_weights(const std::string& dir, const LoadOptions& options);
 // Norm weights 1 + 0.1 N(0, 1), every other matrix N(0, (0.5 / sqrt(fan_in))^2) (the recipe of

@@ -49,6 +49,7 @@ int cmd_bench(const BenchOptions& o) {
   runtime::LoadOptions lo;
   lo.device = Device(o.device);
   set_dtype(o.dtype, lo, "[bench]");
+  set_progress(lo);
   lo.max_context = std::max<int64_t>({o.p, o.n, 1});
   std::unique_ptr<runtime::Model> model;
   std::string name;

@@ -48,5 +48,7 @@ std::string data_dir();
 // --dtype: bfloat16 / float16 / float32 (and short names), or fp8 (bfloat16 activations with
 // float8 projection and expert weights); Error naming `op` otherwise.
 void set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op);
+// A loading progress bar on stderr when it is a terminal (nothing otherwise).
+void set_progress(runtime::LoadOptions& lo);
 
 }  // namespace anvil::cli

@@ -2,6 +2,7 @@
 // over the ids or by feeding them one at a time through the KV cache (decode).
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 #include <fstream>
 #include <string>
 
@@ -42,6 +43,24 @@ void set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op) {
   else throw Error(std::string(op) + " --dtype must be bfloat16, float16, float32 or fp8, got \"" + s + "\"");
 }
 
+void set_progress(runtime::LoadOptions& lo) {
+  if (!isatty(fileno(stderr))) return;
+  lo.progress = [last = -1](uint64_t done, uint64_t total) mutable {
+    const int pct = total ? static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total)) : -1;
+    if (pct == last && total) return;
+    last = pct;
+    if (total) {
+      const int bar = pct / 4;
+      std::fprintf(stderr, "\r[load] [%s%s] %3d%% %.2f / %.2f GB", std::string(static_cast<size_t>(bar), '#').c_str(),
+                   std::string(static_cast<size_t>(25 - bar), ' ').c_str(), pct, done * 1e-9, total * 1e-9);
+      if (done >= total) std::fputc('\n', stderr);
+    } else {
+      std::fprintf(stderr, "\r[load] %.2f GB", done * 1e-9);
+    }
+    std::fflush(stderr);
+  };
+}
+
 int cmd_logits(const LogitsOptions& o) {
   const std::vector<int32_t> ids32 = parse_ids(o.ids, "[logits]");
   ANVIL_CHECK(!ids32.empty(), Error, "[logits] --ids is empty");
@@ -51,6 +70,7 @@ int cmd_logits(const LogitsOptions& o) {
   runtime::LoadOptions lo;
   lo.device = Device(o.device);
   set_dtype(o.dtype, lo, "[logits]");
+  set_progress(lo);
   lo.max_context = T;
   auto model = runtime::load_model(o.model, lo);
   Tensor ids = empty({T}, TensorOptions(kInt64));

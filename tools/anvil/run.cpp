@@ -41,6 +41,7 @@ int cmd_run(const RunOptions& o) {
   runtime::LoadOptions lo;
   lo.device = Device(o.device);
   set_dtype(o.dtype, lo, "[run]");
+  set_progress(lo);
   lo.max_context = o.context;
   const auto t_load = std::chrono::steady_clock::now();
   std::unique_ptr<runtime::Model> model;

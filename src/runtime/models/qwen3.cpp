@@ -141,14 +141,21 @@ class Qwen3 final : public Model {
   }
 
   Tensor take(WeightSource& ck, const std::string& name, const Shape& shape) {
-    Tensor t = ck.get(name, shape);
+    Tensor t = fetch(ck, name, shape);
     weight_bytes_ += t.nbytes();
+    return t;
+  }
+
+  // ck.get with the progress callback told.
+  Tensor fetch(WeightSource& ck, const std::string& name, const Shape& shape) {
+    Tensor t = ck.get(name, shape);
+    if (o_.progress) o_.progress(ck.loaded_bytes(), ck.total_bytes());
     return t;
   }
 
   // A projection, quantised to float8 e4m3fn with row-wise scales under fp8_weights.
   Proj proj(WeightSource& ck, const std::string& name, const Shape& shape) {
-    Tensor t = ck.get(name, shape);
+    Tensor t = fetch(ck, name, shape);
     if (!o_.fp8_weights) {
       weight_bytes_ += t.nbytes();
       return {t, {}};
@@ -213,11 +220,13 @@ class CheckpointWeights final : public WeightSource {
  public:
   CheckpointWeights(const std::string& dir, const LoadOptions& o) : ck_(dir), o_(o) {}
   bool has(const std::string& name) const override { return ck_.has(name); }
+  uint64_t total_bytes() const override { return ck_.total_bytes(); }
   Tensor get(const std::string& name, const Shape& shape) override {
     const SafetensorsEntry& e = ck_.entry(name);
     if (e.shape != shape)
       format_fail(kOp, ck_.dir(), name, " has shape ", shape_str(e.shape), ", the config gives ", shape_str(shape));
     const Tensor src = ck_.tensor(name);
+    loaded_ += e.end - e.begin;
     Tensor t = src.to(o_.device, o_.dtype).contiguous();
     if (t.storage() == src.storage()) t = t.clone();  // own aligned bytes rather than view the file map
     return t;
@@ -247,6 +256,7 @@ class RandomWeights final : public WeightSource {
     const double scale = norm ? 0.1 : 0.5 / std::sqrt(static_cast<double>(shape.back()));
     const Tensor scaled = norm ? add(mul(pool_, scale), 1.0).to(o_.dtype) : mul(pool_, scale).to(o_.dtype);
     Tensor w = empty(shape, TensorOptions(o_.dtype).device(o_.device));
+    loaded_ += w.nbytes();
     Tensor flat = w.view({w.numel()});
     int64_t at = static_cast<int64_t>(std::hash<std::string>{}(name) % static_cast<size_t>(kPool));
     for (int64_t done = 0; done < flat.numel();) {
