@@ -22,6 +22,9 @@ struct LoadOptions {
   // Projection and expert weights as float8 e4m3fn with one scale per row (dtype: the activations'
   // and the rest's); embeddings, norms and MoE routers stay in dtype.
   bool fp8_weights = false;
+  // CUDA: run each one-token step as a CUDA graph captured at the first one (kernels launched
+  // back to back, no host work between them).
+  bool cuda_graph = true;
   // Called after each weight is loaded: bytes read from the source so far, of `total` (0 when
   // the source cannot tell). The CLI draws a progress bar with it on a terminal.
   std::function<void(uint64_t done, uint64_t total)> progress;
@@ -38,6 +41,7 @@ class Model {
   virtual int64_t max_context() const = 0;
   virtual Device forward_device() const = 0;  // where the weights, cache and logits live
   virtual uint64_t weight_bytes() const = 0;  // of the converted weights
+  virtual uint64_t parameters() const = 0;    // weight elements (an untied lm_head counted once)
   // Weight bytes one decode token reads: everything but the embedding table (one row) and the
   // experts not chosen (top_k of the experts per MoE layer).
   virtual uint64_t decode_bytes() const = 0;

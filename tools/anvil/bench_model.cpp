@@ -62,7 +62,7 @@ int cmd_bench(const BenchOptions& o) {
     name = o.model;
   }
   const double gib = static_cast<double>(model->weight_bytes()) / 1073741824.0;
-  const double params = static_cast<double>(model->weight_bytes()) / static_cast<double>(element_size(lo.dtype)) * 1e-9;
+  const double params = static_cast<double>(model->parameters()) * 1e-9;
   const std::string backend = lo.device.is_cuda() ? "CUDA" : "CPU";
   Tensor ids = randint(0, model->config().vocab_size, {std::max<int64_t>(o.p, 1)}, TensorOptions(kInt64));
   struct Row {

@@ -85,12 +85,17 @@ class Qwen3 final : public Model {
     if (c.dtype == "bfloat16") inv_freq_ = inv_freq_.to(kBFloat16).to(kFloat32);
     else if (c.dtype == "float16") inv_freq_ = inv_freq_.to(kFloat16).to(kFloat32);
     inv_freq_ = inv_freq_.to(o.device);
+    if (o.device.is_cuda()) {
+      stream_ = Stream::create(o.device);
+      synchronize(o.device);  // the weights were written on the loading stream
+    }
   }
 
   const ModelConfig& config() const override { return c_; }
   int64_t max_context() const override { return max_context_; }
   Device forward_device() const override { return o_.device; }
   uint64_t weight_bytes() const override { return weight_bytes_; }
+  uint64_t parameters() const override { return parameters_; }
   uint64_t decode_bytes() const override {
     const double chosen = c_.is_moe() ? static_cast<double>(c_.num_experts_per_tok) / static_cast<double>(c_.num_experts) : 1.0;
     const uint64_t embed = c_.tie_word_embeddings ? 0 : embed_.nbytes();  // tied: read whole as the head
@@ -101,15 +106,70 @@ class Qwen3 final : public Model {
   Tensor forward(const Tensor& ids_in, int64_t pos) override {
     ANVIL_CHECK(ids_in.dim() == 1 && ids_in.size(0) >= 1, ShapeError, "[forward] ids must be [T] with T >= 1, got ",
                 shape_str(ids_in.sizes()));
-    const int64_t T = ids_in.size(0), H = c_.hidden_size, D = c_.head_dim;
-    const int64_t nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
+    const int64_t T = ids_in.size(0);
     ANVIL_CHECK(pos >= 0 && pos + T <= max_context_, Error, "[forward] positions ", pos, "..", pos + T - 1,
                 " exceed the context of ", max_context_, " tokens");
     const Device dev = o_.device;
-    const Tensor ids = ids_in.to(dev, kInt64);
-    const Tensor positions = arange(pos, pos + T, 1, TensorOptions(kInt64)).view({T, 1}).to(dev);
-    const Tensor start = full({1}, pos, TensorOptions(kInt32)).to(dev);
-    const Tensor lens = full({1}, pos + T, TensorOptions(kInt32)).to(dev);
+    if (!dev.is_cuda()) return step(ids_in.to(kInt64), positions_of(pos, T), full({1}, pos, TensorOptions(kInt32)),
+                                    full({1}, pos + T, TensorOptions(kInt32)), T);
+    // CUDA: the model's own stream, ordered after the caller's work (its ids) and before the
+    // caller's next work (the logits).
+    Event inputs(dev);
+    inputs.record(current_stream(dev));
+    inputs.wait(stream_);
+    Tensor logits;
+    {
+      StreamGuard guard(stream_);
+      if (T == 1 && o_.cuda_graph && !o_.keep_router) {
+        logits = decode_graph(ids_in, pos);
+      } else {
+        logits = step(ids_in.to(dev, kInt64), positions_of(pos, T).to(dev), full({1}, pos, TensorOptions(kInt32)).to(dev),
+                      full({1}, pos + T, TensorOptions(kInt32)).to(dev), T);
+      }
+    }
+    Event done(dev);
+    done.record(stream_);
+    done.wait(current_stream(dev));
+    return logits;
+  }
+
+ private:
+  static Tensor positions_of(int64_t pos, int64_t T) { return arange(pos, pos + T, 1, TensorOptions(kInt64)).view({T, 1}); }
+
+  // One decode step as a CUDA graph captured at the first call and replayed after: the token and
+  // the positions live in device tensors written before each replay (the cache rows and lengths
+  // are read on the device), the logits in the graph's memory (returned as a copy).
+  Tensor decode_graph(const Tensor& ids_in, int64_t pos) {
+    const Device dev = o_.device;
+    if (!graph_) {
+      g_ids_ = empty({1}, TensorOptions(kInt64).device(dev));
+      g_pos_ = empty({1, 1}, TensorOptions(kInt64).device(dev));
+      g_start_ = empty({1}, TensorOptions(kInt32).device(dev));
+      g_lens_ = empty({1}, TensorOptions(kInt32).device(dev));
+    }
+    g_ids_.copy_(ids_in.to(kInt64));
+    g_pos_.copy_(positions_of(pos, 1));
+    g_start_.copy_(full({1}, pos, TensorOptions(kInt32)));
+    g_lens_.copy_(full({1}, pos + 1, TensorOptions(kInt32)));
+    if (!graph_) {
+      // An eager step first (lazy kernel setup must not happen under capture); it computes this
+      // very step, which the replay below recomputes identically.
+      (void)step(g_ids_, g_pos_, g_start_, g_lens_, 1);
+      stream_.synchronize();
+      graph_ = std::make_unique<cuda::Graph>();
+      graph_->capture_begin();
+      g_logits_ = step(g_ids_, g_pos_, g_start_, g_lens_, 1);
+      graph_->capture_end();
+    }
+    graph_->replay();
+    return g_logits_.clone();
+  }
+
+  // Logits [T, vocab] float32 of ids (int64 [T]) at positions (int64 [T, 1]); the new keys and
+  // values go to cache rows start (int32 [1]), attention sees lens (int32 [1]) keys. All on the
+  // model's device.
+  Tensor step(const Tensor& ids, const Tensor& positions, const Tensor& start, const Tensor& lens, int64_t T) {
+    const int64_t H = c_.hidden_size, D = c_.head_dim, nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
     router_.clear();
     const double eps = c_.rms_norm_eps;
     Tensor x = embedding(embed_, ids);  // [T, H]
@@ -131,7 +191,6 @@ class Qwen3 final : public Model {
     return head_(rms_norm(x, {H}, norm_, eps)).to(kFloat32);
   }
 
- private:
   Tensor mlp(const Layer& L, const Tensor& h) {
     if (!L.router.defined()) return L.down(silu_mul(L.gate(h), L.up(h)));
     const Tensor logits = linear(h, L.router);
@@ -149,6 +208,7 @@ class Qwen3 final : public Model {
   // ck.get with the progress callback told.
   Tensor fetch(WeightSource& ck, const std::string& name, const Shape& shape) {
     Tensor t = ck.get(name, shape);
+    parameters_ += static_cast<uint64_t>(t.numel());
     if (o_.progress) o_.progress(ck.loaded_bytes(), ck.total_bytes());
     return t;
   }
@@ -211,8 +271,11 @@ class Qwen3 final : public Model {
   Proj head_;
   std::vector<Layer> layers_;
   std::vector<Tensor> k_cache_, v_cache_, router_;
+  Stream stream_;
+  std::unique_ptr<cuda::Graph> graph_;
+  Tensor g_ids_, g_pos_, g_start_, g_lens_, g_logits_;
   int64_t max_context_ = 0;
-  uint64_t weight_bytes_ = 0, expert_bytes_ = 0;
+  uint64_t weight_bytes_ = 0, expert_bytes_ = 0, parameters_ = 0;
 };
 
 // The checkpoint tensor, shape-checked, converted to the load dtype on the load device.
