@@ -10,6 +10,8 @@
 //                  logits h Wg^T -> softmax over all experts -> top k (renormalised iff
 //                  norm_topk_prob) -> the chosen experts' SwiGLUs weighted and summed
 //   logits = rms_norm(x) (norm) lm_head^T (embed_tokens when tie_word_embeddings)
+// Kernels per layer, fewest first: q / k / v as one GEMV over their stacked weights (so are a dense
+// MLP's gate and up), and each residual add fused with the rms_norm after it (add_rms_norm).
 // Expert weights load from either layout: per expert (mlp.experts.E.{gate,up,down}_proj.weight,
 // the Hub's) or fused (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I],
 // transformers v5's), into moe_experts' stacked [E, 2I, H] / [E, H, I].
@@ -36,10 +38,10 @@ struct Proj {
 
 struct Layer {
   Tensor in_norm, q_norm, k_norm, post_norm;
-  Proj q, k, v, o;
-  Proj gate, up, down;                   // dense MLP
+  Proj qkv, o;                           // q, k and v stacked: one GEMV
+  Proj gate_up, down;                    // dense MLP, gate and up stacked
   Tensor router;                         // MoE router [E, H], kept in the compute dtype
-  Tensor gate_up, experts_down;          // MoE experts [E, 2I, H], [E, H, I]
+  Tensor experts_gate_up, experts_down;  // MoE experts [E, 2I, H], [E, H, I]
   Tensor gate_up_scale, down_scale;      // [E, 2I], [E, H] with float8 experts
 };
 
@@ -55,9 +57,9 @@ class Qwen3 final : public Model {
       Layer L;
       L.in_norm = take(ck, p + "input_layernorm.weight", {H});
       L.post_norm = take(ck, p + "post_attention_layernorm.weight", {H});
-      L.q = proj(ck, p + "self_attn.q_proj.weight", {c.num_attention_heads * D, H});
-      L.k = proj(ck, p + "self_attn.k_proj.weight", {c.num_key_value_heads * D, H});
-      L.v = proj(ck, p + "self_attn.v_proj.weight", {c.num_key_value_heads * D, H});
+      L.qkv = stacked(ck, {{p + "self_attn.q_proj.weight", {c.num_attention_heads * D, H}},
+                           {p + "self_attn.k_proj.weight", {c.num_key_value_heads * D, H}},
+                           {p + "self_attn.v_proj.weight", {c.num_key_value_heads * D, H}}});
       L.o = proj(ck, p + "self_attn.o_proj.weight", {H, c.num_attention_heads * D});
       L.q_norm = take(ck, p + "self_attn.q_norm.weight", {D});
       L.k_norm = take(ck, p + "self_attn.k_norm.weight", {D});
@@ -65,8 +67,7 @@ class Qwen3 final : public Model {
         load_experts(ck, p + "mlp.", L);
       } else {
         const int64_t I = c.intermediate_size;
-        L.gate = proj(ck, p + "mlp.gate_proj.weight", {I, H});
-        L.up = proj(ck, p + "mlp.up_proj.weight", {I, H});
+        L.gate_up = stacked(ck, {{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}});
         L.down = proj(ck, p + "mlp.down_proj.weight", {H, I});
       }
       layers_.push_back(std::move(L));
@@ -172,31 +173,40 @@ class Qwen3 final : public Model {
     const int64_t H = c_.hidden_size, D = c_.head_dim, nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
     router_.clear();
     const double eps = c_.rms_norm_eps;
-    Tensor x = embedding(embed_, ids);  // [T, H]
+    Tensor x = embedding(embed_, ids), branch;  // x [T, H]; branch: the residual not yet added
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& L = layers_[l];
-      const Tensor h = rms_norm(x, {H}, L.in_norm, eps);
-      Tensor q = rms_norm(L.q(h).view({T, nh, D}), {D}, L.q_norm, eps);
-      Tensor k = rms_norm(L.k(h).view({T, nkv, D}), {D}, L.k_norm, eps);
-      const Tensor v = L.v(h).view({T, nkv, D});
+      Tensor h;
+      if (branch.defined()) std::tie(h, x) = add_rms_norm(branch, x, {H}, L.in_norm, eps);
+      else h = rms_norm(x, {H}, L.in_norm, eps);
+      const Tensor qkv = L.qkv(h);  // [T, (nh + 2 nkv) D]
+      Tensor q = rms_norm(qkv.narrow(1, 0, nh * D).reshape({T, nh, D}), {D}, L.q_norm, eps);
+      Tensor k = rms_norm(qkv.narrow(1, nh * D, nkv * D).reshape({T, nkv, D}), {D}, L.k_norm, eps);
+      const Tensor v = qkv.narrow(1, (nh + nkv) * D, nkv * D).reshape({T, nkv, D});
       q = rope(q, positions, inv_freq_);
       k = rope(k, positions, inv_freq_);
       cache_write(k_cache_[l], k.permute({1, 0, 2}).unsqueeze(0), start);
       cache_write(v_cache_[l], v.permute({1, 0, 2}).unsqueeze(0), start);
       const Tensor a = decode_attention(q.permute({1, 0, 2}).unsqueeze(0), k_cache_[l], v_cache_[l], lens);  // [1, nh, T, D]
-      x = add(x, L.o(a.squeeze(0).permute({1, 0, 2}).reshape({T, nh * D})));
-      const Tensor h2 = rms_norm(x, {H}, L.post_norm, eps);
-      x = add(x, mlp(L, h2));
+      Tensor h2;
+      std::tie(h2, x) = add_rms_norm(L.o(a.squeeze(0).permute({1, 0, 2}).reshape({T, nh * D})), x, {H}, L.post_norm, eps);
+      branch = mlp(L, h2);
     }
-    return head_(rms_norm(x, {H}, norm_, eps)).to(kFloat32);
+    Tensor h;
+    std::tie(h, x) = add_rms_norm(branch, x, {H}, norm_, eps);
+    return head_(h).to(kFloat32);
   }
 
   Tensor mlp(const Layer& L, const Tensor& h) {
-    if (!L.router.defined()) return L.down(silu_mul(L.gate(h), L.up(h)));
+    if (!L.router.defined()) {
+      const Tensor gu = L.gate_up(h);
+      const int64_t I = gu.size(1) / 2;
+      return L.down(silu_mul(gu.narrow(1, 0, I), gu.narrow(1, I, I)));
+    }
     const Tensor logits = linear(h, L.router);
     if (o_.keep_router) router_.push_back(logits);
     const MoeRouting r = moe_route(logits, c_.num_experts_per_tok, c_.norm_topk_prob);
-    return moe_experts(h, r, L.gate_up, L.experts_down, L.gate_up_scale, L.down_scale);
+    return moe_experts(h, r, L.experts_gate_up, L.experts_down, L.gate_up_scale, L.down_scale);
   }
 
   Tensor take(WeightSource& ck, const std::string& name, const Shape& shape) {
@@ -214,8 +224,17 @@ class Qwen3 final : public Model {
   }
 
   // A projection, quantised to float8 e4m3fn with row-wise scales under fp8_weights.
-  Proj proj(WeightSource& ck, const std::string& name, const Shape& shape) {
-    Tensor t = fetch(ck, name, shape);
+  Proj proj(WeightSource& ck, const std::string& name, const Shape& shape) { return as_proj(fetch(ck, name, shape)); }
+
+  // Projections of one input stacked along their rows: one GEMV computes them all.
+  Proj stacked(WeightSource& ck, const std::vector<std::pair<std::string, Shape>>& parts) {
+    std::vector<Tensor> ws;
+    for (const auto& [name, shape] : parts) ws.push_back(fetch(ck, name, shape));
+    return as_proj(cat(ws, 0));
+  }
+
+  Proj as_proj(const Tensor& t) {
+    const Shape shape = t.sizes();
     if (!o_.fp8_weights) {
       weight_bytes_ += t.nbytes();
       return {t, {}};
@@ -228,12 +247,12 @@ class Qwen3 final : public Model {
   // Stacked experts to float8 with one scale per weight row under fp8_weights.
   void quantize_experts(Layer& L) {
     if (!o_.fp8_weights) return;
-    const int64_t E = L.gate_up.size(0);
-    weight_bytes_ -= L.gate_up.nbytes() + L.experts_down.nbytes();
-    expert_bytes_ -= L.gate_up.nbytes() + L.experts_down.nbytes();
-    auto [gq, gs] = quantize_fp8(L.gate_up, ScalingType::RowWise);
+    const int64_t E = L.experts_gate_up.size(0);
+    weight_bytes_ -= L.experts_gate_up.nbytes() + L.experts_down.nbytes();
+    expert_bytes_ -= L.experts_gate_up.nbytes() + L.experts_down.nbytes();
+    auto [gq, gs] = quantize_fp8(L.experts_gate_up, ScalingType::RowWise);
     auto [dq, ds] = quantize_fp8(L.experts_down, ScalingType::RowWise);
-    L.gate_up = gq;
+    L.experts_gate_up = gq;
     L.experts_down = dq;
     L.gate_up_scale = gs.view({E, gq.size(1)});
     L.down_scale = ds.view({E, dq.size(1)});
@@ -246,22 +265,22 @@ class Qwen3 final : public Model {
     const int64_t E = c_.num_experts, H = c_.hidden_size, I = c_.moe_intermediate_size;
     L.router = take(ck, p + "gate.weight", {E, H});
     if (ck.has(p + "experts.gate_up_proj")) {
-      L.gate_up = take(ck, p + "experts.gate_up_proj", {E, 2 * I, H});
+      L.experts_gate_up = take(ck, p + "experts.gate_up_proj", {E, 2 * I, H});
       L.experts_down = take(ck, p + "experts.down_proj", {E, H, I});
-      expert_bytes_ += L.gate_up.nbytes() + L.experts_down.nbytes();
+      expert_bytes_ += L.experts_gate_up.nbytes() + L.experts_down.nbytes();
       quantize_experts(L);
       return;
     }
     const TensorOptions t = TensorOptions(o_.dtype).device(o_.device);
-    L.gate_up = empty({E, 2 * I, H}, t);
+    L.experts_gate_up = empty({E, 2 * I, H}, t);
     L.experts_down = empty({E, H, I}, t);
     for (int64_t e = 0; e < E; ++e) {
       const std::string q = p + "experts." + std::to_string(e) + ".";
-      L.gate_up[e].narrow(0, 0, I).copy_(take(ck, q + "gate_proj.weight", {I, H}));
-      L.gate_up[e].narrow(0, I, I).copy_(take(ck, q + "up_proj.weight", {I, H}));
+      L.experts_gate_up[e].narrow(0, 0, I).copy_(take(ck, q + "gate_proj.weight", {I, H}));
+      L.experts_gate_up[e].narrow(0, I, I).copy_(take(ck, q + "up_proj.weight", {I, H}));
       L.experts_down[e].copy_(take(ck, q + "down_proj.weight", {H, I}));
     }
-    expert_bytes_ += L.gate_up.nbytes() + L.experts_down.nbytes();
+    expert_bytes_ += L.experts_gate_up.nbytes() + L.experts_down.nbytes();
     quantize_experts(L);
   }
 
