@@ -7,10 +7,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "anvil/error.h"
 #include "anvil/ops.h"
+#include "runtime/io.h"
 #include "runtime/safetensors.h"
 
 namespace anvil::runtime {
@@ -71,11 +71,9 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
   if (!fs::is_directory(d)) throw Error(std::string(kOp) + " " + dir + " is not a directory");
   const fs::path index = d / "model.safetensors.index.json", single = d / "model.safetensors";
   if (fs::exists(index)) {
-    std::ifstream in(index, std::ios::binary);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const std::string where = index.string();
     std::map<std::string, size_t> shard_of;
-    for (const auto& [name, f] : parse_weight_map(text, where)) {
+    for (const auto& [name, f] : parse_weight_map(read_file(where, kOp), where)) {
       auto it = shard_of.find(f);
       if (it == shard_of.end()) {
         files_.push_back(std::make_unique<SafetensorsFile>((d / f).string()));

@@ -2,25 +2,17 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "anvil/error.h"
-#include "runtime/format_error.h"
+#include "runtime/io.h"
 
 namespace anvil::runtime {
 namespace {
 
 using nlohmann::json;
 constexpr const char* kOp = "[config]";
-
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(std::string(kOp) + " cannot open " + p.string());
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 json parse(const std::string& text, const std::string& where) {
   try {
@@ -154,7 +146,8 @@ ModelConfig load_config(const std::string& dir) {
   namespace fs = std::filesystem;
   const fs::path d(dir), cfg = d / "config.json", gen = d / "generation_config.json";
   if (!fs::exists(cfg)) throw Error(std::string(kOp) + " " + dir + " has no config.json");
-  return parse_config(read_file(cfg), fs::exists(gen) ? read_file(gen) : std::string(), cfg.string());
+  return parse_config(read_file(cfg.string(), kOp), fs::exists(gen) ? read_file(gen.string(), kOp) : std::string(),
+                      cfg.string());
 }
 
 }  // namespace anvil::runtime

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "anvil/error.h"
-#include "runtime/format_error.h"
+#include "runtime/io.h"
 
 namespace anvil::runtime {
 namespace {

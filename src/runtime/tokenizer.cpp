@@ -6,14 +6,13 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "anvil/error.h"
-#include "runtime/format_error.h"
+#include "runtime/io.h"
 
 namespace anvil::runtime {
 namespace {
@@ -195,12 +194,7 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-Tokenizer Tokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(std::string(kOp) + " cannot open " + path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return from_json(text, path);
-}
+Tokenizer Tokenizer::from_file(const std::string& path) { return from_json(read_file(path, kOp), path); }
 
 Tokenizer Tokenizer::from_json(const std::string& text, const std::string& where) {
   json j;

@@ -1,7 +1,7 @@
 // anvil bench: llama-bench's table for a checkpoint (-m) or a built-in shape with random weights
-// (--shape): prompt processing of -p tokens in one prefill (ppP) and generation of -n tokens one
-// decode step at a time, each sampled greedily on the device (tgN), -r timed repetitions after
-// one warm-up, t/s as mean +- sample standard deviation.
+// (--shape): prompt processing of -p tokens in one prefill (ppP) and generation of -n tokens from
+// position 0 through runtime::generate, greedy (tgN), -r timed repetitions after one warm-up, t/s
+// as mean +- sample standard deviation.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +13,7 @@
 #include "anvil/anvil.h"
 #include "commands.h"
 #include "runtime/config.h"
+#include "runtime/generate.h"
 #include "runtime/model.h"
 
 namespace anvil::cli {
@@ -29,18 +30,6 @@ double time_prompt(runtime::Model& m, const Tensor& ids) {
   return seconds_since(t0);
 }
 
-// n decode steps from position 0, each token the greedy sample of the last: seconds.
-double time_generation(runtime::Model& m, int64_t n, Device dev) {
-  const Tensor rng = sampler_state(0, dev);
-  Tensor tok = full({1}, 1, TensorOptions(kInt64));
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < n; ++i) {
-    const Tensor logits = m.forward(tok, i);
-    tok = sample(logits.select(0, 0), SamplingOptions{0.0, 0, 1.0}, rng).to(kCPU).view({1});
-  }
-  return seconds_since(t0);
-}
-
 }  // namespace
 
 int cmd_bench(const BenchOptions& o) {
@@ -50,7 +39,7 @@ int cmd_bench(const BenchOptions& o) {
   lo.device = Device(o.device);
   set_dtype(o.dtype, lo, "[bench]");
   set_progress(lo);
-  lo.max_context = std::max<int64_t>({o.p, o.n, 1});
+  lo.max_context = std::max<int64_t>(o.p, o.n + 1);  // tg: one prompt token, then n - 1 steps
   std::unique_ptr<runtime::Model> model;
   std::string name;
   if (!o.shape.empty()) {
@@ -75,7 +64,16 @@ int cmd_bench(const BenchOptions& o) {
   for (int r = -1; r < o.reps; ++r) {  // r = -1: warm-up
     for (Row& row : rows) {
       const bool pp = row.test[0] == 'p';
-      const double s = pp ? time_prompt(*model, ids) : time_generation(*model, o.n, lo.device);
+      double s = 0;
+      if (pp) {
+        s = time_prompt(*model, ids);
+      } else {  // one prompt token, then n - 1 decode steps, each token the greedy sample of the last
+        runtime::GenerateOptions g;
+        g.max_new_tokens = o.n;
+        runtime::GenerateStats st;
+        (void)runtime::generate(*model, {1}, g, {}, &st);
+        s = st.prompt_seconds + st.decode_seconds;
+      }
       if (r >= 0) row.tps.push_back(static_cast<double>(pp ? o.p : o.n) / s);
     }
   }

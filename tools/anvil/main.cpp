@@ -31,6 +31,13 @@ int cmd_info() {
   return 0;
 }
 
+// --device and --dtype of the commands that load a model.
+void add_load_options(CLI::App* cmd, std::string& device, std::string& dtype) {
+  cmd->add_option("--device", device, "cpu | cuda | cuda:N")->capture_default_str();
+  cmd->add_option("--dtype", dtype, "bfloat16 | float16 | float32 | fp8 (bfloat16 with float8 weights)")
+      ->capture_default_str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,8 +69,7 @@ int main(int argc, char** argv) {
   logits->add_option("--ids", lg.ids, "token ids: 1,2,3")->required();
   logits->add_option("--mode", lg.mode, "prefill (one pass) | decode (one token at a time through the KV cache)")
       ->capture_default_str();
-  logits->add_option("--device", lg.device, "cpu | cuda | cuda:N")->capture_default_str();
-  logits->add_option("--dtype", lg.dtype, "float32 | bfloat16 | float16 | fp8 (float8 weights)")->capture_default_str();
+  add_load_options(logits, lg.device, lg.dtype);
   logits->add_option("-o,--out", lg.out, "output .npy, [len(ids), vocab] float32")->required();
 
   anvil::cli::RunOptions ro;
@@ -71,8 +77,7 @@ int main(int argc, char** argv) {
   run->add_option("-m,--model", ro.model, "checkpoint folder (config.json, safetensors, tokenizer.json); none: the built-in demo model (random weights)");
   run->add_option("-p,--prompt", ro.prompt, "the prompt")->capture_default_str();
   run->add_option("-n", ro.n, "new tokens at most")->capture_default_str();
-  run->add_option("--device", ro.device, "cpu | cuda | cuda:N")->capture_default_str();
-  run->add_option("--dtype", ro.dtype, "bfloat16 | float16 | float32 | fp8 (float8 weights)")->capture_default_str();
+  add_load_options(run, ro.device, ro.dtype);
   run->add_option("--temp", ro.temp, "temperature (0: greedy)")->capture_default_str();
   run->add_option("--top-k", ro.top_k, "keep the k most probable (0: all)")->capture_default_str();
   run->add_option("--top-p", ro.top_p, "nucleus mass (1: all)")->capture_default_str();
@@ -85,8 +90,7 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "llama-bench's table: prompt (ppP) and generation (tgN) tokens per second");
   bench->add_option("-m,--model", bm.model, "checkpoint folder");
   bench->add_option("--shape", bm.shape, "a built-in shape with random weights: qwen3-30b-a3b | qwen3-0.6b | demo-moe");
-  bench->add_option("--device", bm.device, "cpu | cuda | cuda:N")->capture_default_str();
-  bench->add_option("--dtype", bm.dtype, "bfloat16 | float16 | float32 | fp8 (float8 weights)")->capture_default_str();
+  add_load_options(bench, bm.device, bm.dtype);
   bench->add_option("-p", bm.p, "prompt tokens (0: none)")->capture_default_str();
   bench->add_option("-n", bm.n, "generated tokens (0: none)")->capture_default_str();
   bench->add_option("-r", bm.reps, "timed repetitions")->capture_default_str();

@@ -1,13 +1,12 @@
 // anvil tokenize / detokenize: a tokenizer.json's ids for a text (a JSON array), and back.
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include "anvil/error.h"
 #include "commands.h"
+#include "runtime/io.h"
 #include "runtime/tokenizer.h"
 
 namespace anvil::cli {
@@ -19,11 +18,7 @@ std::string data_dir() {
 
 int cmd_tokenize(const TokenizeOptions& o) {
   std::string text = o.text;
-  if (!o.text_file.empty()) {
-    std::ifstream in(o.text_file, std::ios::binary);
-    ANVIL_CHECK(in.good(), Error, "[tokenize] cannot open --text-file ", o.text_file);
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  if (!o.text_file.empty()) text = runtime::read_file(o.text_file, "[tokenize] --text-file:");
   const runtime::Tokenizer t = runtime::Tokenizer::from_file(o.tokenizer);
   const std::vector<int32_t> ids = t.encode(text);
   std::string out = "[";

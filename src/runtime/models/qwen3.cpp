@@ -18,10 +18,10 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <cstdio>
+#include <map>
 #include <vector>
 
-#include "runtime/format_error.h"
+#include "runtime/io.h"
 #include "runtime/model.h"
 #include "runtime/safetensors.h"
 
@@ -319,10 +319,11 @@ class CheckpointWeights final : public WeightSource {
   LoadOptions o_;
 };
 
-// Random weights without generating every number: one pool of 2^22 N(0, 1) values per dtype,
-// each weight its scaled copy read cyclically from an offset of its own (a demo or a benchmark
-// needs the shapes, the bytes and realistic magnitudes, not independent draws; 1.5 GB of weights
-// took 33 s to draw on 2 CPU cores, copies take well under a second).
+// Random weights without generating every number: one pool of 2^22 N(0, 1) values, each weight
+// its scaled copy read cyclically from an offset of its own (a demo or a benchmark needs the
+// shapes, the bytes and realistic magnitudes, not independent draws; 1.5 GB of weights took 33 s
+// to draw on 2 CPU cores, copies take well under a second). The scaled pools are kept per scale
+// (a model has a few fan-ins), not recomputed per weight.
 class RandomWeights final : public WeightSource {
  public:
   RandomWeights(const LoadOptions& o, uint64_t seed) : o_(o) {
@@ -336,7 +337,8 @@ class RandomWeights final : public WeightSource {
   Tensor get(const std::string& name, const Shape& shape) override {
     const bool norm = name.find("norm") != std::string::npos;
     const double scale = norm ? 0.1 : 0.5 / std::sqrt(static_cast<double>(shape.back()));
-    const Tensor scaled = norm ? add(mul(pool_, scale), 1.0).to(o_.dtype) : mul(pool_, scale).to(o_.dtype);
+    Tensor& scaled = scaled_[{norm, scale}];
+    if (!scaled.defined()) scaled = norm ? add(mul(pool_, scale), 1.0).to(o_.dtype) : mul(pool_, scale).to(o_.dtype);
     Tensor w = empty(shape, TensorOptions(o_.dtype).device(o_.device));
     loaded_ += w.nbytes();
     Tensor flat = w.view({w.numel()});
@@ -354,6 +356,7 @@ class RandomWeights final : public WeightSource {
   static constexpr int64_t kPool = int64_t{1} << 22;
   LoadOptions o_;
   Tensor pool_;
+  std::map<std::pair<bool, double>, Tensor> scaled_;  // (norm, scale) -> the pool scaled, in the load dtype
 };
 
 }  // namespace
