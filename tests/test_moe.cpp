@@ -121,6 +121,70 @@ TEST_P(Moe, RouteTable) {
   }
 }
 
+// moe_router: the logits against the float64 dot products (a sum of H products in float32, one
+// rounding), and the routing equal, bit for bit, to moe_route of the returned logits. One-token
+// cases run the fused kernel (on CUDA for 16-bit rows of 16-byte packs), the rest the composition.
+TEST_P(Moe, RouterTable) {
+  th::CaseLoop loop;
+  th::Gen g(7050);
+  struct Case {
+    int64_t tokens, experts, hidden, k;
+    Layout w_layout;
+  };
+  const std::vector<Case> cases = {
+      {1, 128, 2048, 8, Layout::Contiguous},  // Qwen3-30B-A3B
+      {1, 60, 1024, 4, Layout::Contiguous},   {1, 8, 64, 2, Layout::Contiguous},
+      {1, 1000, 256, 8, Layout::Contiguous},  {1, 1024, 512, 16, Layout::Contiguous},
+      {1, 256, 4096, 8, Layout::Contiguous},  // two passes of a lane's loads
+      {1, 64, 2056, 4, Layout::Contiguous},   {1, 200, 24, 3, Layout::Contiguous},
+      {1, 32, 100, 2, Layout::Contiguous},    // H % 8 != 0: the composition on CUDA
+      {1, 16, 128, 2, Layout::RowPadded},     // misaligned rows: the composition on CUDA
+      {3, 64, 512, 4, Layout::Contiguous},    // several tokens: the composition
+      {1, 1025, 64, 2, Layout::Contiguous},   // more experts than the CUDA kernel routes
+  };
+  int ci = 0;
+  for (const Case& c : cases) {
+    for (DType t : {kFloat32, kBFloat16, kFloat16}) {
+      const bool renorm = ++ci % 2 == 0;
+      if (c.experts > 1024 && dev().is_cuda()) continue;  // moe_route's CUDA limit (Errors)
+      const std::string name = th::case_name({c.tokens, c.hidden}, t, Layout::Contiguous, dev()) + " x " +
+                               std::to_string(c.experts) + " experts " + th::layout_name(c.w_layout) + " top " +
+                               std::to_string(c.k);
+      if (!loop.run(name, [&] {
+        th::Input h = th::make_input({c.tokens, c.hidden}, t, dev(), Layout::Contiguous, g, -1, 1);
+        th::Input w = th::make_input({c.experts, c.hidden}, t, dev(), c.w_layout, g, -1, 1);
+        auto [logits, r] = moe_router(h.t, w.t, c.k, renorm);
+        ASSERT_TRUE(th::expect_shape(logits, {c.tokens, c.experts}, t));
+        ref::Array abs_h = h.a, abs_w = w.a;
+        for (double& v : abs_h.v) v = std::abs(v);
+        for (double& v : abs_w.v) v = std::abs(v);
+        const ref::Array extra = th::sum_tol(t, c.hidden, ref::linear(abs_h, abs_w));
+        ASSERT_TRUE(th::expect_close(logits, ref::linear(h.a, w.a), th::Tol{th::underflow_atol(t), 2 * th::unit_roundoff(t)}, &extra));
+        MoeRouting want = moe_route(logits, c.k, renorm);
+        ASSERT_EQ(th::to_bits(r.topk_weights), th::to_bits(want.topk_weights));
+        ASSERT_EQ(ints(r.topk_ids), ints(want.topk_ids));
+        ASSERT_EQ(ints(r.offs), ints(want.offs));
+        ASSERT_EQ(ints(r.token_index), ints(want.token_index));
+        ASSERT_EQ(ints(r.sorted_pos), ints(want.sorted_pos));
+      }))
+        return;
+    }
+  }
+}
+
+TEST_P(Moe, RouterErrors) {
+  const TensorOptions b = TensorOptions(kBFloat16).device(dev());
+  Tensor h = zeros({1, 64}, b), w = zeros({8, 64}, b);
+  EXPECT_THROWS_OP(ShapeError, "moe_router", moe_router(h, zeros({8, 32}, b), 2, true));
+  EXPECT_THROWS_OP(ShapeError, "moe_router", moe_router(zeros({64}, b), w, 2, true));
+  EXPECT_THROWS_OP(DTypeError, "moe_router", moe_router(h, w.to(kFloat32), 2, true));
+  EXPECT_THROWS_OP(DTypeError, "moe_router", moe_router(h.to(kInt32), w.to(kInt32), 2, true));
+  EXPECT_THROWS_OP(IndexError, "moe_router", moe_router(h, w, 0, true));
+  EXPECT_THROWS_OP(IndexError, "moe_router", moe_router(h, w, 9, true));
+  EXPECT_THROWS_OP(Error, "moe_router", moe_router(Tensor(), w, 2, true));
+  if (dev().is_cuda()) EXPECT_THROWS_OP(DeviceError, "moe_router", moe_router(h, w.to(kCPU), 2, true));
+}
+
 // -inf logits (masked experts) are never chosen while finite ones remain; equal logits route to
 // the lower expert first; a NaN row still gives valid, distinct experts and a valid sort.
 TEST_P(Moe, RouteSpecialValues) {

@@ -169,6 +169,151 @@ TEST_P(Rope, AllPositionsUpTo40000) {
   }
 }
 
+// qk_norm_rope_cache against the float64 composition: q and k heads normed (when a weight is
+// given), rounded to the dtype, rotated at position start[b] + l; k and v written to the cache
+// rows start[b] + l inside the cache, every other cache element unchanged, v bit for bit.
+struct QkCase {
+  int64_t B, L, Hq, Hk, D, rotary_dim, S;
+  std::vector<int32_t> start;  // [B]
+  bool q_norm, k_norm, f32_weights, padded;
+};
+
+TEST_P(Rope, QkNormRopeCache) {
+  const std::vector<QkCase> cases = {
+      {1, 1, 4, 2, 128, 128, 16, {5}, true, true, false, false},           // decode
+      {2, 5, 4, 1, 64, 64, 48, {3, 45}, true, true, false, true},          // prefill; rows 48, 49 dropped
+      {1, 3, 2, 2, 80, 32, 8, {40000}, true, true, true, false},           // partial rotary; all k / v dropped
+      {2, 2, 3, 3, 40, 40, 4, {-1, 2}, false, false, false, false},        // no norm (Llama); row -1 dropped
+      {1, 4, 6, 2, 128, 128, 32, {0}, true, false, false, true},           // q norm only
+      {3, 1, 40, 4, 128, 128, 9, {0, 4, 8}, true, true, false, false},     // Qwen3-30B-A3B's heads
+      {1, 2, 2, 1, 384, 384, 8, {1}, true, true, true, false},             // CUDA's wide-head kernel
+  };
+  th::CaseLoop loop;
+  th::Gen g(7010);
+  for (const QkCase& c : cases) {
+    for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+      const int64_t C = (c.Hq + 2 * c.Hk) * c.D;
+      if (!loop.run(th::case_name({c.B, c.L, C}, t, c.padded ? Layout::RowPadded : Layout::Contiguous, dev()) + " heads " +
+                        std::to_string(c.Hq) + "/" + std::to_string(c.Hk) + " rotary " + std::to_string(c.rotary_dim),
+                    [&] {
+        const DType wt = c.f32_weights ? kFloat32 : t;
+        const double eps = 1e-6;
+        th::Input qkv = th::make_input({c.B, c.L, C}, t, dev(), c.padded ? Layout::RowPadded : Layout::Contiguous, g, -2, 2);
+        th::Input qw = th::make_input({c.D}, wt, dev(), Layout::Contiguous, g, 0.5, 1.5);
+        th::Input kw = th::make_input({c.D}, wt, dev(), Layout::Contiguous, g, 0.5, 1.5);
+        th::Input kc = th::make_input({c.B, c.Hk, c.S, c.D}, t, dev(), Layout::Contiguous, g, -3, 3);
+        th::Input vc = th::make_input({c.B, c.Hk, c.S, c.D}, t, dev(), Layout::Contiguous, g, -3, 3);
+        Tensor freq = rope_inv_freq(c.rotary_dim, 1e6, dev());
+        const std::vector<float> fv = floats_of(freq);
+        Tensor start = tensor<int32_t>(c.start).to(dev());
+        Tensor k_cache = kc.t, v_cache = vc.t;
+        const auto qkv_before = th::storage_bits(qkv.t);
+        Tensor q = qk_norm_rope_cache(qkv.t, c.Hq, c.Hk, c.q_norm ? qw.t : Tensor(), c.k_norm ? kw.t : Tensor(), eps, freq,
+                                      k_cache, v_cache, start);
+        ASSERT_TRUE(th::expect_shape(q, {c.B, c.Hq, c.L, c.D}, t));
+        ASSERT_TRUE(th::storage_unchanged(qkv.t, qkv_before));
+
+        // The reference: heads [B, L, H, D] of qkv, normed and rounded, rotated.
+        auto heads = [&](int64_t first, int64_t n) {
+          ref::Array a({c.B, c.L, n, c.D});
+          ref::for_each_index(a.sizes, [&](const Shape& i) {
+            a.at(i) = qkv.a.at({i[0], i[1], (first + i[2]) * c.D + i[3]});
+          });
+          return a;
+        };
+        auto normed = [&](const ref::Array& x, bool norm, const ref::Array& w) {
+          if (!norm) return x;
+          ref::Array y = ref::rms_norm(x, 1, &w, eps);
+          for (double& v : y.v) v = th::round_to_dtype(v, t);
+          return y;
+        };
+        ref::Array pos({c.B, c.L, 1});
+        ref::for_each_index(pos.sizes, [&](const Shape& i) { pos.at(i) = c.start[static_cast<size_t>(i[0])] + i[1]; });
+        const ref::Array qn = normed(heads(0, c.Hq), c.q_norm, qw.a), kn = normed(heads(c.Hq, c.Hk), c.k_norm, kw.a);
+        const ref::Array vh = heads(c.Hq + c.Hk, c.Hk);
+        const ref::Array want_q = ref::rope(qn, pos, fv), want_k = ref::rope(kn, pos, fv);
+        // Tolerance: rope's (cos / sin to 8 ulps, 2 more for the products and sum) plus the normed
+        // inputs' relative error `rel`: the norm in the compute type (sum of D squares, sqrt,
+        // two products) and one rounding to the dtype that may fall either way. A rotated output
+        // takes it on |a| + |b| of its pair, a copied one on itself.
+        const double uc = th::unit_roundoff(th::compute_dtype(t)), ut = th::unit_roundoff(t);
+        const double rel = 2.0 * ut + 4.0 * uc * (std::sqrt(static_cast<double>(c.D)) + 4.0);
+        auto extra_of = [&](const ref::Array& x) {
+          ref::Array e = ref::rope_scale(x, c.rotary_dim);
+          for (size_t i = 0; i < e.v.size(); ++i)
+            e.v[i] = e.v[i] > 0 ? e.v[i] * (2.0 * (8 + 2) * uc + rel) : std::abs(x.v[i]) * rel;
+          return e;
+        };
+        const th::Tol tol{th::underflow_atol(t), th::unit_roundoff(t)};
+        const ref::Array eq = extra_of(qn);
+        ASSERT_TRUE(th::expect_close(q.transpose(1, 2), want_q, tol, &eq)) << "q";
+
+        // The caches: written rows from the reference, the rest as they were.
+        ref::Array want_kc = kc.a, want_vc = vc.a, extra_kc(kc.a.sizes);
+        const ref::Array ek = extra_of(kn);
+        ref::for_each_index(kn.sizes, [&](const Shape& i) {
+          const int64_t row = c.start[static_cast<size_t>(i[0])] + i[1];
+          if (row < 0 || row >= c.S) return;
+          const Shape at = {i[0], i[2], row, i[3]};
+          want_kc.at(at) = want_k.at(i);
+          extra_kc.at(at) = ek.at(i);
+          want_vc.at(at) = vh.at(i);
+        });
+        ASSERT_TRUE(th::expect_close(k_cache, want_kc, tol, &extra_kc)) << "k_cache";
+        ASSERT_TRUE(th::expect_equal(v_cache, want_vc)) << "v_cache";
+        ASSERT_EQ(th::to_bits(v_cache), th::to_bits(th::make_tensor(want_vc, t, kCPU))) << "v_cache bits";
+
+        // The composition it replaces (rms_norm, rope, cache_write) agrees within the same bound.
+        if (c.q_norm && c.k_norm) {
+          Tensor x = qkv.t;
+          Tensor qh = x.narrow(2, 0, c.Hq * c.D).reshape({c.B, c.L, c.Hq, c.D});
+          Tensor pos_t = th::make_index(pos, dev());
+          Tensor q2 = rope(rms_norm(qh, {c.D}, qw.t, eps), pos_t, freq).transpose(1, 2);
+          ASSERT_TRUE(th::expect_close(q2.transpose(1, 2), want_q, tol, &eq)) << "composition q";
+        }
+      }))
+        return;
+    }
+  }
+}
+
+TEST_P(Rope, QkNormRopeCacheErrors) {
+  const TensorOptions b = TensorOptions(kBFloat16).device(dev());
+  Tensor qkv = zeros({1, 1, 8 * 64}, b), w = ones({64}, b), freq = rope_inv_freq(64, 1e6, dev());
+  Tensor kc = zeros({1, 2, 16, 64}, b), vc = zeros({1, 2, 16, 64}, b);
+  Tensor start = zeros({1}, TensorOptions(kInt32).device(dev()));
+  EXPECT_TRUE(th::expect_shape(qk_norm_rope_cache(qkv, 4, 2, w, w, 1e-6, freq, kc, vc, start), {1, 4, 1, 64}, kBFloat16));
+  EXPECT_THROWS_OP(ShapeError, "qk_norm_rope_cache", qk_norm_rope_cache(qkv, 5, 2, w, w, 1e-6, freq, kc, vc, start));
+  EXPECT_THROWS_OP(ShapeError, "qk_norm_rope_cache", qk_norm_rope_cache(qkv, 4, 1, w, w, 1e-6, freq, kc, vc, start));
+  EXPECT_THROWS_OP(ShapeError, "qk_norm_rope_cache", qk_norm_rope_cache(qkv, 0, 2, w, w, 1e-6, freq, kc, vc, start));
+  EXPECT_THROWS_OP(ShapeError, "qk_norm_rope_cache",
+                   qk_norm_rope_cache(qkv.view({1, 8 * 64}), 4, 2, w, w, 1e-6, freq, kc, vc, start));
+  Tensor vc_short = zeros({1, 2, 8, 64}, b);
+  EXPECT_THROWS_OP(ShapeError, "qk_norm_rope_cache", qk_norm_rope_cache(qkv, 4, 2, w, w, 1e-6, freq, kc, vc_short, start));
+  Tensor kc_f32 = zeros({1, 2, 16, 64}, TensorOptions(kFloat32).device(dev()));
+  EXPECT_THROWS_OP(DTypeError, "qk_norm_rope_cache", qk_norm_rope_cache(qkv, 4, 2, w, w, 1e-6, freq, kc_f32, vc, start));
+  EXPECT_THROWS_OP(DTypeError, "qk_norm_rope_cache",
+                   qk_norm_rope_cache(qkv, 4, 2, w, w, 1e-6, freq, kc, vc, start.to(kInt64)));
+  EXPECT_THROWS_OP(DTypeError, "qk_norm_rope_cache",
+                   qk_norm_rope_cache(qkv, 4, 2, w, w, 1e-6, freq, kc, vc, zeros({2}, TensorOptions(kInt32).device(dev()))));
+  EXPECT_THROWS_OP(ShapeError, "qk_norm_rope_cache", qk_norm_rope_cache(qkv, 4, 2, ones({32}, b), w, 1e-6, freq, kc, vc, start));
+  EXPECT_THROWS_OP(DTypeError, "qk_norm_rope_cache",
+                   qk_norm_rope_cache(qkv, 4, 2, w, w.to(kFloat16), 1e-6, freq, kc, vc, start));
+  EXPECT_THROWS_OP(DTypeError, "qk_norm_rope_cache",
+                   qk_norm_rope_cache(qkv, 4, 2, w.to(kFloat32), w, 1e-6, freq, kc, vc, start));
+  EXPECT_THROWS_OP(ShapeError, "qk_norm_rope_cache",
+                   qk_norm_rope_cache(qkv, 4, 2, w, w, 1e-6, rope_inv_freq(128, 1e6, dev()), kc, vc, start));
+  EXPECT_THROWS_OP(DTypeError, "qk_norm_rope_cache", qk_norm_rope_cache(qkv, 4, 2, w, w, 1e-6, freq.to(kFloat64), kc, vc, start));
+  EXPECT_THROWS_OP(DTypeError, "qk_norm_rope_cache",
+                   qk_norm_rope_cache(qkv.to(kInt32), 4, 2, w, w, 1e-6, freq, kc, vc, start));
+  EXPECT_THROWS_OP(Error, "qk_norm_rope_cache", qk_norm_rope_cache(qkv, 4, 2, w, w, -1.0, freq, kc, vc, start));
+  EXPECT_THROWS_OP(Error, "qk_norm_rope_cache", qk_norm_rope_cache(Tensor(), 4, 2, w, w, 1e-6, freq, kc, vc, start));
+  if (dev().is_cuda()) {
+    EXPECT_THROWS_OP(DeviceError, "qk_norm_rope_cache",
+                     qk_norm_rope_cache(qkv, 4, 2, w, w, 1e-6, freq, kc, vc, zeros({1}, TensorOptions(kInt32))));
+  }
+}
+
 // Hugging Face: inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)), float32
 // throughout. Here: the exponent as a float32 division, the power correctly rounded to float32
 // (from long double), then a float32 reciprocal; anvil may differ by 1 ulp where a float32 pow

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness.h"
+#include "runtime/generate.h"
 #include "runtime/tokenizer.h"
 
 namespace {
@@ -35,6 +36,23 @@ TEST(Tokenizer, Qwen3MatchesHuggingFace) {
     streamed += s.flush();
     EXPECT_EQ(streamed, text) << text;
   }
+}
+
+// The chat prompt against Qwen3's own template: the expected strings are the template of the
+// shipped tokenizer_config.json rendered by jinja2 (add_generation_prompt=True), and the special
+// tokens encode to their single ids.
+TEST(Tokenizer, Qwen3ChatTemplate) {
+  using anvil::runtime::chat_prompt;
+  EXPECT_EQ(chat_prompt("Hello, world!"), "<|im_start|>user\nHello, world!<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(chat_prompt("Hi", {"You are terse.", true}),
+            "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(chat_prompt("Hi", {"", false}), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_EQ(chat_prompt("Hi", {"S", false}),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  const std::vector<int32_t> ids = qwen3().encode(chat_prompt("Hi"));
+  ASSERT_GE(ids.size(), 4u);
+  EXPECT_EQ(ids.front(), qwen3().token_id("<|im_start|>"));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), qwen3().token_id("<|im_end|>")), 1);
 }
 
 TEST(Tokenizer, Qwen3Vocabulary) {

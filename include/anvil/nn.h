@@ -40,6 +40,20 @@ ANVIL_API Tensor silu_mul(const Tensor& gate, const Tensor& up);
 // device (x [b, s, h, d] takes positions [b, s, 1]; x [b, h, s, d] takes [b, 1, s]).
 // inv_freq float32 [rotary_dim / 2] on x's device (see rope_inv_freq).
 ANVIL_API Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq);
+// What Qwen3 / Llama / Mistral attention computes between the stacked qkv projection and
+// attention over a KV cache, as one kernel. qkv [B, L, (num_heads + 2 num_kv_heads) * D]: the q
+// heads, then the k heads, then the v heads of each token (D = the caches' head_dim); start int32
+// [B] on the device: token l of batch b sits at position start[b] + l.
+//   q = rope(rms_norm(q, {D}, q_norm_weight, eps), positions, inv_freq), returned [B, num_heads, L, D]
+//   k = rope(rms_norm(k, {D}, k_norm_weight, eps), positions, inv_freq) -> k_cache [B, Hk, S_max, D]
+//   v -> v_cache [B, Hk, S_max, D]
+// at cache rows start[b] + l (rows outside [0, S_max) are dropped, as cache_write). An undefined
+// norm weight means no norm (Llama). The normed values are rounded to the dtype before the
+// rotation, as the composition rounds them. Reference composition: rms_norm, rope, cache_write.
+// CUDA: rotary_dim <= 1024 and head_dim - rotary_dim <= 512.
+ANVIL_API Tensor qk_norm_rope_cache(const Tensor& qkv, int64_t num_heads, int64_t num_kv_heads, const Tensor& q_norm_weight,
+                                    const Tensor& k_norm_weight, double eps, const Tensor& inv_freq, Tensor& k_cache,
+                                    Tensor& v_cache, const Tensor& start);
 // inv_freq[i] = 1 / theta^(2i / rotary_dim) in float32, bit-equal to Hugging Face's
 // `1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))`.
 ANVIL_API Tensor rope_inv_freq(int64_t rotary_dim, double theta, Device device = kCPU);
@@ -162,6 +176,14 @@ struct MoeRouting {
 // router_logits [T, E] float32 / bfloat16 / float16, 1 <= top_k <= E (CUDA: E <= 1024). The sort
 // is stable: within one expert the rows follow token order, the same on every device.
 ANVIL_API MoeRouting moe_route(const Tensor& router_logits, int64_t top_k, bool norm_topk_prob);
+// The router of an MoE block and its routing: logits = linear(hidden, router_weight) in hidden's
+// dtype (as transformers computes them), then moe_route(logits, top_k, norm_topk_prob). Returns
+// (logits [T, E], routing). hidden [T, H], router_weight [E, H], one float dtype. One token on
+// CUDA (decode, bfloat16 / float16, H % 8 == 0, E <= 1024) is one kernel: an 8-block cluster
+// computes the logits, one warp routes them; anything else runs the reference composition,
+// linear then moe_route. The routing always equals moe_route of the returned logits.
+ANVIL_API std::tuple<Tensor, MoeRouting> moe_router(const Tensor& hidden, const Tensor& router_weight, int64_t top_k,
+                                                    bool norm_topk_prob);
 // out[t, :] = sum_s topk_weights[t, s] * expert_out[sorted_pos[t, s], :] in float32 (slots in
 // order), one rounding to expert_out's dtype. expert_out [T * top_k, H] in expert-sorted order;
 // sorted_pos values outside [0, T * top_k) are clamped (never read out of bounds).

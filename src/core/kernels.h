@@ -31,11 +31,13 @@
   X(rms_norm, const RmsNormParams&)                  \
   X(silu_mul, const SiluMulParams&)                  \
   X(rope, const RopeParams&)                         \
+  X(qk_norm_rope_cache, const QkNormRopeCacheParams&) \
   X(topk, const TopkParams&)                         \
   X(sample, const SampleParams&)                     \
   X(scaled_mm, const ScaledMmParams&)                \
   X(grouped_mm, const GroupedMmParams&)              \
   X(moe_route, const MoeRouteParams&)                \
+  X(moe_router, const MoeRouterParams&)              \
   X(moe_combine, const MoeCombineParams&)            \
   X(moe_experts, const MoeExpertsParams&)            \
   X(attention, const AttentionParams&)                \

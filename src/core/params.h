@@ -192,6 +192,26 @@ struct RopeParams {
   int64_t stride_x[kMaxDims] = {}, stride_out[kMaxDims] = {}, stride_pos[kMaxDims] = {};
 };
 
+// qk_norm_rope_cache: rows (b, l, j) of qkv, j over heads q heads, kv_heads k heads, kv_heads v
+// heads of head_dim columns. q / k heads: rms_norm (no weight pointer: no norm) rounded to the
+// dtype, then neox rope at position start[b] + l; q goes to q_out [B, heads, L, head_dim]
+// (contiguous), k and v to their caches at row start[b] + l (rows outside [0, cache_rows) dropped).
+struct QkNormRopeCacheParams {
+  const void* qkv = nullptr;        // unit-stride channels
+  const void* q_weight = nullptr;   // [head_dim] or null
+  const void* k_weight = nullptr;   // [head_dim] or null
+  const float* inv_freq = nullptr;  // [rotary_dim / 2]
+  const int32_t* start = nullptr;   // [batch]
+  void* q_out = nullptr;
+  void* k_cache = nullptr;          // [batch, kv_heads, cache_rows, head_dim], unit-stride last dim
+  void* v_cache = nullptr;
+  DType dtype = kFloat32, weight_dtype = kFloat32;  // both weights share weight_dtype
+  int64_t batch = 0, len = 0, heads = 0, kv_heads = 0, head_dim = 0, rotary_dim = 0, cache_rows = 0;
+  int64_t stride_qkv[2] = {};       // batch, token
+  int64_t stride_k[3] = {}, stride_v[3] = {};
+  double eps = 0;
+};
+
 // Top-k along the middle dim of a contiguous [outer, dim_size, inner] input: values (input dtype)
 // and int64 indices, each contiguous [outer, k, inner]. largest: NaN ranks above every number.
 // Ties give the lower index first. sorted: descending (largest) / ascending order; else any order.
@@ -293,6 +313,16 @@ struct MoeRouteParams {
   DType dtype = kFloat32;
   int64_t tokens = 0, experts = 0, top_k = 0, stride_row = 0;
   bool renormalize = false;
+};
+
+// moe_router for one token: logits[e] = dot(hidden, weight[e]) in float32, rounded to dtype
+// (stored to route.logits), then route's top-k over them (moe_route's outputs).
+struct MoeRouterParams {
+  const void* hidden = nullptr;  // [hidden_size], unit stride
+  const void* weight = nullptr;  // [experts, hidden_size], unit column stride
+  void* logits = nullptr;        // [experts], also route.logits
+  int64_t hidden_size = 0, stride_w_row = 0;
+  MoeRouteParams route;          // tokens = 1
 };
 
 // out[t, :] = round(sum_s weights[t, s] * in[sorted_pos[t, s], :]) with float32 accumulation in

@@ -138,13 +138,16 @@ void gemv(const GemvParams& p) {
         break;
     }
   };
-  // Contiguous row ranges, multiples of 4 rows, one per thread.
+  // Row ranges of multiples of 4 rows, ~16 per thread, taken dynamically: a thread slowed by
+  // the machine (another process, a page fault) leaves its ranges to the other threads instead
+  // of making them wait at the end.
 #pragma omp parallel if (p.n * p.k >= kGemvParallelElements)
   {
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t blocks = (p.n + 3) / 4;
-    const int64_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
-    run(std::min(p.n, b0 * 4), std::min(p.n, b1 * 4));
+    const int64_t nt = omp_get_num_threads();
+    const int64_t rows = std::max<int64_t>(16, (p.n / (16 * nt) + 3) / 4 * 4);
+    const int64_t chunks = (p.n + rows - 1) / rows;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < chunks; ++c) run(c * rows, std::min(p.n, (c + 1) * rows));
   }
 }
 

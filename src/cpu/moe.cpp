@@ -180,4 +180,21 @@ void moe_experts(const MoeExpertsParams& p) {
   });
 }
 
+// The router GEMV (one token), then its routing, with the CPU's own kernels.
+void moe_router(const MoeRouterParams& p) {
+  GemvParams g;
+  g.x = p.hidden;
+  g.w = p.weight;
+  g.y = p.logits;
+  g.dtype = p.route.dtype;
+  g.m = 1;
+  g.n = p.route.experts;
+  g.k = p.hidden_size;
+  g.stride_x_row = p.hidden_size;
+  g.stride_w_row = p.stride_w_row;
+  g.stride_y_row = p.route.experts;
+  gemv(g);
+  moe_route(p.route);
+}
+
 }  // namespace anvil::cpu

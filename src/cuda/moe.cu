@@ -17,6 +17,7 @@
 // slot's expert rows over inter; each slot's product is summed and rounded, then the slots are
 // summed in order (the combine). Both are launched with programmatic dependent launch; so is
 // routing.
+#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
@@ -31,6 +32,8 @@
 
 namespace anvil::cuda_backend {
 namespace {
+
+namespace cg = cooperative_groups;
 
 using cuda_device::from_compute;
 using cuda_device::load_cached16;
@@ -188,13 +191,11 @@ __global__ void __launch_bounds__(kSortThreads) route_sort_kernel(const __grid_c
 // max, one warp max (redux) and one warp min over the lanes holding that key (the lowest expert
 // wins ties). A chosen expert's sorted row is the number of chosen experts below it: a prefix
 // over the lanes of their chosen counts, which also gives offs.
+// One warp routes the token whose logits are `logits` (global or shared memory).
 template <typename T, int P>
-__global__ void __launch_bounds__(32) route_single_kernel(const __grid_constant__ MoeRouteParams p) {
+__device__ __forceinline__ void route_token(const MoeRouteParams& p, const T* logits) {
   constexpr int kTaken = -1, kPad = INT_MIN;
-  pdl_launch_dependents();
-  pdl_wait();
-  const int lane = threadIdx.x, E = static_cast<int>(p.experts), K = static_cast<int>(p.top_k);
-  const T* logits = static_cast<const T*>(p.logits);
+  const int lane = threadIdx.x % 32, E = static_cast<int>(p.experts), K = static_cast<int>(p.top_k);
   float prob[P];
   float mx = -INFINITY;
 #pragma unroll
@@ -259,6 +260,76 @@ __global__ void __launch_bounds__(32) route_single_kernel(const __grid_constant_
     }
     p.offs[e] = below;
   }
+}
+
+template <typename T, int P>
+__global__ void __launch_bounds__(32) route_single_kernel(const __grid_constant__ MoeRouteParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
+  route_token<T, P>(p, static_cast<const T*>(p.logits));
+}
+
+// moe_router, one token: a cluster of kRouterBlocks blocks, a warp per expert row (rows
+// rank * kRouterWarps + warp + k * kRouterBlocks * kRouterWarps). A lane streams 16-byte packs of
+// its row; the first kRouterPre of its first row are loaded before pdl_wait (the router weight is
+// a constant, not an earlier kernel's output), so the weight fetch overlaps the previous kernel.
+// Each logit is rounded to T, stored, and written into block 0's shared memory (distributed
+// shared memory); after the cluster barrier block 0's first warp routes them.
+constexpr int kRouterBlocks = 8, kRouterWarps = 16, kRouterPre = 8;
+
+template <typename T>
+__device__ __forceinline__ float dot8(uint4 a, uint4 b) {
+  const T* x = reinterpret_cast<const T*>(&a);
+  const T* y = reinterpret_cast<const T*>(&b);
+  float s = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) s = fmaf(to_compute(x[e]), to_compute(y[e]), s);
+  return s;
+}
+
+template <typename T, int P>
+__global__ void __cluster_dims__(kRouterBlocks, 1, 1) __launch_bounds__(kRouterWarps * 32)
+    router_kernel(const __grid_constant__ MoeRouterParams p) {
+  __shared__ T logits_sh[32 * P];
+  pdl_launch_dependents();
+  cg::cluster_group cl = cg::this_cluster();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t E = p.route.experts, packs = p.hidden_size / 8;
+  const int64_t first = static_cast<int64_t>(cl.block_rank()) * kRouterWarps + warp,
+                step = int64_t{kRouterBlocks} * kRouterWarps;
+  const uint4* w_first = static_cast<const uint4*>(p.weight) + std::min(first, E - 1) * (p.stride_w_row / 8);
+  uint4 pre[kRouterPre];
+#pragma unroll
+  for (int i = 0; i < kRouterPre; ++i) {
+    const int64_t q = lane + 32 * i;
+    pre[i] = q < packs ? load_stream16(w_first + q) : make_uint4(0, 0, 0, 0);
+  }
+  pdl_wait();
+  const uint4* x = static_cast<const uint4*>(p.hidden);
+  T* shared0 = cl.map_shared_rank(logits_sh, 0);
+  for (int64_t row = first; row < E; row += step) {
+    const uint4* w = static_cast<const uint4*>(p.weight) + row * (p.stride_w_row / 8);
+    float acc = 0.f;
+    for (int64_t q0 = 0; q0 < packs; q0 += 32 * kRouterPre) {
+      uint4 wv[kRouterPre], xv[kRouterPre];
+#pragma unroll
+      for (int i = 0; i < kRouterPre; ++i) {
+        const int64_t q = q0 + lane + 32 * i;
+        wv[i] = row == first && q0 == 0 ? pre[i] : q < packs ? load_stream16(w + q) : make_uint4(0, 0, 0, 0);
+        xv[i] = q < packs ? load_cached16(x + q) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kRouterPre; ++i) acc += dot8<T>(wv[i], xv[i]);
+    }
+    for (int d = 16; d > 0; d >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, d);
+    if (lane == 0) {
+      const T v = from_compute<T>(acc);
+      static_cast<T*>(p.logits)[row] = v;
+      shared0[row] = v;
+    }
+  }
+  cl.sync();  // every logit is in block 0's shared memory
+  if (cl.block_rank() == 0 && warp == 0) route_token<T, P>(p.route, logits_sh);
 }
 
 // Decode (tokens * top_k <= 32 pairs): one warp does everything in shared memory and registers.
@@ -575,6 +646,26 @@ void moe_route(const MoeRouteParams& p) {
         allow_smem(route_sort_kernel, sort_bytes);
         route_sort_kernel<<<1, kSortThreads, sort_bytes, launch.stream()>>>(p);
       }
+    }
+  });
+  launch.check(name);
+}
+
+void moe_router(const MoeRouterParams& p) {
+  const char* name = "[moe_router]";
+  ANVIL_CHECK(p.route.experts <= 32 * 32 && p.hidden_size % 8 == 0 && p.stride_w_row % 8 == 0, ShapeError, name,
+              " the CUDA kernel takes up to 1024 experts and rows of 16-byte packs, got ", p.route.experts, " x ",
+              p.hidden_size);
+  KernelLaunch launch(p.logits);
+  dispatch_float_types(p.route.dtype, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (sizeof(T) != 2) {
+      throw DTypeError("[moe_router] the CUDA kernel takes bfloat16 / float16");
+    } else {
+      const int64_t E = p.route.experts;
+      auto kernel = E <= 32 * 4 ? router_kernel<T, 4> : E <= 32 * 8 ? router_kernel<T, 8>
+                                                  : E <= 32 * 16 ? router_kernel<T, 16> : router_kernel<T, 32>;
+      launch_pdl(name, kernel, dim3(kRouterBlocks), dim3(kRouterWarps * 32), 0, launch.stream(), p);
     }
   });
   launch.check(name);

@@ -29,12 +29,6 @@ using cuda_device::to_compute;
 constexpr int kMaxThreads = 512;
 constexpr int kItems = 4;  // packs per thread per batch
 
-template <typename A>
-__device__ __forceinline__ A fma_a(A a, A b, A c) {
-  if constexpr (std::is_same_v<A, float>) return __fmaf_rn(a, b, c);
-  else return __fma_rn(a, b, c);
-}
-
 // Sum over `group` threads (a power of two); every thread gets the same value. Whole-block
 // groups go through shared memory, read back in a fixed order.
 template <typename A>
@@ -141,7 +135,7 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_kernel(const __grid_cons
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           const A f = q * V + e < cols ? to_compute(h[i].v[e]) : A(0);
-          s = fma_a(f, f, s);
+          s = cuda_device::fma_rn(f, f, s);
         }
         if (q < packs) sumsq += s;
       }

@@ -158,6 +158,114 @@ void launch_rope(const RopeParams& p_in, const KernelLaunch& launch) {
   launch_pdl("[rope]", vec ? rope_kernel<T, V16> : rope_kernel<T, 1>, dim3(grid), dim3(256), 0, launch.stream(), p, sp);
 }
 
+// qk_norm_rope_cache: one warp per (batch, token, head) row of qkv. Lane i holds the rotated
+// pairs (c, c + half) for c = i, i + 32, ... < half and the copied columns rotary_dim + i,
+// + 32, ... in registers (up to kPairs and kPass of them); its norm weights and frequencies are
+// loaded before pdl_wait (they are constants, not outputs of earlier kernels) and its angles'
+// sincos are independent of the row, so only the row's loads and one butterfly sit between the
+// previous kernel and the stores. q / k columns are normed as rms_norm does (x * rstd * weight,
+// rounded to T) and rotated as rope_kernel does; v rows are copied.
+constexpr int kQkThreads = 128;
+
+template <typename T, typename W, int kPairs, int kPass>
+__global__ void __launch_bounds__(kQkThreads) qk_norm_rope_cache_kernel(const __grid_constant__ QkNormRopeCacheParams p) {
+  using A = compute_t<T>;
+  cuda_device::pdl_launch_dependents();
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t per_token = p.heads + 2 * p.kv_heads;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kQkThreads / 32) + threadIdx.x / 32;
+  const bool live = r < p.batch * p.len * per_token;
+  const int64_t rr = live ? r : 0;
+  const int64_t j = rr % per_token, bl = rr / per_token, l = bl % p.len, b = bl / p.len, D = p.head_dim;
+  const int64_t half = p.rotary_dim / 2, pass = D - p.rotary_dim;
+  const bool is_q = j < p.heads, is_k = !is_q && j < p.heads + p.kv_heads;
+  const W* w = static_cast<const W*>(is_q ? p.q_weight : is_k ? p.k_weight : nullptr);
+  A wa[kPairs], wb[kPairs], wp[kPass];
+  float freq[kPairs];
+#pragma unroll
+  for (int i = 0; i < kPairs; ++i) {
+    const int64_t c = std::min<int64_t>(lane + 32 * i, half - 1);
+    freq[i] = half > 0 ? p.inv_freq[c] : 0.f;
+    wa[i] = w != nullptr && half > 0 ? static_cast<A>(to_compute(w[c])) : A(1);
+    wb[i] = w != nullptr && half > 0 ? static_cast<A>(to_compute(w[c + half])) : A(1);
+  }
+#pragma unroll
+  for (int i = 0; i < kPass; ++i) {
+    const int64_t c = p.rotary_dim + std::min<int64_t>(lane + 32 * i, pass - 1);
+    wp[i] = w != nullptr && pass > 0 ? static_cast<A>(to_compute(w[c])) : A(1);
+  }
+  cuda_device::pdl_wait();
+  if (!live) return;
+  const int64_t pos = static_cast<int64_t>(p.start[b]) + l;
+  const T* x = static_cast<const T*>(p.qkv) + b * p.stride_qkv[0] + l * p.stride_qkv[1] + j * D;
+  T* dst;
+  if (is_q) {
+    dst = static_cast<T*>(p.q_out) + ((b * p.heads + j) * p.len + l) * D;
+  } else {
+    if (pos < 0 || pos >= p.cache_rows) return;
+    const int64_t h = is_k ? j - p.heads : j - p.heads - p.kv_heads;
+    const int64_t* st = is_k ? p.stride_k : p.stride_v;
+    dst = static_cast<T*>(is_k ? p.k_cache : p.v_cache) + b * st[0] + h * st[1] + pos * st[2];
+    if (!is_k) {
+      for (int64_t c = lane; c < D; c += 32) dst[c] = x[c];
+      return;
+    }
+  }
+  A a[kPairs], bv[kPairs], pv[kPass], cs[kPairs], sn[kPairs];
+  A ss = 0;
+#pragma unroll
+  for (int i = 0; i < kPairs; ++i) {
+    const int64_t c = lane + 32 * i;
+    a[i] = c < half ? to_compute(x[c]) : A(0);
+    bv[i] = c < half ? to_compute(x[c + half]) : A(0);
+  }
+#pragma unroll
+  for (int i = 0; i < kPass; ++i) {
+    const int64_t c = lane + 32 * i;
+    pv[i] = c < pass ? to_compute(x[p.rotary_dim + c]) : A(0);
+  }
+#pragma unroll
+  for (int i = 0; i < kPairs; ++i) {
+    const float angle = static_cast<float>(pos) * freq[i];
+    if constexpr (std::is_same_v<A, float>) sincosf(angle, &sn[i], &cs[i]);
+    else sincos(static_cast<double>(angle), &sn[i], &cs[i]);
+  }
+  A rstd = 1;
+  if (w != nullptr) {
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i) ss = cuda_device::fma_rn(bv[i], bv[i], cuda_device::fma_rn(a[i], a[i], ss));
+#pragma unroll
+    for (int i = 0; i < kPass; ++i) ss = cuda_device::fma_rn(pv[i], pv[i], ss);
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    rstd = A(1) / sqrt(ss / static_cast<A>(D) + static_cast<A>(p.eps));
+  }
+  // v normed and rounded to T, back in the compute type.
+  auto normed = [&](A v, A wv) -> A { return w != nullptr ? to_compute(from_compute<T>(v * rstd * wv)) : v; };
+#pragma unroll
+  for (int i = 0; i < kPairs; ++i) {
+    const int64_t c = lane + 32 * i;
+    if (c >= half) break;
+    A ya, yb;
+    rotate(normed(a[i], wa[i]), normed(bv[i], wb[i]), cs[i], sn[i], ya, yb);
+    dst[c] = from_compute<T>(ya);
+    dst[c + half] = from_compute<T>(yb);
+  }
+#pragma unroll
+  for (int i = 0; i < kPass; ++i) {
+    const int64_t c = lane + 32 * i;
+    if (c >= pass) break;
+    dst[p.rotary_dim + c] = from_compute<T>(normed(pv[i], wp[i]));
+  }
+}
+
+template <typename T, typename W>
+void launch_qk_norm_rope_cache(const QkNormRopeCacheParams& p, const dim3 grid, cudaStream_t stream) {
+  const int64_t half = p.rotary_dim / 2, pass = p.head_dim - p.rotary_dim;
+  auto go = [&](auto kernel) { launch_pdl("[qk_norm_rope_cache]", kernel, grid, dim3(kQkThreads), 0, stream, p); };
+  if (half <= 32 * 4 && pass <= 32 * 4) go(qk_norm_rope_cache_kernel<T, W, 4, 4>);
+  else go(qk_norm_rope_cache_kernel<T, W, 16, 16>);
+}
+
 }  // namespace
 
 void rope(const RopeParams& p) {
@@ -165,6 +273,25 @@ void rope(const RopeParams& p) {
   KernelLaunch launch(p.out);
   dispatch_float_types(p.dtype, "[rope]", [&](auto tag) { launch_rope<typename decltype(tag)::type>(p, launch); });
   launch.check("[rope]");
+}
+
+void qk_norm_rope_cache(const QkNormRopeCacheParams& p) {
+  const char* op = "[qk_norm_rope_cache]";
+  if (p.batch * p.len * p.head_dim == 0) return;
+  const int64_t rows = p.batch * p.len * (p.heads + 2 * p.kv_heads), per_block = kQkThreads / 32;
+  ANVIL_CHECK((rows + per_block - 1) / per_block <= 0x7FFFFFFF, ShapeError, op, " ", p.batch * p.len, " tokens of ",
+              p.heads + 2 * p.kv_heads, " heads exceed one launch");
+  ANVIL_CHECK(p.rotary_dim / 2 <= 32 * 16 && p.head_dim - p.rotary_dim <= 32 * 16, ShapeError, op,
+              " the CUDA kernel takes up to 1024 rotated and 512 copied columns, got head_dim ", p.head_dim,
+              " with rotary_dim ", p.rotary_dim);
+  KernelLaunch launch(p.q_out);
+  const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block));
+  dispatch_float_types(p.dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (p.weight_dtype == p.dtype) launch_qk_norm_rope_cache<T, T>(p, grid, launch.stream());
+    else launch_qk_norm_rope_cache<T, float>(p, grid, launch.stream());
+  });
+  launch.check(op);
 }
 
 }  // namespace anvil::cuda_backend

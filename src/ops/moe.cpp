@@ -9,6 +9,56 @@
 
 namespace anvil {
 
+namespace {
+
+// Checks of a routing over `experts` for `tokens` tokens (op names the caller).
+void check_routing_args(const char* op, int64_t tokens, int64_t experts, int64_t top_k) {
+  ANVIL_CHECK(experts >= 1 && experts < (int64_t{1} << 31), ShapeError, op, " expected 1 to 2^31 - 1 experts, got ",
+              experts);
+  ANVIL_CHECK(top_k >= 1 && top_k <= experts, IndexError, op, " top_k must be in [1, ", experts, "], got ", top_k);
+  ANVIL_CHECK(tokens * top_k < (int64_t{1} << 31), ShapeError, op, " tokens * top_k must fit int32 offsets, got ", tokens,
+              " x ", top_k);
+}
+
+// The routing's outputs, allocated, and the kernel parameters over logits x [tokens, experts].
+MoeRouteParams routing_params(MoeRouting& r, const Tensor& x, int64_t tokens, int64_t experts, int64_t top_k,
+                              bool norm_topk_prob) {
+  const Device d = x.device();
+  const TensorOptions i64 = TensorOptions(kInt64).device(d);
+  r.topk_weights = empty({tokens, top_k}, TensorOptions(kFloat32).device(d));
+  r.topk_ids = empty({tokens, top_k}, i64);
+  r.offs = empty({experts}, TensorOptions(kInt32).device(d));
+  r.token_index = empty({tokens * top_k}, i64);
+  r.sorted_pos = empty({tokens, top_k}, i64);
+  MoeRouteParams p;
+  p.logits = x.raw_data_ptr();
+  p.weights = static_cast<float*>(r.topk_weights.raw_data_ptr());
+  p.ids = static_cast<int64_t*>(r.topk_ids.raw_data_ptr());
+  p.offs = static_cast<int32_t*>(r.offs.raw_data_ptr());
+  p.token_index = static_cast<int64_t*>(r.token_index.raw_data_ptr());
+  p.sorted_pos = static_cast<int64_t*>(r.sorted_pos.raw_data_ptr());
+  p.dtype = x.dtype();
+  p.tokens = tokens;
+  p.experts = experts;
+  p.top_k = top_k;
+  p.stride_row = tokens == 0 ? experts : row_stride(x);
+  p.renormalize = norm_topk_prob;
+  return p;
+}
+
+// moe_router's one-kernel path: one token; on CUDA 16-bit rows of 16-byte packs and at most
+// 1024 experts (the routing warp's registers).
+bool router_kernel_applies(const Tensor& hidden, const Tensor& w) {
+  const int64_t H = hidden.size(1);
+  if (hidden.size(0) != 1 || H == 0 || (H > 1 && (hidden.stride(1) != 1 || w.stride(1) != 1))) return false;
+  if (hidden.is_cpu()) return true;
+  auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data_ptr()) % 16 == 0; };
+  return (hidden.dtype() == kBFloat16 || hidden.dtype() == kFloat16) && H % 8 == 0 && w.size(0) <= 1024 &&
+         (w.size(0) <= 1 || w.stride(0) % 8 == 0) && aligned(hidden) && aligned(w);
+}
+
+}  // namespace
+
 MoeRouting moe_route(const Tensor& router_logits, int64_t top_k, bool norm_topk_prob) {
   const char* op = "[moe_route]";
   ANVIL_CHECK(router_logits.defined(), Error, op, " undefined tensor");
@@ -18,39 +68,46 @@ MoeRouting moe_route(const Tensor& router_logits, int64_t top_k, bool norm_topk_
   ANVIL_CHECK(router_logits.dim() == 2, ShapeError, op, " router_logits must be [tokens, experts], got ",
               describe(router_logits));
   const int64_t tokens = router_logits.size(0), experts = router_logits.size(1);
-  ANVIL_CHECK(experts >= 1 && experts < (int64_t{1} << 31), ShapeError, op, " expected 1 to 2^31 - 1 experts, got ",
-              describe(router_logits));
-  ANVIL_CHECK(top_k >= 1 && top_k <= experts, IndexError, op, " top_k must be in [1, ", experts, "], got ", top_k);
-  ANVIL_CHECK(tokens * top_k < (int64_t{1} << 31), ShapeError, op,
-              " tokens * top_k must fit int32 offsets, got ", tokens, " x ", top_k);
-  const Device d = router_logits.device();
-  const TensorOptions i64 = TensorOptions(kInt64).device(d);
+  check_routing_args(op, tokens, experts, top_k);
+  const Tensor x = tokens == 0 ? router_logits : as_rows(router_logits, tokens, experts);
   MoeRouting r;
-  r.topk_weights = empty({tokens, top_k}, TensorOptions(kFloat32).device(d));
-  r.topk_ids = empty({tokens, top_k}, i64);
-  r.offs = empty({experts}, TensorOptions(kInt32).device(d));
-  r.token_index = empty({tokens * top_k}, i64);
-  r.sorted_pos = empty({tokens, top_k}, i64);
+  const MoeRouteParams p = routing_params(r, x, tokens, experts, top_k, norm_topk_prob);
   if (tokens == 0) {
     r.offs.fill_(0);
     return r;
   }
-  const Tensor x = as_rows(router_logits, tokens, experts);
-  MoeRouteParams p;
-  p.logits = x.raw_data_ptr();
-  p.weights = static_cast<float*>(r.topk_weights.raw_data_ptr());
-  p.ids = static_cast<int64_t*>(r.topk_ids.raw_data_ptr());
-  p.offs = static_cast<int32_t*>(r.offs.raw_data_ptr());
-  p.token_index = static_cast<int64_t*>(r.token_index.raw_data_ptr());
-  p.sorted_pos = static_cast<int64_t*>(r.sorted_pos.raw_data_ptr());
-  p.dtype = t;
-  p.tokens = tokens;
-  p.experts = experts;
-  p.top_k = top_k;
-  p.stride_row = row_stride(x);
-  p.renormalize = norm_topk_prob;
-  ANVIL_KERNEL(d, moe_route, p);
+  ANVIL_KERNEL(x.device(), moe_route, p);
   return r;
+}
+
+std::tuple<Tensor, MoeRouting> moe_router(const Tensor& hidden, const Tensor& router_weight, int64_t top_k,
+                                          bool norm_topk_prob) {
+  const char* op = "[moe_router]";
+  ANVIL_CHECK(hidden.defined() && router_weight.defined(), Error, op, " undefined tensor");
+  check_same_device(op, hidden, router_weight);
+  const DType t = hidden.dtype();
+  ANVIL_CHECK((t == kFloat32 || t == kBFloat16 || t == kFloat16) && router_weight.dtype() == t, DTypeError, op,
+              " hidden and router_weight must share float32, bfloat16 or float16, got ", describe(hidden), " and ",
+              describe(router_weight));
+  ANVIL_CHECK(hidden.dim() == 2 && router_weight.dim() == 2 && router_weight.size(1) == hidden.size(1), ShapeError, op,
+              " expected hidden [T, H] and router_weight [E, H], got ", describe(hidden), " and ", describe(router_weight));
+  const int64_t tokens = hidden.size(0), experts = router_weight.size(0), H = hidden.size(1);
+  check_routing_args(op, tokens, experts, top_k);
+  if (!router_kernel_applies(hidden, router_weight)) {
+    Tensor logits = linear(hidden, router_weight);
+    return {logits, moe_route(logits, top_k, norm_topk_prob)};
+  }
+  Tensor logits = empty({1, experts}, TensorOptions(t).device(hidden.device()));
+  MoeRouting r;
+  MoeRouterParams p;
+  p.route = routing_params(r, logits, 1, experts, top_k, norm_topk_prob);
+  p.hidden = hidden.raw_data_ptr();
+  p.weight = router_weight.raw_data_ptr();
+  p.logits = logits.raw_data_ptr();
+  p.hidden_size = H;
+  p.stride_w_row = experts <= 1 ? H : router_weight.stride(0);
+  ANVIL_KERNEL(hidden.device(), moe_router, p);
+  return {logits, r};
 }
 
 Tensor moe_combine(const Tensor& expert_out, const Tensor& topk_weights, const Tensor& sorted_pos) {

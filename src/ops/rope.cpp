@@ -59,6 +59,87 @@ Tensor rope(const Tensor& x_in, const Tensor& positions, const Tensor& inv_freq)
   return out;
 }
 
+Tensor qk_norm_rope_cache(const Tensor& qkv_in, int64_t num_heads, int64_t num_kv_heads, const Tensor& q_norm_weight,
+                          const Tensor& k_norm_weight, double eps, const Tensor& inv_freq, Tensor& k_cache, Tensor& v_cache,
+                          const Tensor& start) {
+  const char* op = "[qk_norm_rope_cache]";
+  ANVIL_CHECK(qkv_in.defined() && inv_freq.defined() && k_cache.defined() && v_cache.defined() && start.defined(), Error, op,
+              " undefined tensor");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&inv_freq, &k_cache, &v_cache, &start, &q_norm_weight, &k_norm_weight}) {
+    if (t->defined()) check_same_device(op, qkv_in, *t);
+  }
+  dispatch_float_types(qkv_in.dtype(), op, [](auto) {});
+  ANVIL_CHECK(num_heads > 0 && num_kv_heads > 0, ShapeError, op, " num_heads and num_kv_heads must be positive, got ",
+              num_heads, " and ", num_kv_heads);
+  ANVIL_CHECK(k_cache.dim() == 4 && k_cache.sizes() == v_cache.sizes(), ShapeError, op,
+              " k_cache and v_cache must be [B, Hk, S_max, D] of one shape, got ", describe(k_cache), " and ",
+              describe(v_cache));
+  const int64_t B = k_cache.size(0), D = k_cache.size(3);
+  ANVIL_CHECK(k_cache.size(1) == num_kv_heads, ShapeError, op, " the caches ", describe(k_cache), " must have ",
+              num_kv_heads, " kv heads");
+  ANVIL_CHECK(qkv_in.dim() == 3 && qkv_in.size(0) == B && qkv_in.size(2) == (num_heads + 2 * num_kv_heads) * D, ShapeError,
+              op, " qkv must be [", B, ", L, ", (num_heads + 2 * num_kv_heads) * D, "] (", num_heads, " + 2 x ",
+              num_kv_heads, " heads of ", D, "), got ", describe(qkv_in));
+  ANVIL_CHECK(k_cache.dtype() == qkv_in.dtype() && v_cache.dtype() == qkv_in.dtype(), DTypeError, op, " the caches ",
+              describe(k_cache), " and ", describe(v_cache), " must have qkv's dtype ", dtype_name(qkv_in.dtype()));
+  ANVIL_CHECK((D <= 1 || (k_cache.stride(3) == 1 && v_cache.stride(3) == 1)), ShapeError, op,
+              " the caches' last dim must be unit-stride, got strides ", shape_str(k_cache.strides()), " and ",
+              shape_str(v_cache.strides()));
+  ANVIL_CHECK(start.dtype() == kInt32 && start.dim() == 1 && start.size(0) == B, DTypeError, op,
+              " start must be int32 [", B, "], got ", describe(start));
+  ANVIL_CHECK(inv_freq.dtype() == kFloat32 && inv_freq.dim() == 1, DTypeError, op,
+              " inv_freq must be a 1-D float32 tensor, got ", describe(inv_freq));
+  ANVIL_CHECK(2 * inv_freq.size(0) <= D, ShapeError, op, " inv_freq ", describe(inv_freq), " rotates ", 2 * inv_freq.size(0),
+              " columns but head_dim is ", D);
+  DType wdt = qkv_in.dtype();
+  bool have_wdt = false;
+  for (const Tensor* w : {&q_norm_weight, &k_norm_weight}) {
+    if (!w->defined()) continue;
+    ANVIL_CHECK(w->dim() == 1 && w->size(0) == D, ShapeError, op, " norm weights must be [", D, "], got ", describe(*w));
+    ANVIL_CHECK(w->dtype() == qkv_in.dtype() || w->dtype() == kFloat32, DTypeError, op, " norm weights must be ",
+                dtype_name(qkv_in.dtype()), " or float32, got ", describe(*w));
+    ANVIL_CHECK(!have_wdt || w->dtype() == wdt, DTypeError, op, " q and k norm weights must share a dtype, got ",
+                describe(q_norm_weight), " and ", describe(k_norm_weight));
+    wdt = w->dtype();
+    have_wdt = true;
+  }
+  ANVIL_CHECK(std::isfinite(eps) && eps >= 0, Error, op, " eps must be finite and >= 0, got ", eps);
+  const int64_t L = qkv_in.size(1);
+  Tensor q = empty({B, num_heads, L, D}, TensorOptions(qkv_in.dtype()).device(qkv_in.device()));
+  if (q.numel() == 0) return q;
+  const Tensor qkv = qkv_in.stride(2) != 1 ? qkv_in.contiguous() : qkv_in;
+  const Tensor freq = inv_freq.contiguous(), st = start.contiguous();
+  const Tensor qw = q_norm_weight.defined() ? q_norm_weight.contiguous() : Tensor();
+  const Tensor kw = k_norm_weight.defined() ? k_norm_weight.contiguous() : Tensor();
+  QkNormRopeCacheParams p;
+  p.qkv = qkv.raw_data_ptr();
+  p.q_weight = qw.defined() ? qw.raw_data_ptr() : nullptr;
+  p.k_weight = kw.defined() ? kw.raw_data_ptr() : nullptr;
+  p.inv_freq = static_cast<const float*>(freq.raw_data_ptr());
+  p.start = static_cast<const int32_t*>(st.raw_data_ptr());
+  p.q_out = q.raw_data_ptr();
+  p.k_cache = k_cache.raw_data_ptr();
+  p.v_cache = v_cache.raw_data_ptr();
+  p.dtype = qkv.dtype();
+  p.weight_dtype = wdt;
+  p.batch = B;
+  p.len = L;
+  p.heads = num_heads;
+  p.kv_heads = num_kv_heads;
+  p.head_dim = D;
+  p.rotary_dim = 2 * inv_freq.size(0);
+  p.cache_rows = k_cache.size(2);
+  p.stride_qkv[0] = qkv.stride(0);
+  p.stride_qkv[1] = qkv.stride(1);
+  for (int d = 0; d < 3; ++d) {
+    p.stride_k[d] = k_cache.stride(d);
+    p.stride_v[d] = v_cache.stride(d);
+  }
+  p.eps = eps;
+  ANVIL_KERNEL(qkv.device(), qk_norm_rope_cache, p);
+  return q;
+}
+
 Tensor rope_inv_freq(int64_t rotary_dim, double theta, Device device) {
   ANVIL_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0, ShapeError, "[rope_inv_freq] rotary_dim must be even and positive, got ",
               rotary_dim);

@@ -54,4 +54,12 @@ std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, 
   return out;
 }
 
+std::string chat_prompt(const std::string& user, const ChatOptions& o) {
+  std::string s;
+  if (!o.system.empty()) s += "<|im_start|>system\n" + o.system + "<|im_end|>\n";
+  s += "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
+  if (!o.thinking) s += "<think>\n\n</think>\n\n";
+  return s;
+}
+
 }  // namespace anvil::runtime

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "anvil/nn.h"
@@ -30,5 +31,14 @@ struct GenerateStats {
 // false ends generation there.
 std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, const GenerateOptions& options,
                               const std::function<bool(int64_t)>& on_token = {}, GenerateStats* stats = nullptr);
+
+// Qwen3's chat template (its tokenizer_config.json, rendered with add_generation_prompt) for one
+// user turn: an optional system turn, the user turn, the assistant header; thinking = false adds
+// the empty think block that enable_thinking=False adds. Other templates are not interpreted.
+struct ChatOptions {
+  std::string system;     // empty: no system turn
+  bool thinking = true;   // enable_thinking
+};
+std::string chat_prompt(const std::string& user, const ChatOptions& options = {});
 
 }  // namespace anvil::runtime

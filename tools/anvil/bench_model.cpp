@@ -32,6 +32,18 @@ double time_prompt(runtime::Model& m, const Tensor& ids) {
 
 }  // namespace
 
+double read_ceiling_gbps(Device dev) {
+  const int64_t n = dev.is_cuda() ? int64_t{1} << 28 : int64_t{1} << 26;
+  const Tensor x = ones({n}, TensorOptions(kFloat32).device(dev));
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)sum(x).to(kCPU).item<float>();
+    if (i > 0) best = std::max(best, 4.0 * static_cast<double>(n) / seconds_since(t0) * 1e-9);
+  }
+  return best;
+}
+
 int cmd_bench(const BenchOptions& o) {
   ANVIL_CHECK(o.model.empty() != o.shape.empty(), Error, "[bench] give either -m DIR or --shape NAME");
   ANVIL_CHECK(o.p >= 0 && o.n >= 0 && o.p + o.n > 0 && o.reps >= 1, Error, "[bench] -p, -n >= 0 (not both 0), -r >= 1");
@@ -90,6 +102,18 @@ int cmd_bench(const BenchOptions& o) {
                 backend.c_str(), row.test.c_str(), mean, std::sqrt(var));
     out.push_back({{"model", name}, {"size_gib", gib}, {"params_b", params}, {"backend", backend}, {"dtype", o.dtype},
                    {"test", row.test}, {"tps_mean", mean}, {"tps_std", std::sqrt(var)}, {"tps", row.tps}});
+  }
+  // Generation against the read ceiling measured now: weight bytes read per token (the chosen
+  // experts only) x t/s.
+  for (Row& row : rows) {
+    if (row.test[0] != 't') continue;
+    double mean = 0;
+    for (double v : row.tps) mean += v / static_cast<double>(row.tps.size());
+    const double gbps = mean * static_cast<double>(model->decode_bytes()) * 1e-9, ceiling = read_ceiling_gbps(lo.device);
+    std::printf("%s: %.1f MB of weights per token, %.1f GB/s = %.3f of the %.1f GB/s read ceiling measured now\n",
+                row.test.c_str(), static_cast<double>(model->decode_bytes()) * 1e-6, gbps, gbps / ceiling, ceiling);
+    out.push_back({{"test", row.test}, {"decode_bytes", model->decode_bytes()}, {"weights_gbps", gbps},
+                   {"read_ceiling_gbps", ceiling}, {"fraction_of_ceiling", gbps / ceiling}});
   }
   if (!o.json.empty()) {
     std::ofstream f(o.json);

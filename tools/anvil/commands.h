@@ -27,7 +27,8 @@ struct RunOptions {
   int64_t n = 64, top_k = 0, context = 0;
   double temp = 0.0, top_p = 1.0;
   uint64_t seed = 0;
-  bool chat = false;
+  bool chat = false, no_think = false;
+  std::string system;
 };
 
 struct BenchOptions {
@@ -50,5 +51,8 @@ std::string data_dir();
 void set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op);
 // A loading progress bar on stderr when it is a terminal (nothing otherwise).
 void set_progress(runtime::LoadOptions& lo);
+// The device's read bandwidth now, GB/s: the best of 3 float32 sums over a buffer far past the
+// caches (1 GiB on CUDA, 256 MiB on the CPU), after one warm-up.
+double read_ceiling_gbps(Device dev);
 
 }  // namespace anvil::cli

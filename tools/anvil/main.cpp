@@ -84,7 +84,9 @@ int main(int argc, char** argv) {
   run->add_option("-s,--seed", ro.seed, "sampling seed")->capture_default_str();
   run->add_option("--context", ro.context, "KV cache tokens (0: min(max_position_embeddings, 4096))");
   run->add_option("--tokenizer", ro.tokenizer, "tokenizer.json (default: the model folder's)");
-  run->add_flag("--chat", ro.chat, "wrap the prompt in the ChatML template (Qwen chat models)");
+  run->add_flag("--chat", ro.chat, "wrap the prompt in Qwen3's chat template (one user turn) and stop at <|im_end|>");
+  run->add_option("--system", ro.system, "a system turn before the prompt (implies --chat)");
+  run->add_flag("--no-think", ro.no_think, "the template's enable_thinking=False: an empty think block (implies --chat)");
 
   anvil::cli::BenchOptions bm;
   auto* bench = app.add_subcommand("bench", "llama-bench's table: prompt (ppP) and generation (tgN) tokens per second");

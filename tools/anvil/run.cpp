@@ -14,24 +14,6 @@
 #include "runtime/tokenizer.h"
 
 namespace anvil::cli {
-namespace {
-
-// Best of 3 float32 sums over 256 MiB on `dev`, GB/s read.
-double read_ceiling_gbps(Device dev) {
-  const int64_t n = int64_t{1} << 26;
-  const Tensor x = ones({n}, TensorOptions(kFloat32).device(dev));
-  double best = 0;
-  for (int i = 0; i < 4; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)sum(x).to(kCPU).item<float>();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) best = std::max(best, 4.0 * static_cast<double>(n) / s * 1e-9);
-  }
-  return best;
-}
-
-}  // namespace
-
 int cmd_run(const RunOptions& o) {
   const bool demo = o.model.empty();
   const std::string tok_path = !o.tokenizer.empty() ? o.tokenizer
@@ -56,7 +38,8 @@ int cmd_run(const RunOptions& o) {
   std::fprintf(stderr, "[run] %s (%s, %.1f MB of weights) ready in %.1f s\n", demo ? "demo-moe" : o.model.c_str(),
                model->config().model_type.c_str(), model->weight_bytes() / 1e6,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
-  const std::string text = o.chat ? "<|im_start|>user\n" + o.prompt + "<|im_end|>\n<|im_start|>assistant\n" : o.prompt;
+  const bool chat = o.chat || !o.system.empty() || o.no_think;
+  const std::string text = chat ? runtime::chat_prompt(o.prompt, {o.system, !o.no_think}) : o.prompt;
   const std::vector<int32_t> ids32 = tok.encode(text);
   ANVIL_CHECK(!ids32.empty(), Error, "[run] the prompt encodes to no tokens");
   std::vector<int64_t> prompt(ids32.begin(), ids32.end());
@@ -65,7 +48,7 @@ int cmd_run(const RunOptions& o) {
   g.sampling = SamplingOptions{o.temp, o.top_k, o.top_p};
   g.seed = o.seed;
   g.stop_ids = model->config().eos_token_ids;
-  if (o.chat) {
+  if (chat) {
     const int32_t im_end = tok.token_id("<|im_end|>");
     if (im_end >= 0) g.stop_ids.push_back(im_end);
   }
@@ -73,7 +56,7 @@ int cmd_run(const RunOptions& o) {
   runtime::GenerateStats st;
   bool first = true;
   (void)runtime::generate(*model, prompt, g, [&](int64_t id) {
-    if (first && !o.chat) std::fputs(o.prompt.c_str(), stdout);  // echoed once the prompt has run
+    if (first && !chat) std::fputs(o.prompt.c_str(), stdout);  // echoed once the prompt has run
     first = false;
     std::fputs(stream.push(static_cast<int32_t>(id)).c_str(), stdout);
     std::fflush(stdout);

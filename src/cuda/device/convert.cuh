@@ -25,6 +25,13 @@ struct ComputeOf<double> {
 template <typename T>
 using compute_t = typename ComputeOf<T>::type;
 
+// a * b + c rounded once, never contracted differently by the compiler (float32 or float64).
+template <typename A>
+__device__ __forceinline__ A fma_rn(A a, A b, A c) {
+  if constexpr (std::is_same_v<A, float>) return __fmaf_rn(a, b, c);
+  else return __fma_rn(a, b, c);
+}
+
 __device__ __forceinline__ float to_compute(float v) { return v; }
 __device__ __forceinline__ double to_compute(double v) { return v; }
 __device__ __forceinline__ float to_compute(BFloat16 v) { return __uint_as_float(static_cast<uint32_t>(v.x) << 16); }

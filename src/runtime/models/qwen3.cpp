@@ -11,7 +11,9 @@
 //                  norm_topk_prob) -> the chosen experts' SwiGLUs weighted and summed
 //   logits = rms_norm(x) (norm) lm_head^T (embed_tokens when tie_word_embeddings)
 // Kernels per layer, fewest first: q / k / v as one GEMV over their stacked weights (so are a dense
-// MLP's gate and up), and each residual add fused with the rms_norm after it (add_rms_norm).
+// MLP's gate and up); q / k norms, RoPE and the cache writes as one (qk_norm_rope_cache); each
+// residual add fused with the rms_norm after it (add_rms_norm); the MoE router with its routing
+// (moe_router) and the experts (moe_experts: gate_up, then down with the weighted sum).
 // Expert weights load from either layout: per expert (mlp.experts.E.{gate,up,down}_proj.weight,
 // the Hub's) or fused (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I],
 // transformers v5's), into moe_experts' stacked [E, 2I, H] / [E, H, I].
@@ -111,8 +113,7 @@ class Qwen3 final : public Model {
     ANVIL_CHECK(pos >= 0 && pos + T <= max_context_, Error, "[forward] positions ", pos, "..", pos + T - 1,
                 " exceed the context of ", max_context_, " tokens");
     const Device dev = o_.device;
-    if (!dev.is_cuda()) return step(ids_in.to(kInt64), positions_of(pos, T), full({1}, pos, TensorOptions(kInt32)),
-                                    full({1}, pos + T, TensorOptions(kInt32)), T);
+    if (!dev.is_cuda()) return step(ids_in, full({1}, pos, TensorOptions(kInt32)), full({1}, pos + T, TensorOptions(kInt32)), T);
     // CUDA: the model's own stream, ordered after the caller's work (its ids) and before the
     // caller's next work (the logits).
     Event inputs(dev);
@@ -124,8 +125,8 @@ class Qwen3 final : public Model {
       if (T == 1 && o_.cuda_graph && !o_.keep_router) {
         logits = decode_graph(ids_in, pos);
       } else {
-        logits = step(ids_in.to(dev, kInt64), positions_of(pos, T).to(dev), full({1}, pos, TensorOptions(kInt32)).to(dev),
-                      full({1}, pos + T, TensorOptions(kInt32)).to(dev), T);
+        const Tensor where = tensor<int32_t>({static_cast<int32_t>(pos), static_cast<int32_t>(pos + T)}).to(dev);
+        logits = step(ids_in.to(dev), where.narrow(0, 0, 1), where.narrow(0, 1, 1), T);
       }
     }
     Event done(dev);
@@ -135,41 +136,33 @@ class Qwen3 final : public Model {
   }
 
  private:
-  static Tensor positions_of(int64_t pos, int64_t T) { return arange(pos, pos + T, 1, TensorOptions(kInt64)).view({T, 1}); }
-
-  // One decode step as a CUDA graph captured at the first call and replayed after: the token and
-  // the positions live in device tensors written before each replay (the cache rows and lengths
-  // are read on the device), the logits in the graph's memory (returned as a copy).
+  // One decode step as a CUDA graph captured at the first call and replayed after: the token,
+  // its cache row and the cache length live in one int32 device tensor written (one copy) before
+  // each replay and read on the device; the logits live in the graph's memory (returned as a copy).
   Tensor decode_graph(const Tensor& ids_in, int64_t pos) {
     const Device dev = o_.device;
-    if (!graph_) {
-      g_ids_ = empty({1}, TensorOptions(kInt64).device(dev));
-      g_pos_ = empty({1, 1}, TensorOptions(kInt64).device(dev));
-      g_start_ = empty({1}, TensorOptions(kInt32).device(dev));
-      g_lens_ = empty({1}, TensorOptions(kInt32).device(dev));
-    }
-    g_ids_.copy_(ids_in.to(kInt64));
-    g_pos_.copy_(positions_of(pos, 1));
-    g_start_.copy_(full({1}, pos, TensorOptions(kInt32)));
-    g_lens_.copy_(full({1}, pos + 1, TensorOptions(kInt32)));
+    if (!graph_) g_in_ = empty({3}, TensorOptions(kInt32).device(dev));
+    const int32_t id = static_cast<int32_t>(ids_in.to(kCPU, kInt64).item<int64_t>());
+    g_in_.copy_(tensor<int32_t>({id, static_cast<int32_t>(pos), static_cast<int32_t>(pos + 1)}));
+    const Tensor ids = g_in_.narrow(0, 0, 1), start = g_in_.narrow(0, 1, 1), lens = g_in_.narrow(0, 2, 1);
     if (!graph_) {
       // An eager step first (lazy kernel setup must not happen under capture); it computes this
       // very step, which the replay below recomputes identically.
-      (void)step(g_ids_, g_pos_, g_start_, g_lens_, 1);
+      (void)step(ids, start, lens, 1);
       stream_.synchronize();
       graph_ = std::make_unique<cuda::Graph>();
       graph_->capture_begin();
-      g_logits_ = step(g_ids_, g_pos_, g_start_, g_lens_, 1);
+      g_logits_ = step(ids, start, lens, 1);
       graph_->capture_end();
     }
     graph_->replay();
     return g_logits_.clone();
   }
 
-  // Logits [T, vocab] float32 of ids (int64 [T]) at positions (int64 [T, 1]); the new keys and
-  // values go to cache rows start (int32 [1]), attention sees lens (int32 [1]) keys. All on the
-  // model's device.
-  Tensor step(const Tensor& ids, const Tensor& positions, const Tensor& start, const Tensor& lens, int64_t T) {
+  // Logits [T, vocab] float32 of ids (int32 / int64 [T]) at positions start .. start + T - 1
+  // (start int32 [1]), whose keys and values go to those cache rows; attention sees lens (int32
+  // [1]) keys. All on the model's device.
+  Tensor step(const Tensor& ids, const Tensor& start, const Tensor& lens, int64_t T) {
     const int64_t H = c_.hidden_size, D = c_.head_dim, nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
     router_.clear();
     const double eps = c_.rms_norm_eps;
@@ -179,15 +172,10 @@ class Qwen3 final : public Model {
       Tensor h;
       if (branch.defined()) std::tie(h, x) = add_rms_norm(branch, x, {H}, L.in_norm, eps);
       else h = rms_norm(x, {H}, L.in_norm, eps);
-      const Tensor qkv = L.qkv(h);  // [T, (nh + 2 nkv) D]
-      Tensor q = rms_norm(qkv.narrow(1, 0, nh * D).reshape({T, nh, D}), {D}, L.q_norm, eps);
-      Tensor k = rms_norm(qkv.narrow(1, nh * D, nkv * D).reshape({T, nkv, D}), {D}, L.k_norm, eps);
-      const Tensor v = qkv.narrow(1, (nh + nkv) * D, nkv * D).reshape({T, nkv, D});
-      q = rope(q, positions, inv_freq_);
-      k = rope(k, positions, inv_freq_);
-      cache_write(k_cache_[l], k.permute({1, 0, 2}).unsqueeze(0), start);
-      cache_write(v_cache_[l], v.permute({1, 0, 2}).unsqueeze(0), start);
-      const Tensor a = decode_attention(q.permute({1, 0, 2}).unsqueeze(0), k_cache_[l], v_cache_[l], lens);  // [1, nh, T, D]
+      // q / k norms, RoPE and the cache writes of k and v: one kernel (q [1, nh, T, D]).
+      const Tensor q = qk_norm_rope_cache(L.qkv(h).unsqueeze(0), nh, nkv, L.q_norm, L.k_norm, eps, inv_freq_, k_cache_[l],
+                                          v_cache_[l], start);
+      const Tensor a = decode_attention(q, k_cache_[l], v_cache_[l], lens);  // [1, nh, T, D]
       Tensor h2;
       std::tie(h2, x) = add_rms_norm(L.o(a.squeeze(0).permute({1, 0, 2}).reshape({T, nh * D})), x, {H}, L.post_norm, eps);
       branch = mlp(L, h2);
@@ -203,9 +191,8 @@ class Qwen3 final : public Model {
       const int64_t I = gu.size(1) / 2;
       return L.down(silu_mul(gu.narrow(1, 0, I), gu.narrow(1, I, I)));
     }
-    const Tensor logits = linear(h, L.router);
+    const auto [logits, r] = moe_router(h, L.router, c_.num_experts_per_tok, c_.norm_topk_prob);  // one kernel
     if (o_.keep_router) router_.push_back(logits);
-    const MoeRouting r = moe_route(logits, c_.num_experts_per_tok, c_.norm_topk_prob);
     return moe_experts(h, r, L.experts_gate_up, L.experts_down, L.gate_up_scale, L.down_scale);
   }
 
@@ -292,7 +279,7 @@ class Qwen3 final : public Model {
   std::vector<Tensor> k_cache_, v_cache_, router_;
   Stream stream_;
   std::unique_ptr<cuda::Graph> graph_;
-  Tensor g_ids_, g_pos_, g_start_, g_lens_, g_logits_;
+  Tensor g_in_, g_logits_;  // the graph's inputs (token, cache row, cache length) and logits
   int64_t max_context_ = 0;
   uint64_t weight_bytes_ = 0, expert_bytes_ = 0, parameters_ = 0;
 };
