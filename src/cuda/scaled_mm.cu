@@ -197,15 +197,37 @@ constexpr int kGemvMaxWarps = 16;
 
 // Sums the warps' partials of an 8-row tile and stores it: d[0], d[1] of lane (g, t) are
 // acc(g, row0 + 2t + {0, 1}); thread i < 64 takes lane i / 2, element i % 2.
+// The output element (row, j) thread i < 64 of an 8-row tile at row0 stores, and its epilogue
+// terms: the scale sa(row) * sw(j) and the bias, loaded by the kernel right after pdl_wait so that
+// their latency hides under the weight stream instead of following it.
+struct TileOut {
+  int64_t row, j;
+  float scale = 1.f, bias = 0.f;
+};
 template <typename Out>
-__device__ __forceinline__ void store_tile(const ScaledMmParams& p, const float (*partial)[32][2], int warps,
-                                           int64_t row0, int i) {
+__device__ __forceinline__ TileOut tile_out(const ScaledMmParams& p, int64_t row0, int i) {
   const int l = i / 2, e = i % 2;
-  const int64_t row = l / 4, j = row0 + 2 * (l % 4) + e;
-  if (row >= p.m || j >= p.n) return;
+  TileOut o{l / 4, row0 + 2 * (l % 4) + e};
+  if (o.row < p.m && o.j < p.n) {
+    const float sa = p.scale_a ? p.scale_a[p.scale_a_per_row ? o.row : 0] : 1.f;
+    const float sw = p.scale_w ? p.scale_w[p.scale_w_per_row ? o.j : 0] : 1.f;
+    o.scale = sa * sw;
+    if (p.bias) o.bias = to_compute(static_cast<const Out*>(p.bias)[o.j]);
+  }
+  return o;
+}
+
+// Sums the warps' partials of thread i's element and stores it as store_scaled does.
+template <typename Out>
+__device__ __forceinline__ void store_tile(const ScaledMmParams& p, const float (*partial)[32][2], int warps, int i,
+                                           const TileOut& o) {
+  if (o.row >= p.m || o.j >= p.n) return;
+  const int l = i / 2, e = i % 2;
   float s = 0.f;
   for (int wi = 0; wi < warps; ++wi) s += partial[wi][l][e];
-  store_scaled<Out>(p, row, j, s);
+  float v = s * o.scale;
+  if (p.bias) v += o.bias;
+  static_cast<Out*>(p.out)[o.row * p.stride_out_row + o.j] = from_compute<Out>(v);
 }
 
 // A block per 8 * R weight rows; warps split k in 64-column chunks (4 lanes x 16 columns); lane
@@ -224,6 +246,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
   // Only the weight is touched before pdl_wait, and only through L2.
   if (args.prefetch) cuda_device::prefetch_rows_l2(p.w, p.stride_w_row, row0, 8 * R, p.n, p.k);
   pdl_wait();
+  const TileOut out = threadIdx.x < 64 * R ? tile_out<Out>(p, row0 + 8 * (threadIdx.x / 64), threadIdx.x % 64) : TileOut{};
 
   const uint8_t* w[R];
 #pragma unroll
@@ -285,8 +308,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
     partial[r][warp][lane][1] = acc[r][1];
   }
   __syncthreads();
-  if (threadIdx.x < 64 * R)
-    store_tile<Out>(p, partial[threadIdx.x / 64], warps, row0 + 8 * (threadIdx.x / 64), threadIdx.x % 64);
+  if (threadIdx.x < 64 * R) store_tile<Out>(p, partial[threadIdx.x / 64], warps, threadIdx.x % 64, out);
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -303,9 +325,15 @@ bool use_gemv(const ScaledMmParams& p) { return p.m <= kGemvMaxRows && p.stride_
 // for two tiles), 8 warps beat 4 and 16. The L2 prefetch under PDL hides the previous kernel's
 // drain: 6.3 us against 7.0 at 16.8 MB, 4.4 against 5.5 at 8.4 MB; on 59 MB and 311 MB weights
 // it costs 3-6% (the prefetches compete with the previous kernel's stream), so it stops at 32 MiB.
-GemvConfig gemv_config(const ScaledMmParams& p) {
+// Short rows (k < 2048 at 8-bit weights) keep every warp's U loads inside k: fewer warps per block
+// (each step of a warp covers U 64-column chunks), so a lane never issues a step of mostly zero
+// chunks (k = 1024 with 8 warps: 2 of 4 chunks real).
+GemvConfig gemv_config(const ScaledMmParams& p, int unroll) {
   GemvConfig c;
   c.prefetch = p.n * p.k <= (int64_t{32} << 20);
+  const int64_t chunks = (p.k + 63) / 64;
+  // (at least 2 warps per 8-row tile: the epilogue's 64 threads per tile)
+  while (c.warps > c.rows_per_block / 4 && chunks < int64_t{c.warps} * unroll) c.warps /= 2;
   return c;
 }
 
@@ -506,7 +534,7 @@ void scaled_mm(const ScaledMmParams& p) {
       using A = typename decltype(a)::type;
       using W = typename decltype(w)::type;
       using Out = typename decltype(o)::type;
-      if (p.k > 0 && use_gemv(p)) launch_gemv<A, W, Out>(p, launch.stream(), gemv_config(p));
+      if (p.k > 0 && use_gemv(p)) launch_gemv<A, W, Out>(p, launch.stream(), gemv_config(p, GemvAct<A>::kUnroll));
       else launch_tiled<A, W, Out>(p, launch.stream());
     });
   }
