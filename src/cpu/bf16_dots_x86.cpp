@@ -209,9 +209,26 @@ void dots_m(const W& dec, const Tables* tab, const uint8_t* w, int64_t stride_w,
 
 }  // namespace
 
+bool bf16_dots_supported() {
+  static const bool supported = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16");
+  return supported;
+}
+
+void bf16_dots_pack_x(const float* x, int64_t m, int64_t k, std::vector<uint16_t>& xp) {
+  permute_x(x, m, k, k / kChunk * kChunk, false, xp);
+}
+
+bool bf16_dots_packed(const void* w, int64_t stride_w, const uint16_t* xp, const float* x, int64_t m, int64_t k, float* d,
+                      int64_t stride_d, int64_t j0, int64_t j1) {
+  if (!bf16_dots_supported() || m < 1 || m > 8) return false;
+  dots_m(Bf16Weights(), nullptr, static_cast<const uint8_t*>(w), stride_w * 2, xp, x, m, k, k / kChunk * kChunk, d,
+         stride_d, j0, j1);
+  return true;
+}
+
 bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k, float* d,
                int64_t stride_d, int64_t j0, int64_t j1) {
-  static const bool supported = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16");
+  const bool supported = bf16_dots_supported();
   const bool fp8 = w_dtype == DType::Float8_e4m3fn || w_dtype == DType::Float8_e5m2;
   if (!supported || !(fp8 || w_dtype == DType::BFloat16) || m < 1 || m > 8) return false;
   const int64_t k64 = k / kChunk * kChunk;
@@ -231,6 +248,12 @@ bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, i
 #else
 
 bool bf16_dots(DType, const void*, int64_t, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t) {
+  return false;
+}
+bool bf16_dots_supported() { return false; }
+void bf16_dots_pack_x(const float*, int64_t, int64_t, std::vector<uint16_t>&) {}
+bool bf16_dots_packed(const void*, int64_t, const uint16_t*, const float*, int64_t, int64_t, float*, int64_t, int64_t,
+                      int64_t) {
   return false;
 }
 
