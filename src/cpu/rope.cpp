@@ -56,6 +56,29 @@ void rotate(const A* x, A* y, const A* cs, const A* sn, int64_t half) {
   }
 }
 
+// A row of n elements of `dtype` widened to A / rounded back from A.
+template <typename A>
+void load_row(DType dtype, const void* src, A* out, int64_t n) {
+  if constexpr (std::is_same_v<A, double>) {
+    if (dtype == DType::Float64) std::memcpy(out, src, static_cast<size_t>(n) * sizeof(double));
+    else for (int64_t c = 0; c < n; ++c) out[c] = static_cast<const float*>(src)[c];  // float32 weights
+  } else {
+    simd::decode_f32(dtype, src, out, n);
+  }
+}
+template <typename A>
+void store_row(DType dtype, const A* in, void* dst, int64_t n) {
+  if constexpr (std::is_same_v<A, double>) std::memcpy(dst, in, static_cast<size_t>(n) * sizeof(double));
+  else simd::encode_f32(dtype, in, dst, n);
+}
+
+// y = the rotation of row a (rotary_dim = 2 half columns), the columns past it copied.
+template <typename A>
+void rotate_row(const A* a, A* y, const A* cs, const A* sn, int64_t half, int64_t d) {
+  rotate(a, y, cs, sn, half);
+  for (int64_t c = 2 * half; c < d; ++c) y[c] = a[c];
+}
+
 template <typename A>
 void rope_rows(const RopeParams& p) {
   const int64_t half = p.rotary_dim / 2, d = p.head_dim;
@@ -75,33 +98,11 @@ void rope_rows(const RopeParams& p) {
       }
       const char* xr = static_cast<const char*>(p.x) + static_cast<size_t>(o.x) * es;
       char* yr = static_cast<char*>(p.out) + static_cast<size_t>(o.out) * es;
-      if constexpr (std::is_same_v<A, double>) {
-        rotate(reinterpret_cast<const double*>(xr), reinterpret_cast<double*>(yr), cs.data(), sn.data(), half);
-        for (int64_t c = p.rotary_dim; c < d; ++c) reinterpret_cast<double*>(yr)[c] = reinterpret_cast<const double*>(xr)[c];
-      } else {
-        simd::decode_f32(p.dtype, xr, a.data(), d);
-        rotate(a.data(), y.data(), cs.data(), sn.data(), half);
-        for (int64_t c = p.rotary_dim; c < d; ++c) y[static_cast<size_t>(c)] = a[static_cast<size_t>(c)];
-        simd::encode_f32(p.dtype, y.data(), yr, d);
-      }
+      load_row(p.dtype, xr, a.data(), d);
+      rotate_row(a.data(), y.data(), cs.data(), sn.data(), half, d);
+      store_row(p.dtype, y.data(), yr, d);
     }
   }
-}
-
-// A row of n elements of `dtype` widened to A / rounded back from A.
-template <typename A>
-void load_row(DType dtype, const void* src, A* out, int64_t n) {
-  if constexpr (std::is_same_v<A, double>) {
-    if (dtype == DType::Float64) std::memcpy(out, src, static_cast<size_t>(n) * sizeof(double));
-    else for (int64_t c = 0; c < n; ++c) out[c] = static_cast<const float*>(src)[c];  // float32 weights
-  } else {
-    simd::decode_f32(dtype, src, out, n);
-  }
-}
-template <typename A>
-void store_row(DType dtype, const A* in, void* dst, int64_t n) {
-  if constexpr (std::is_same_v<A, double>) std::memcpy(dst, in, static_cast<size_t>(n) * sizeof(double));
-  else simd::encode_f32(dtype, in, dst, n);
 }
 
 // One task per (batch, token, head) row; the heads of a token share its cos / sin table. q / k
@@ -155,8 +156,7 @@ void qk_norm_rope_cache_rows(const QkNormRopeCacheParams& p) {
         angle_table(pos, p.inv_freq, half, cs.data(), sn.data());
         table_pos = pos;
       }
-      rotate(a.data(), y.data(), cs.data(), sn.data(), half);
-      for (int64_t c = p.rotary_dim; c < D; ++c) y[static_cast<size_t>(c)] = a[static_cast<size_t>(c)];
+      rotate_row(a.data(), y.data(), cs.data(), sn.data(), half, D);
       store_row(p.dtype, y.data(), dst, D);
     }
   }

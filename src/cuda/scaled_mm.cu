@@ -74,13 +74,29 @@ void dispatch_scaled_mm_types(const ScaledMmParams& p, F&& f) {
 }
 
 // ---- shared epilogue: out[i, j] = round(acc * (sa(i) * sw(j)) + bias[j]); bias has Out's dtype.
+// The epilogue's terms of out[i, j], loaded apart from the store so that the GEMV can load them
+// early (right after pdl_wait) and hide their latency under the weight stream.
+struct Epilogue {
+  float scale = 1.f, bias = 0.f;
+};
 template <typename Out>
-__device__ __forceinline__ void store_scaled(const ScaledMmParams& p, int64_t i, int64_t j, float acc) {
+__device__ __forceinline__ Epilogue epilogue_of(const ScaledMmParams& p, int64_t i, int64_t j) {
+  Epilogue e;
   const float sa = p.scale_a ? p.scale_a[p.scale_a_per_row ? i : 0] : 1.f;
   const float sw = p.scale_w ? p.scale_w[p.scale_w_per_row ? j : 0] : 1.f;
-  float v = acc * (sa * sw);
-  if (p.bias) v += to_compute(static_cast<const Out*>(p.bias)[j]);
+  e.scale = sa * sw;
+  if (p.bias) e.bias = to_compute(static_cast<const Out*>(p.bias)[j]);
+  return e;
+}
+template <typename Out>
+__device__ __forceinline__ void store_epilogue(const ScaledMmParams& p, int64_t i, int64_t j, float acc, const Epilogue& e) {
+  float v = acc * e.scale;
+  if (p.bias) v += e.bias;
   static_cast<Out*>(p.out)[i * p.stride_out_row + j] = from_compute<Out>(v);
+}
+template <typename Out>
+__device__ __forceinline__ void store_scaled(const ScaledMmParams& p, int64_t i, int64_t j, float acc) {
+  store_epilogue<Out>(p, i, j, acc, epilogue_of<Out>(p, i, j));
 }
 
 // ---- gemv
@@ -197,23 +213,17 @@ constexpr int kGemvMaxWarps = 16;
 
 // Sums the warps' partials of an 8-row tile and stores it: d[0], d[1] of lane (g, t) are
 // acc(g, row0 + 2t + {0, 1}); thread i < 64 takes lane i / 2, element i % 2.
-// The output element (row, j) thread i < 64 of an 8-row tile at row0 stores, and its epilogue
-// terms: the scale sa(row) * sw(j) and the bias, loaded by the kernel right after pdl_wait so that
-// their latency hides under the weight stream instead of following it.
+// The output element (row, j) thread i < 64 of an 8-row tile at row0 stores, with its epilogue
+// terms (loaded by the kernel right after pdl_wait).
 struct TileOut {
   int64_t row, j;
-  float scale = 1.f, bias = 0.f;
+  Epilogue e;
 };
 template <typename Out>
 __device__ __forceinline__ TileOut tile_out(const ScaledMmParams& p, int64_t row0, int i) {
-  const int l = i / 2, e = i % 2;
-  TileOut o{l / 4, row0 + 2 * (l % 4) + e};
-  if (o.row < p.m && o.j < p.n) {
-    const float sa = p.scale_a ? p.scale_a[p.scale_a_per_row ? o.row : 0] : 1.f;
-    const float sw = p.scale_w ? p.scale_w[p.scale_w_per_row ? o.j : 0] : 1.f;
-    o.scale = sa * sw;
-    if (p.bias) o.bias = to_compute(static_cast<const Out*>(p.bias)[o.j]);
-  }
+  const int l = i / 2, el = i % 2;
+  TileOut o{l / 4, row0 + 2 * (l % 4) + el, {}};
+  if (o.row < p.m && o.j < p.n) o.e = epilogue_of<Out>(p, o.row, o.j);
   return o;
 }
 
@@ -222,12 +232,10 @@ template <typename Out>
 __device__ __forceinline__ void store_tile(const ScaledMmParams& p, const float (*partial)[32][2], int warps, int i,
                                            const TileOut& o) {
   if (o.row >= p.m || o.j >= p.n) return;
-  const int l = i / 2, e = i % 2;
+  const int l = i / 2, el = i % 2;
   float s = 0.f;
-  for (int wi = 0; wi < warps; ++wi) s += partial[wi][l][e];
-  float v = s * o.scale;
-  if (p.bias) v += o.bias;
-  static_cast<Out*>(p.out)[o.row * p.stride_out_row + o.j] = from_compute<Out>(v);
+  for (int wi = 0; wi < warps; ++wi) s += partial[wi][l][el];
+  store_epilogue<Out>(p, o.row, o.j, s, o.e);
 }
 
 // A block per 8 * R weight rows; warps split k in 64-column chunks (4 lanes x 16 columns); lane
