@@ -319,6 +319,13 @@ std::vector<Case> decode_cases(Device dev) {
   cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B q_proj", 2048, 4096));
   cases.push_back(scaled_linear_case(dev, "Llama-3.1-8B up_proj", 4096, 14336));
   cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B lm_head", 2048, 151936));
+  // The runtime's fp8 decode projections (q / k / v stacked, o; Qwen3-0.6B's dense MLP).
+  cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B qkv", 2048, 5120));
+  cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B o_proj", 4096, 2048));
+  cases.push_back(scaled_linear_case(dev, "Qwen3-0.6B qkv", 1024, 4096));
+  cases.push_back(scaled_linear_case(dev, "Qwen3-0.6B o_proj", 2048, 1024));
+  cases.push_back(scaled_linear_case(dev, "Qwen3-0.6B gate_up", 1024, 6144));
+  cases.push_back(scaled_linear_case(dev, "Qwen3-0.6B down", 3072, 1024));
 
   // MoE experts at the Qwen3-30B-A3B shape: decode gate_up / up and down, bf16 and fp8 weights;
   // a 512-token prefill.

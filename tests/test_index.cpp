@@ -252,6 +252,54 @@ TEST_P(Index, EmbeddingTable) {
   }
 }
 
+// A cache hint: every layout, sizes that are not multiples of 16 bytes or of the 64 KiB chunks,
+// misaligned views and out-of-range indices run without a fault (the CUDA tests run under
+// compute-sanitizer too) and leave every value as it was, on the current stream and on another.
+TEST_P(Index, CachePrefetchKeepsValues) {
+  th::CaseLoop loop;
+  th::Gen g(2006);
+  const std::vector<Shape> shapes = {{1}, {7, 33}, {3, 70001}, {9, 128, 129}, {40000, 3}};
+  const Stream side = dev().is_cuda() ? Stream::create(dev()) : Stream();
+  for (const Shape& s : shapes) {
+    for (Layout l : {Layout::Contiguous, Layout::Transposed, Layout::Strided, Layout::Offset}) {
+      for (DType t : {kBFloat16, kFloat8_e4m3fn, kFloat32}) {
+        for (DType it : {kInt64, kInt32}) {
+          if (!loop.run(th::case_name(s, t, l, dev()) + " index " + dtype_name(it), [&] {
+            th::Input x = th::make_input(s, t, dev(), l, g, -3, 3);
+            ref::Array idx({5});
+            idx.v = {0, static_cast<double>(s[0] - 1), -1, static_cast<double>(s[0]), 0};
+            const Tensor ix = th::make_index(idx, dev(), Layout::Contiguous, it);
+            cache_prefetch(x.t);
+            cache_prefetch(x.t, ix);
+            cache_prefetch(x.t, ix.narrow(0, 0, 0));
+            if (dev().is_cuda()) {
+              Event ready(dev());
+              ready.record(current_stream(dev()));
+              ready.wait(side);
+              StreamGuard guard(side);
+              cache_prefetch(x.t.narrow(0, s[0] / 2, s[0] - s[0] / 2), ix);
+            }
+            synchronize(dev());
+            ASSERT_TRUE(th::expect_equal(x.t, x.a));
+          }))
+            return;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Index, CachePrefetchErrors) {
+  const Tensor x = zeros({4, 8}, TensorOptions(kBFloat16).device(dev()));
+  EXPECT_THROWS_OP(DTypeError, "cache_prefetch", cache_prefetch(x, zeros({2}, TensorOptions(kFloat32).device(dev()))));
+  EXPECT_THROWS_OP(ShapeError, "cache_prefetch",
+                   cache_prefetch(zeros({}, TensorOptions(kBFloat16).device(dev())),
+                                  zeros({1}, TensorOptions(kInt64).device(dev()))));
+  EXPECT_THROWS_OP(Error, "cache_prefetch", cache_prefetch(Tensor{}));
+  if (dev().is_cuda()) EXPECT_THROWS_OP(DeviceError, "cache_prefetch", cache_prefetch(x, zeros({2}, TensorOptions(kInt64))));
+  cache_prefetch(zeros({0, 8}, TensorOptions(kBFloat16).device(dev())), zeros({3}, TensorOptions(kInt64).device(dev())));
+}
+
 ANVIL_INSTANTIATE_DEVICE_TESTS(Index);
 
 }  // namespace

@@ -89,6 +89,15 @@ ANVIL_API Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, 
 ANVIL_API Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
 ANVIL_API Tensor embedding(const Tensor& weight, const Tensor& indices);
 
+// ---- cache hints
+// Asks the device's last-level cache for x's bytes (CUDA: L2, through the bulk copy engine, on
+// the current stream); with index (int32 / int64, any shape, on x's device), for the slices
+// x[i] along dim 0 of its elements i only, those outside [0, x.size(0)) skipped. Values are unchanged and nothing
+// waits for the bytes: run on a side stream, it pulls the weights a later kernel reads into L2
+// while latency-bound kernels leave DRAM idle. On CPU it does nothing (a weight is larger than
+// the caches, and the hardware prefetchers follow the streams).
+ANVIL_API void cache_prefetch(const Tensor& x, const Tensor& index = {});
+
 // ---- matrix products (float32/64 via BLAS, bfloat16/float16 accumulate in float32)
 ANVIL_API Tensor mm(const Tensor& a, const Tensor& b);
 ANVIL_API Tensor bmm(const Tensor& a, const Tensor& b);

@@ -41,7 +41,8 @@
   X(moe_combine, const MoeCombineParams&)            \
   X(moe_experts, const MoeExpertsParams&)            \
   X(attention, const AttentionParams&)                \
-  X(cache_write, const CacheWriteParams&)
+  X(cache_write, const CacheWriteParams&)            \
+  X(cache_prefetch, const PrefetchParams&)
 
 namespace anvil {
 

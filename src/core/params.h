@@ -401,4 +401,13 @@ struct CacheWriteParams {
   int64_t stride_cache[3] = {}, stride_src[3] = {};
 };
 
+// cache_prefetch: `slices` spans of `span_bytes` at base + index[i] * stride_bytes (index null:
+// one span at base); indices outside [0, count) are skipped.
+struct PrefetchParams {
+  const void* base = nullptr;
+  const void* index = nullptr;  // int32 / int64 [slices] or null
+  bool index64 = true;
+  int64_t slices = 1, count = 1, stride_bytes = 0, span_bytes = 0;
+};
+
 }  // namespace anvil

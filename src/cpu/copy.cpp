@@ -76,4 +76,7 @@ void random(const RandomParams& p) {
   });
 }
 
+// A weight is larger than the caches and the hardware prefetchers follow the streams.
+void cache_prefetch(const PrefetchParams&) {}
+
 }  // namespace anvil::cpu

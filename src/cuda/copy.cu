@@ -1,4 +1,5 @@
 // copy (strided dtype conversion, every pair of the 16 dtypes), fill and random on CUDA.
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -7,6 +8,7 @@
 #include "core/kernels.h"
 #include "core/philox.h"
 #include "cuda/device/map.cuh"
+#include "cuda/device/mma.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
@@ -132,6 +134,38 @@ void random(const RandomParams& p) {
         static_cast<T*>(p.out), p.numel, p.seed, p.offset, p.kind, bits, p.low, p.high);
   });
   launch.check("[random]");
+}
+
+namespace {
+constexpr int64_t kPrefetchChunk = 64 << 10;  // bytes per prefetch instruction (one per thread)
+
+// Thread t asks L2 for chunk t % chunks of slice t / chunks, shrunk to 16-byte boundaries.
+__global__ void prefetch_kernel(const __grid_constant__ PrefetchParams p, int64_t chunks) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= p.slices * chunks) return;
+  const int64_t s = t / chunks, c = t % chunks;
+  int64_t i = 0;
+  if (p.index) {
+    i = p.index64 ? static_cast<const int64_t*>(p.index)[s] : static_cast<const int32_t*>(p.index)[s];
+    if (i < 0 || i >= p.count) return;
+  }
+  const uintptr_t slice = reinterpret_cast<uintptr_t>(p.base) + static_cast<uintptr_t>(i * p.stride_bytes);
+  const uintptr_t lo = slice + static_cast<uintptr_t>(c * kPrefetchChunk);
+  const uintptr_t hi = std::min(slice + static_cast<uintptr_t>(p.span_bytes), lo + kPrefetchChunk);
+  const uintptr_t a = (lo + 15) & ~uintptr_t{15}, b = hi & ~uintptr_t{15};
+  if (b > a) cuda_device::prefetch_l2(reinterpret_cast<const void*>(a), static_cast<uint32_t>(b - a));
+}
+}  // namespace
+
+void cache_prefetch(const PrefetchParams& p) {
+  KernelLaunch launch(p.base);
+  const int64_t chunks = (p.span_bytes + kPrefetchChunk - 1) / kPrefetchChunk, threads = p.slices * chunks;
+  constexpr int kBlock = 32;  // small blocks: spread over SMs, beside whatever runs
+  const int64_t blocks = (threads + kBlock - 1) / kBlock;
+  ANVIL_CHECK(blocks <= 0x7FFFFFFF, ShapeError, "[cache_prefetch] ", p.span_bytes, " bytes x ", p.slices,
+              " slices are too many");
+  prefetch_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, launch.stream()>>>(p, chunks);
+  launch.check("[cache_prefetch]");
 }
 
 }  // namespace anvil::cuda_backend

@@ -17,6 +17,7 @@
 //            float32, FMA.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -328,32 +329,55 @@ bool rows_aligned(const void* ptr, int64_t rows, int64_t stride_row, size_t elem
 
 bool use_gemv(const ScaledMmParams& p) { return p.m <= kGemvMaxRows && p.stride_w_col == 1; }
 
-// H200, graph replay of 20 calls (e4m3 1 x 4096 x 4096; bf16 x e4m3 2048 -> 4096, 4096 ->
-// 14336, 2048 -> 151936): 16 weight rows per block beat 8 by 10-30% (x loaded and decoded once
-// for two tiles), 8 warps beat 4 and 16. The L2 prefetch under PDL hides the previous kernel's
-// drain: 6.3 us against 7.0 at 16.8 MB, 4.4 against 5.5 at 8.4 MB; on 59 MB and 311 MB weights
-// it costs 3-6% (the prefetches compete with the previous kernel's stream), so it stops at 32 MiB.
-// Short rows (k < 2048 at 8-bit weights) keep every warp's U loads inside k: fewer warps per block
-// (each step of a warp covers U 64-column chunks), so a lane never issues a step of mostly zero
-// chunks (k = 1024 with 8 warps: 2 of 4 chunks real).
-GemvConfig gemv_config(const ScaledMmParams& p, int unroll) {
+// Block shape by waves. A warp step covers `unroll` 64-column chunks, so `full` warps cover k in
+// one step. The first shape that runs the grid in one wave (resident blocks from the occupancy
+// API) wins: 8 rows x full warps (the most warps at work), then 16 rows x full warps (x loaded
+// and decoded once for two tiles), else 16 rows x 4 warps of several steps each (the most
+// resident blocks). A 16-row tile needs 4 warps for its epilogue's 64 threads. H200, graph
+// replay, bench-ops' scaled_linear bf16 x e4m3 cases, us before (16 rows, 8 warps or fewer for
+// short k) -> after: 0.6B down 3072 -> 1024 6.07 -> 2.82, qkv 1024 -> 4096 3.57 -> 3.07, o_proj
+// 2048 -> 1024 3.03 -> 2.81; 30B o_proj 4096 -> 2048 5.66 -> 4.68, qkv 2048 -> 5120 7.11 -> 6.16,
+// lm_head 2048 -> 151936 102.1 -> 87.6; q_proj 2048 -> 4096 4.35 and up 4096 -> 14336 21.1
+// unchanged (every fixed shape tried, 8 or 16 rows x 2-16 warps, loses on some of these).
+// The L2 prefetch under PDL hides the previous kernel's drain: 6.3 us against 7.0 at 16.8 MB, 4.4
+// against 5.5 at 8.4 MB; on 59 MB and 311 MB weights it costs 3-6% (the prefetches compete with
+// the previous kernel's stream), so it stops at 32 MiB.
+template <typename Resident>
+GemvConfig gemv_config(const ScaledMmParams& p, int unroll, int64_t sm_count, Resident&& resident) {
   GemvConfig c;
   c.prefetch = p.n * p.k <= (int64_t{32} << 20);
   const int64_t chunks = (p.k + 63) / 64;
-  // (at least 2 warps per 8-row tile: the epilogue's 64 threads per tile)
-  while (c.warps > c.rows_per_block / 4 && chunks < int64_t{c.warps} * unroll) c.warps /= 2;
-  return c;
+  const int full = static_cast<int>(std::clamp<int64_t>((chunks + unroll - 1) / unroll, 1, kGemvMaxWarps));
+  for (const int rows : {8, 16}) {
+    const int warps = std::max(full, rows / 4);
+    const int64_t tiles = (p.n + rows - 1) / rows;
+    if (tiles <= sm_count * resident(rows, warps)) return {rows, warps, c.prefetch};
+  }
+  return {16, 4, c.prefetch};
 }
 
 template <typename A, typename W, typename Out>
-void launch_gemv(const ScaledMmParams& p, cudaStream_t stream, const GemvConfig& c) {
+void launch_gemv(const ScaledMmParams& p, const KernelLaunch& launch) {
+  auto kernel_of = [](int rows) { return rows == 16 ? scaled_gemv_kernel<A, W, Out, 2> : scaled_gemv_kernel<A, W, Out, 1>; };
+  // Resident blocks per SM of each (rows, warps), asked of the occupancy API once.
+  static std::array<std::array<std::atomic<int>, kGemvMaxWarps + 1>, 2> cache{};
+  auto resident = [&](int rows, int warps) {
+    std::atomic<int>& slot = cache[rows == 16][warps];
+    int n = slot.load(std::memory_order_relaxed);
+    if (n == 0) {
+      ANVIL_CUDA_CHECK(kOp, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_of(rows), warps * 32, 0));
+      slot.store(n, std::memory_order_relaxed);
+    }
+    return n;
+  };
+  const GemvConfig c = gemv_config(p, GemvAct<A>::kUnroll, launch.sm_count(), resident);
   const bool w_vec = rows_aligned(p.w, p.n, p.stride_w_row, 1);
   const GemvArgs args{w_vec, p.stride_a_col == 1 && rows_aligned(p.a, p.m, p.stride_a_row, sizeof(A)),
                       c.prefetch && w_vec};
   const int64_t tiles = (p.n + c.rows_per_block - 1) / c.rows_per_block;
   ANVIL_CHECK(tiles <= 0x7FFFFFFF, ShapeError, kOp, " n = ", p.n, " is too large for the CUDA gemv");
-  auto kernel = c.rows_per_block == 16 ? scaled_gemv_kernel<A, W, Out, 2> : scaled_gemv_kernel<A, W, Out, 1>;
-  launch_pdl(kOp, kernel, dim3(static_cast<unsigned>(tiles)), dim3(c.warps * 32), 0, stream, p, args);
+  launch_pdl(kOp, kernel_of(c.rows_per_block), dim3(static_cast<unsigned>(tiles)), dim3(c.warps * 32), 0,
+             launch.stream(), p, args);
 }
 
 // ---- tiled: any strides, any dtypes; a 64 x 64 tile of out per block, 4 x 4 per thread.
@@ -542,7 +566,7 @@ void scaled_mm(const ScaledMmParams& p) {
       using A = typename decltype(a)::type;
       using W = typename decltype(w)::type;
       using Out = typename decltype(o)::type;
-      if (p.k > 0 && use_gemv(p)) launch_gemv<A, W, Out>(p, launch.stream(), gemv_config(p, GemvAct<A>::kUnroll));
+      if (p.k > 0 && use_gemv(p)) launch_gemv<A, W, Out>(p, launch);
       else launch_tiled<A, W, Out>(p, launch.stream());
     });
   }

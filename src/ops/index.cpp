@@ -161,4 +161,32 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   return as_op("[embedding]", [&] { return index_select(weight, 0, flat).view(out_shape); });
 }
 
+void cache_prefetch(const Tensor& x, const Tensor& index) {
+  const char* name = "[cache_prefetch]";
+  ANVIL_CHECK(x.defined(), Error, name, " undefined tensor");
+  if (x.numel() == 0) return;
+  PrefetchParams p;
+  p.base = x.raw_data_ptr();
+  // The bytes a slice spans (strides are never negative): the whole tensor without index.
+  const int64_t first = index.defined() ? 1 : 0;
+  int64_t span = 1;
+  for (int64_t d = first; d < x.dim(); ++d) span += (x.size(d) - 1) * x.stride(d);
+  p.span_bytes = span * static_cast<int64_t>(element_size(x.dtype()));
+  Tensor idx;
+  if (index.defined()) {
+    ANVIL_CHECK(x.dim() >= 1, ShapeError, name, " an index needs a tensor with a dim 0, got ", describe(x));
+    ANVIL_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, DTypeError, name,
+                " Expected dtype int64 or int32 for index, got ", describe(index));
+    check_same_device(name, x, index);
+    idx = index.contiguous();
+    p.index = idx.raw_data_ptr();
+    p.index64 = idx.dtype() == kInt64;
+    p.slices = idx.numel();
+    p.count = x.size(0);
+    p.stride_bytes = x.stride(0) * static_cast<int64_t>(element_size(x.dtype()));
+  }
+  if (p.slices == 0) return;
+  ANVIL_KERNEL(x.device(), cache_prefetch, p);
+}
+
 }  // namespace anvil

@@ -24,6 +24,11 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
   return v;
 }
 __device__ __forceinline__ uint4 load_cached16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+// bytes (a multiple of 16) at p (16-byte aligned) asked of L2 by the bulk copy engine; nothing
+// waits for them.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
 // Thread i < rows asks L2 for weight row row0 + i (rows past n skipped): its first row_bytes
 // (at most 1 MiB, in 16-byte multiples; rows 16-byte aligned). Used before pdl_wait: L2 serves
 // it coherently with the previous kernel's writes.
@@ -32,9 +37,7 @@ __device__ __forceinline__ void prefetch_rows_l2(const void* w, int64_t stride_b
   const int64_t j = row0 + threadIdx.x;
   const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(row_bytes, int64_t{1} << 20) & ~int64_t{15});
   if (static_cast<int>(threadIdx.x) >= rows || j >= n || bytes == 0) return;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(w) + j * stride_bytes),
-               "r"(bytes)
-               : "memory");
+  prefetch_l2(static_cast<const char*>(w) + j * stride_bytes, bytes);
 }
 
 // ---- mma.sync m16n8k16, float32 accumulation; T is BFloat16 or Half.
