@@ -161,6 +161,79 @@ TEST_P(Norm, AddRmsNormTable) {
   }
 }
 
+// add_rms_norm_linear: the sum bit for bit add(x, residual); y against the float64 product of
+// the float64 normalised row, within the product's summation bound plus the normalised row's
+// rounding to the dtype (rtol of norm_tol per element of h, times |h| |w| summed); and against the
+// composition add_rms_norm then linear within the same bound. One row of a 16-bit dtype with
+// k % 8 == 0 takes the fused CUDA kernel; the other cases take the composition.
+TEST_P(Norm, AddRmsNormLinearTable) {
+  th::CaseLoop loop;
+  th::Gen g(6010);
+  struct C {
+    int64_t rows, k, n;
+  };
+  const std::vector<C> cases = {{1, 2048, 5120}, {1, 1024, 96}, {1, 64, 1}, {1, 8, 33}, {1, 8192, 40},
+                                {1, 3072, 300},  {3, 256, 17},  {1, 100, 7}, {2, 1024, 64}};
+  int variant = 0;
+  for (const C& c : cases) {
+    for (DType t : {kBFloat16, kFloat16, kFloat32}) {
+      const Weight wk = static_cast<Weight>(variant % 3);
+      const std::optional<double> eps = variant % 2 ? std::optional<double>(1e-6) : std::nullopt;
+      ++variant;
+      const std::string name = std::to_string(c.rows) + "x" + std::to_string(c.k) + " -> " + std::to_string(c.n) + " " +
+                               dtype_name(t) + " " + weight_name(wk) + (eps ? " eps 1e-6" : "") + " " + dev().str();
+      if (!loop.run(name, [&] {
+            th::Input x = th::make_input({c.rows, c.k}, t, dev(), Layout::Contiguous, g, -2, 2);
+            th::Input r = th::make_input({c.rows, c.k}, t, dev(), Layout::Contiguous, g, -2, 2);
+            th::Input w = th::make_input({c.n, c.k}, t, dev(), Layout::Contiguous, g, -1, 1);
+            th::Input nw;
+            if (wk != Weight::None)
+              nw = th::make_input({c.k}, wk == Weight::Same ? t : kFloat32, dev(), Layout::Contiguous, g, -2, 2);
+            auto [y, sum] = add_rms_norm_linear(x.t, r.t, nw.t, eps, w.t);
+            ASSERT_TRUE(th::expect_shape(y, {c.rows, c.n}, t));
+            ASSERT_TRUE(th::expect_shape(sum, {c.rows, c.k}, t));
+            ASSERT_EQ(th::to_bits(sum), th::to_bits(add(x.t, r.t))) << "sum bit for bit add(x, residual)";
+            const ref::AddRmsNorm h = ref::add_rms_norm(x.a, r.a, 1, nw.t.defined() ? &nw.a : nullptr,
+                                                        eps.value_or(finfo_eps(t)), prec_of(t));
+            const double rh = norm_tol(t, c.k).rtol;
+            ref::Array want({c.rows, c.n}), abs_sum({c.rows, c.n}), extra({c.rows, c.n});
+            for (int64_t i = 0; i < c.rows; ++i) {
+              for (int64_t j = 0; j < c.n; ++j) {
+                double acc = 0, mag = 0;
+                for (int64_t q = 0; q < c.k; ++q) {
+                  const double term = h.out.v[i * c.k + q] * w.a.v[j * c.k + q];
+                  acc += term;
+                  mag += std::abs(term);
+                }
+                want.v[i * c.n + j] = acc;
+                abs_sum.v[i * c.n + j] = mag;
+              }
+            }
+            const ref::Array sum_extra = th::sum_tol(t, c.k, abs_sum);
+            for (size_t e = 0; e < extra.v.size(); ++e) extra.v[e] = sum_extra.v[e] + 2.0 * rh * abs_sum.v[e];
+            ASSERT_TRUE(th::expect_close(y, want, th::Tol{th::underflow_atol(t), 0.0}, &extra)) << "y";
+            auto [hc, sc] = add_rms_norm(x.t, r.t, {c.k}, nw.t, eps);
+            ASSERT_TRUE(th::expect_close(y, th::to_array(linear(hc, w.t)), th::Tol{th::underflow_atol(t), 0.0}, &extra))
+                << "y vs the composition";
+          }))
+        return;
+    }
+  }
+}
+
+TEST_P(Norm, AddRmsNormLinearErrors) {
+  const TensorOptions o = TensorOptions(kBFloat16).device(dev());
+  const Tensor x = zeros({1, 64}, o), w = zeros({8, 64}, o), nw = zeros({64}, o);
+  EXPECT_THROWS_OP(ShapeError, "add_rms_norm_linear", add_rms_norm_linear(x, zeros({1, 32}, o), nw, 1e-6, w));
+  EXPECT_THROWS_OP(ShapeError, "add_rms_norm_linear", add_rms_norm_linear(x, x, nw, 1e-6, zeros({8, 32}, o)));
+  EXPECT_THROWS_OP(ShapeError, "add_rms_norm_linear", add_rms_norm_linear(x, x, zeros({32}, o), 1e-6, w));
+  EXPECT_THROWS_OP(DTypeError, "add_rms_norm_linear",
+                   add_rms_norm_linear(x, x, nw, 1e-6, zeros({8, 64}, TensorOptions(kFloat32).device(dev()))));
+  EXPECT_THROWS_OP(DTypeError, "add_rms_norm_linear",
+                   add_rms_norm_linear(x, zeros({1, 64}, TensorOptions(kFloat16).device(dev())), nw, 1e-6, w));
+  EXPECT_THROWS_OP(Error, "add_rms_norm_linear", add_rms_norm_linear(Tensor{}, x, nw, 1e-6, w));
+}
+
 // Cancellation in the residual add: h is exactly 0 in some columns and rows, tiny in others.
 TEST_P(Norm, AddRmsNormCancellingResidual) {
   th::Gen g(6003);

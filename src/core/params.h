@@ -139,6 +139,13 @@ struct GemvParams {
   DType dtype = kFloat32;  // x, w, bias and y
   int64_t m = 0, n = 0, k = 0;
   int64_t stride_x_row = 0, stride_w_row = 0, stride_y_row = 0;
+  // add_rms_norm_linear (CUDA, m = 1, 16-bit, k % 8 == 0, every row 16-byte aligned): with
+  // residual set, the product's input is rms_norm(round(x + residual)) * norm_weight (norm_weight
+  // null: unweighted), computed by every block; block 0 writes round(x + residual) to sum_out.
+  const void* residual = nullptr;
+  const void* norm_weight = nullptr;
+  void* sum_out = nullptr;
+  double eps = 0;
 };
 
 // Softmax over the middle dim of a contiguous [outer, dim_size, inner] input; out has the same

@@ -108,6 +108,7 @@ bool gemv_bf16_dots(const GemvParams& p, const float* x32, int64_t j0, int64_t j
 }  // namespace
 
 void gemv(const GemvParams& p) {
+  ANVIL_CHECK(p.residual == nullptr, Error, "[add_rms_norm_linear] the fused kernel is CUDA's (the front end composes on CPU)");
   // x widened to float32 once ([m, k] contiguous); it stays in L1/L2 while the weight streams.
   std::vector<float> x32;
   if (p.dtype != DType::Float64) {

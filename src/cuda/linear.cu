@@ -20,6 +20,7 @@
 
 #include "core/dispatch.h"
 #include "core/kernels.h"
+#include "cuda/allocator.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
 #include "cuda/device/mma.cuh"
@@ -196,27 +197,86 @@ __global__ void __launch_bounds__(kBulkThreads, 1) gemv_bulk_kernel(const __grid
   }
 }
 
+// ---- add_rms_norm_linear's prologue: the block's input row rms_norm(round(x + residual)) *
+// norm_weight into shared memory `xs` (k % 8 == 0, 16-byte aligned rows, m = 1); block 0 also
+// writes round(x + residual) to sum_out. float32 math with one rounding per element, as
+// add_rms_norm's kernel; the sum of squares is reduced per thread, then over warps in order.
+template <typename T>
+__device__ __forceinline__ void norm_prologue(const GemvParams& p, uint16_t* xs) {
+  using P = Pack<T, 8>;
+  __shared__ float red[32];
+  const int packs = static_cast<int>(p.k / 8), warps = blockDim.x / 32;
+  const P* x = static_cast<const P*>(p.x);
+  const P* res = static_cast<const P*>(p.residual);
+  P* sum_out = static_cast<P*>(p.sum_out);
+  P* h = reinterpret_cast<P*>(xs);
+  float sumsq = 0.f;
+  for (int q = threadIdx.x; q < packs; q += blockDim.x) {
+    const P a = x[q], b = res[q];
+    P v;
+    float sq = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      v.v[e] = from_compute<T>(to_compute(a.v[e]) + to_compute(b.v[e]));
+      const float f = to_compute(v.v[e]);
+      sq = cuda_device::fma_rn(f, f, sq);
+    }
+    sumsq += sq;
+    h[q] = v;
+    if (blockIdx.x == 0) sum_out[q] = v;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sumsq += __shfl_xor_sync(0xffffffffu, sumsq, off);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sumsq;
+  __syncthreads();
+  float total = 0.f;
+  for (int w = 0; w < warps; ++w) total += red[w];
+  const float rstd = 1.f / sqrtf(total / static_cast<float>(p.k) + static_cast<float>(p.eps));
+  const P* nw = static_cast<const P*>(p.norm_weight);
+  for (int q = threadIdx.x; q < packs; q += blockDim.x) {  // the packs this thread wrote above
+    P v = h[q];
+    const P w = nw ? nw[q] : P{};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float y = to_compute(v.v[e]) * rstd;
+      v.v[e] = from_compute<T>(nw ? y * to_compute(w.v[e]) : y);
+    }
+    h[q] = v;
+  }
+  __syncthreads();
+}
+
 // ---- regs kernel (any layout): a block per 8 * R weight rows, blockDim.x / 32 warps over k.
 // R = 2 shares each x load between two weight rows (x past L1 is re-read from L2 per block).
 constexpr int kMaxWarps = 16;
 
 // Launched with PDL: before pdl_wait it only asks L2 for its weight rows (`prefetch`, aligned
 // rows), which hides the previous kernel's drain.
-template <typename T, int R, bool kVec, int kThreads, int kMinBlocks>
+// kNorm (add_rms_norm_linear, kVec only): x is the normalised row in dynamic shared memory.
+template <typename T, int R, bool kVec, int kThreads, int kMinBlocks, bool kNorm = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) gemv_regs_kernel(const __grid_constant__ GemvParams p, bool prefetch) {
+  static_assert(!kNorm || kVec);
   constexpr int U = kVec ? 8 / R : 2;  // 32-column tiles per lane per step
   __shared__ float partial[R][kThreads / 32][32][2];
+  extern __shared__ uint4 norm_row[];  // kNorm: k 16-bit elements
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 8 * R;
   cuda_device::pdl_launch_dependents();
   if (prefetch) cuda_device::prefetch_rows_l2(p.w, p.stride_w_row * 2, row0, 8 * R, p.n, p.k * 2);
   cuda_device::pdl_wait();
+  if constexpr (kNorm) norm_prologue<T>(p, reinterpret_cast<uint16_t*>(norm_row));
   const uint16_t* w[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
     w[r] = static_cast<const uint16_t*>(p.w) + std::min(row0 + r * 8 + g, p.n - 1) * p.stride_w_row;
-  const uint16_t* x = static_cast<const uint16_t*>(p.x) + std::min<int64_t>(g, p.m - 1) * p.stride_x_row;
+  const uint16_t* x = kNorm ? reinterpret_cast<const uint16_t*>(norm_row)
+                            : static_cast<const uint16_t*>(p.x) + std::min<int64_t>(g, p.m - 1) * p.stride_x_row;
+  // 16 bytes of x: from shared memory under kNorm (a generic load), else through the read-only path.
+  auto load_x16 = [&](const uint16_t* at) {
+    if constexpr (kNorm) return *reinterpret_cast<const uint4*>(at);
+    else return load_cached16(at);
+  };
   // kVec: 16-byte loads from a clamped column (k >= 8), fixed up below where past k.
   const int64_t k_last8 = (p.k / 8) * 8 - 8;
   float acc[R][4] = {};
@@ -231,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemv_regs_kernel(const _
         const int64_t k0 = (tile + u * warps) * 32 + t * 8;
 #pragma unroll
         for (int r = 0; r < R; ++r) wv[u][r] = load_stream16(w[r] + k0);
-        xv[u] = load_cached16(x + k0);
+        xv[u] = load_x16(x + k0);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -251,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemv_regs_kernel(const _
         if constexpr (kVec) wv[u][r] = load_stream16(w[r] + std::min(k0, k_last8));
         else wv[u][r] = load8_elements(w[r], k0, p.k);
       }
-      if constexpr (kVec) xv[u] = load_cached16(x + std::min(k0, k_last8));
+      if constexpr (kVec) xv[u] = load_x16(x + std::min(k0, k_last8));
       else xv[u] = load8_elements(x, k0, p.k);
     }
 #pragma unroll
@@ -263,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemv_regs_kernel(const _
 #pragma unroll
         for (int r = 0; r < R; ++r) wv[u][r] = make_uint4(0, 0, 0, 0);
         xv[u] = make_uint4(0, 0, 0, 0);
-      } else if (kVec && k0 + 8 > p.k) {  // the 8 columns across k (k % 8 != 0)
+      } else if (!kNorm && kVec && k0 + 8 > p.k) {  // the 8 columns across k (k % 8 != 0)
 #pragma unroll
         for (int r = 0; r < R; ++r) wv[u][r] = load8_elements(w[r], k0, p.k);
         xv[u] = load8_elements(x, k0, p.k);
@@ -358,7 +418,8 @@ template <typename T>
 void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
   const bool vec =
       rows_aligned(p.w, p.n, p.stride_w_row, sizeof(T)) && rows_aligned(p.x, p.m, p.stride_x_row, sizeof(T));
-  if (use_bulk(p, vec, launch.sm_count())) {
+  const bool norm = p.residual != nullptr;  // the front end checked m, k and the alignment
+  if (!norm && use_bulk(p, vec, launch.sm_count())) {
     static const bool configured = [] {
       return cudaFuncSetAttribute(gemv_bulk_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBulkSmem) ==
              cudaSuccess;
@@ -394,7 +455,8 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
   // The L2 prefetch pays on small weights; on large ones it competes with the previous kernel's
   // stream (scaled_mm's measurement: 3-6% slower past 32 MiB).
   const bool prefetch = vec && p.n * p.k * static_cast<int64_t>(sizeof(T)) <= (int64_t{32} << 20);
-  auto go = [&](auto kernel) { launch_pdl("[linear]", kernel, grid, block, 0, launch.stream(), p, prefetch); };
+  const size_t smem = norm ? static_cast<size_t>(p.k) * sizeof(T) : 0;
+  auto go = [&](auto kernel) { launch_pdl("[linear]", kernel, grid, block, smem, launch.stream(), p, prefetch); };
   const bool kvec = vec && p.k >= 8;
   // 8-warp blocks of one 8-row tile are held to 80 registers (3 blocks per SM, no spills)
   // rather than 128 (2 per SM): H200, decode-linear suite geomean 0.433 -> 0.445 of copy, mostly
@@ -410,6 +472,37 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
   };
   using One = std::integral_constant<int, 1>;
   using Two = std::integral_constant<int, 2>;
+  if (norm) {  // m = 1, k <= 8192: never wide
+    auto norm_kernel = warps > 8 ? gemv_regs_kernel<T, 1, true, kMaxWarps * 32, 1, true>
+                       : four    ? gemv_regs_kernel<T, 1, true, 256, 4, true>
+                                 : gemv_regs_kernel<T, 1, true, 256, 3, true>;
+    int resident = 0;
+    ANVIL_CUDA_CHECK("[add_rms_norm_linear]", cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                                  &resident, norm_kernel, warps * 32, smem));
+    if (blocks <= resident * sms) return go(norm_kernel);
+    // Every block pays the prologue (an L2 round trip and two barriers) on its wave's path: past
+    // one wave that costs more than the add_rms_norm kernel it saves (H200, Qwen3-30B-A3B q/k/v
+    // 2048 -> 5120 in 2 waves: tg128 319 -> 312 tok/s; Qwen3-0.6B's one-wave q/k/v and gate/up:
+    // 919 -> 966). So the row is normalised once by that kernel into scratch, then a plain GEMV.
+    allocator::Scratch h(launch.device(), static_cast<size_t>(p.k) * sizeof(T), launch.stream());
+    RmsNormParams n;
+    n.x = p.x;
+    n.residual = p.residual;
+    n.weight = p.norm_weight;
+    n.out = h.get();
+    n.residual_out = p.sum_out;
+    n.dtype = n.weight_dtype = p.dtype;
+    n.rows = 1;
+    n.cols = p.k;
+    n.stride_x_row = n.stride_residual_row = n.stride_out_row = n.stride_residual_out_row = p.k;
+    n.eps = p.eps;
+    rms_norm(n);
+    GemvParams plain = p;
+    plain.x = h.get();
+    plain.residual = plain.norm_weight = nullptr;
+    plain.sum_out = nullptr;
+    return launch_gemv_mma<T>(plain, launch);
+  }
   if (wide) kvec ? pick(Two{}, std::true_type{}) : pick(Two{}, std::false_type{});
   else kvec ? pick(One{}, std::true_type{}) : pick(One{}, std::false_type{});
 }
@@ -431,8 +524,12 @@ void gemv(const GemvParams& p) {
   KernelLaunch launch(p.y);
   dispatch_float_types(p.dtype, "[linear]", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) launch_gemv_mma<T>(p, launch);
-    else launch_gemv_simt<T>(p, launch);
+    if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+      launch_gemv_mma<T>(p, launch);
+    } else {
+      ANVIL_CHECK(p.residual == nullptr, DTypeError, "[add_rms_norm_linear] the fused CUDA kernel takes 16-bit rows");
+      launch_gemv_simt<T>(p, launch);
+    }
   });
   launch.check("[linear]");
 }

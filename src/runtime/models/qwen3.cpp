@@ -12,7 +12,9 @@
 //   logits = rms_norm(x) (norm) lm_head^T (embed_tokens when tie_word_embeddings)
 // Kernels per layer, fewest first: q / k / v as one GEMV over their stacked weights (so are a dense
 // MLP's gate and up); q / k norms, RoPE and the cache writes as one (qk_norm_rope_cache); each
-// residual add fused with the rms_norm after it (add_rms_norm); the MoE router with its routing
+// residual add fused with the rms_norm after it (add_rms_norm), and where a GEMV follows (q / k /
+// v, a dense MLP's gate / up) with that GEMV too (add_rms_norm_linear: one kernel for one token
+// on CUDA); the MoE router with its routing
 // (moe_router) and the experts (moe_experts: gate_up, then down with the weighted sum).
 // Expert weights load from either layout: per expert (mlp.experts.E.{gate,up,down}_proj.weight,
 // the Hub's) or fused (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I],
@@ -169,28 +171,32 @@ class Qwen3 final : public Model {
     Tensor x = embedding(embed_, ids), branch;  // x [T, H]; branch: the residual not yet added
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& L = layers_[l];
-      Tensor h;
-      if (branch.defined()) std::tie(h, x) = add_rms_norm(branch, x, {H}, L.in_norm, eps);
-      else h = rms_norm(x, {H}, L.in_norm, eps);
+      // The residual add and input norm in the q / k / v GEMV's blocks (one token on CUDA).
+      Tensor qkv;
+      if (branch.defined()) std::tie(qkv, x) = add_rms_norm_linear(branch, x, L.in_norm, eps, L.qkv.w, L.qkv.scale);
+      else qkv = L.qkv(rms_norm(x, {H}, L.in_norm, eps));
       // q / k norms, RoPE and the cache writes of k and v: one kernel (q [1, nh, T, D]).
-      const Tensor q = qk_norm_rope_cache(L.qkv(h).unsqueeze(0), nh, nkv, L.q_norm, L.k_norm, eps, inv_freq_, k_cache_[l],
-                                          v_cache_[l], start);
+      const Tensor q =
+          qk_norm_rope_cache(qkv.unsqueeze(0), nh, nkv, L.q_norm, L.k_norm, eps, inv_freq_, k_cache_[l], v_cache_[l], start);
       const Tensor a = decode_attention(q, k_cache_[l], v_cache_[l], lens);  // [1, nh, T, D]
-      Tensor h2;
-      std::tie(h2, x) = add_rms_norm(L.o(a.squeeze(0).permute({1, 0, 2}).reshape({T, nh * D})), x, {H}, L.post_norm, eps);
-      branch = mlp(L, h2);
+      const Tensor o = L.o(a.squeeze(0).permute({1, 0, 2}).reshape({T, nh * D}));
+      if (L.router.defined()) {
+        Tensor h2;
+        std::tie(h2, x) = add_rms_norm(o, x, {H}, L.post_norm, eps);
+        branch = moe(L, h2);
+      } else {  // dense: the add and norm in the gate / up GEMV's blocks
+        Tensor gu;
+        std::tie(gu, x) = add_rms_norm_linear(o, x, L.post_norm, eps, L.gate_up.w, L.gate_up.scale);
+        const int64_t I = gu.size(1) / 2;
+        branch = L.down(silu_mul(gu.narrow(1, 0, I), gu.narrow(1, I, I)));
+      }
     }
     Tensor h;
     std::tie(h, x) = add_rms_norm(branch, x, {H}, norm_, eps);
     return head_(h).to(kFloat32);
   }
 
-  Tensor mlp(const Layer& L, const Tensor& h) {
-    if (!L.router.defined()) {
-      const Tensor gu = L.gate_up(h);
-      const int64_t I = gu.size(1) / 2;
-      return L.down(silu_mul(gu.narrow(1, 0, I), gu.narrow(1, I, I)));
-    }
+  Tensor moe(const Layer& L, const Tensor& h) {
     const auto [logits, r] = moe_router(h, L.router, c_.num_experts_per_tok, c_.norm_topk_prob);  // one kernel
     if (o_.keep_router) router_.push_back(logits);
     return moe_experts(h, r, L.experts_gate_up, L.experts_down, L.gate_up_scale, L.down_scale);
