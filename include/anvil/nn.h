@@ -33,10 +33,11 @@ ANVIL_API std::tuple<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor&
 // (linear(h, weight) or scaled_linear(h, weight, weight_scale), s) where (h, s) =
 // add_rms_norm(x, residual, {K}, norm_weight, eps); x, residual [..., K], weight [N, K]. One row
 // on CUDA (bfloat16 / float16, no weight_scale, norm_weight of x's dtype or undefined, K % 8 == 0,
-// K <= 8192, 16-byte aligned rows) is one kernel: each GEMV block normalises the row into shared
-// memory before its weight stream, so h is never written; its sum of squares is reduced in
-// another order than add_rms_norm's, so an element of h may differ by one rounding. Anything else
-// runs the composition.
+// K <= 8192, 16-byte aligned rows) whose GEMV grid is one wave is one kernel: each GEMV block
+// normalises the row into shared memory before its weight stream, so h is never written; its sum
+// of squares is reduced in another order than add_rms_norm's, so an element of h may differ by
+// one rounding. Past one wave that prologue costs more than it saves, and add_rms_norm's kernel
+// runs first (into scratch). Anything else runs the composition.
 ANVIL_API std::tuple<Tensor, Tensor> add_rms_norm_linear(const Tensor& x, const Tensor& residual,
                                                          const Tensor& norm_weight, std::optional<double> eps,
                                                          const Tensor& weight, const Tensor& weight_scale = {});
