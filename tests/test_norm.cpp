@@ -165,7 +165,9 @@ TEST_P(Norm, AddRmsNormTable) {
 // the float64 normalised row, within the product's summation bound plus the normalised row's
 // rounding to the dtype (rtol of norm_tol per element of h, times |h| |w| summed); and against the
 // composition add_rms_norm then linear within the same bound. One row of a 16-bit dtype with
-// k % 8 == 0 takes the fused CUDA kernel; the other cases take the composition.
+// k % 8 == 0 takes the fused CUDA kernel (or, past one wave or with misaligned rows, add_rms_norm's
+// kernel and the GEMV); the other cases take the composition. Inputs rotate over layouts
+// (offset views misalign the rows; strided and transposed ones are copied or composed).
 TEST_P(Norm, AddRmsNormLinearTable) {
   th::CaseLoop loop;
   th::Gen g(6010);
@@ -174,18 +176,23 @@ TEST_P(Norm, AddRmsNormLinearTable) {
   };
   const std::vector<C> cases = {{1, 2048, 5120}, {1, 1024, 96}, {1, 64, 1}, {1, 8, 33}, {1, 8192, 40},
                                 {1, 3072, 300},  {3, 256, 17},  {1, 100, 7}, {2, 1024, 64}};
+  const std::vector<Layout> kLinearLayouts = {Layout::Contiguous, Layout::Offset, Layout::Contiguous, Layout::RowPadded,
+                                              Layout::Transposed};
   int variant = 0;
   for (const C& c : cases) {
     for (DType t : {kBFloat16, kFloat16, kFloat32}) {
       const Weight wk = static_cast<Weight>(variant % 3);
       const std::optional<double> eps = variant % 2 ? std::optional<double>(1e-6) : std::nullopt;
+      const Layout lx = kLinearLayouts[variant % kLinearLayouts.size()];
+      const Layout lw = kLinearLayouts[(variant / 2) % kLinearLayouts.size()];
       ++variant;
       const std::string name = std::to_string(c.rows) + "x" + std::to_string(c.k) + " -> " + std::to_string(c.n) + " " +
-                               dtype_name(t) + " " + weight_name(wk) + (eps ? " eps 1e-6" : "") + " " + dev().str();
+                               dtype_name(t) + " " + weight_name(wk) + (eps ? " eps 1e-6" : "") + " x " +
+                               th::layout_name(lx) + " w " + th::layout_name(lw) + " " + dev().str();
       if (!loop.run(name, [&] {
-            th::Input x = th::make_input({c.rows, c.k}, t, dev(), Layout::Contiguous, g, -2, 2);
-            th::Input r = th::make_input({c.rows, c.k}, t, dev(), Layout::Contiguous, g, -2, 2);
-            th::Input w = th::make_input({c.n, c.k}, t, dev(), Layout::Contiguous, g, -1, 1);
+            th::Input x = th::make_input({c.rows, c.k}, t, dev(), lx, g, -2, 2);
+            th::Input r = th::make_input({c.rows, c.k}, t, dev(), lw, g, -2, 2);
+            th::Input w = th::make_input({c.n, c.k}, t, dev(), lw, g, -1, 1);
             th::Input nw;
             if (wk != Weight::None)
               nw = th::make_input({c.k}, wk == Weight::Same ? t : kFloat32, dev(), Layout::Contiguous, g, -2, 2);

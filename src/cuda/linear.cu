@@ -418,7 +418,7 @@ template <typename T>
 void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
   const bool vec =
       rows_aligned(p.w, p.n, p.stride_w_row, sizeof(T)) && rows_aligned(p.x, p.m, p.stride_x_row, sizeof(T));
-  const bool norm = p.residual != nullptr;  // the front end checked m, k and the alignment
+  const bool norm = p.residual != nullptr;  // the front end checked m = 1, k % 8 == 0, k <= 8192
   if (!norm && use_bulk(p, vec, launch.sm_count())) {
     static const bool configured = [] {
       return cudaFuncSetAttribute(gemv_bulk_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBulkSmem) ==
@@ -476,14 +476,14 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
     auto norm_kernel = warps > 8 ? gemv_regs_kernel<T, 1, true, kMaxWarps * 32, 1, true>
                        : four    ? gemv_regs_kernel<T, 1, true, 256, 4, true>
                                  : gemv_regs_kernel<T, 1, true, 256, 3, true>;
-    int resident = 0;
-    ANVIL_CUDA_CHECK("[add_rms_norm_linear]", cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                                                  &resident, norm_kernel, warps * 32, smem));
-    if (blocks <= resident * sms) return go(norm_kernel);
+    auto aligned16 = [](const void* ptr) { return ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    const bool rows16 = vec && aligned16(p.residual) && aligned16(p.norm_weight) && aligned16(p.sum_out);
+    if (rows16 && blocks <= resident_blocks(norm_kernel, warps * 32, smem) * sms) return go(norm_kernel);
     // Every block pays the prologue (an L2 round trip and two barriers) on its wave's path: past
     // one wave that costs more than the add_rms_norm kernel it saves (H200, Qwen3-30B-A3B q/k/v
     // 2048 -> 5120 in 2 waves: tg128 319 -> 312 tok/s; Qwen3-0.6B's one-wave q/k/v and gate/up:
-    // 919 -> 966). So the row is normalised once by that kernel into scratch, then a plain GEMV.
+    // 919 -> 966). So there, and for rows the prologue's 16-byte loads cannot take, the row is
+    // normalised once by that kernel into scratch, then a plain GEMV.
     allocator::Scratch h(launch.device(), static_cast<size_t>(p.k) * sizeof(T), launch.stream());
     RmsNormParams n;
     n.x = p.x;

@@ -17,7 +17,6 @@
 //            float32, FMA.
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -200,9 +199,9 @@ __device__ __forceinline__ void gemv_step(float (&acc)[R][4], const uint4 (&wv)[
 }
 
 struct GemvConfig {
-  int rows_per_block = 16;  // 8 or 16 weight rows (R = 1 or 2 mma tiles)
-  int warps = 8;            // warps splitting k
-  bool prefetch = true;     // bulk L2 prefetch of the block's weight rows before the wait
+  int rows_per_block;  // 8 or 16 weight rows (R = 1 or 2 mma tiles)
+  int warps;           // warps splitting k
+  bool prefetch;       // bulk L2 prefetch of the block's weight rows before the wait
 };
 
 struct GemvArgs {
@@ -344,32 +343,21 @@ bool use_gemv(const ScaledMmParams& p) { return p.m <= kGemvMaxRows && p.stride_
 // the previous kernel's stream), so it stops at 32 MiB.
 template <typename Resident>
 GemvConfig gemv_config(const ScaledMmParams& p, int unroll, int64_t sm_count, Resident&& resident) {
-  GemvConfig c;
-  c.prefetch = p.n * p.k <= (int64_t{32} << 20);
+  const bool prefetch = p.n * p.k <= (int64_t{32} << 20);
   const int64_t chunks = (p.k + 63) / 64;
   const int full = static_cast<int>(std::clamp<int64_t>((chunks + unroll - 1) / unroll, 1, kGemvMaxWarps));
   for (const int rows : {8, 16}) {
     const int warps = std::max(full, rows / 4);
     const int64_t tiles = (p.n + rows - 1) / rows;
-    if (tiles <= sm_count * resident(rows, warps)) return {rows, warps, c.prefetch};
+    if (tiles <= sm_count * resident(rows, warps)) return {rows, warps, prefetch};
   }
-  return {16, 4, c.prefetch};
+  return {16, 4, prefetch};
 }
 
 template <typename A, typename W, typename Out>
 void launch_gemv(const ScaledMmParams& p, const KernelLaunch& launch) {
   auto kernel_of = [](int rows) { return rows == 16 ? scaled_gemv_kernel<A, W, Out, 2> : scaled_gemv_kernel<A, W, Out, 1>; };
-  // Resident blocks per SM of each (rows, warps), asked of the occupancy API once.
-  static std::array<std::array<std::atomic<int>, kGemvMaxWarps + 1>, 2> cache{};
-  auto resident = [&](int rows, int warps) {
-    std::atomic<int>& slot = cache[rows == 16][warps];
-    int n = slot.load(std::memory_order_relaxed);
-    if (n == 0) {
-      ANVIL_CUDA_CHECK(kOp, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_of(rows), warps * 32, 0));
-      slot.store(n, std::memory_order_relaxed);
-    }
-    return n;
-  };
+  auto resident = [&](int rows, int warps) { return resident_blocks(kernel_of(rows), warps * 32, 0); };
   const GemvConfig c = gemv_config(p, GemvAct<A>::kUnroll, launch.sm_count(), resident);
   const bool w_vec = rows_aligned(p.w, p.n, p.stride_w_row, 1);
   const GemvArgs args{w_vec, p.stride_a_col == 1 && rows_aligned(p.a, p.m, p.stride_a_row, sizeof(A)),
