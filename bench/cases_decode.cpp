@@ -168,23 +168,28 @@ Case scaled_mm_case(Device dev, int64_t m, int64_t k, int64_t n, bool row_wise) 
           "", spec};
 }
 
-// Weight-only FP8 linear: bf16 x [1, k], e4m3 W [n, k] with one scale per weight row.
-Case scaled_linear_case(Device dev, const std::string& label, int64_t k, int64_t n) {
-  const double bytes = static_cast<double>(n) * k + 2.0 * k + 2.0 * n + 4.0 * n;
-  std::string name = "scaled_linear bf16 x e4m3 m1 " + std::to_string(k) + "->" + std::to_string(n) + " " + label;
+// Weight-only FP8 linear: bf16 x [1, k], e4m3 W [n, k] with one scale per weight row, or with
+// 128 x 128 block scales (`blocks`: the Hub's FP8 checkpoints; the row-scaled case of the same
+// shape is its anchor).
+Case scaled_linear_case(Device dev, const std::string& label, int64_t k, int64_t n, bool blocks = false) {
+  const double scale_bytes = blocks ? 4.0 * ((n + 127) / 128) * ((k + 127) / 128) : 4.0 * n;
+  const double bytes = static_cast<double>(n) * k + 2.0 * k + 2.0 * n + scale_bytes;
+  std::string name = std::string("scaled_linear bf16 x e4m3") + (blocks ? " 128x128-blocks" : "") + " m1 " +
+                     std::to_string(k) + "->" + std::to_string(n) + " " + label;
   nlohmann::json spec{{"op", "scaled_linear"}, {"m", 1}, {"k", k}, {"n", n}, {"dtype", "bfloat16"},
-                      {"w_dtype", "float8_e4m3fn"}};
+                      {"w_dtype", "float8_e4m3fn"}, {"block", blocks ? nlohmann::json{128, 128} : nlohmann::json()}};
   return {name, bytes, ceiling_for(dev), [=]() -> Runner {
             const int rot = rotations_for(dev, static_cast<double>(n) * k);
             const TensorOptions o = TensorOptions(kFloat32).device(dev);
             std::vector<Tensor> w, s;
             for (int i = 0; i < rot; ++i) {
-              auto [wq, ws] = quantize_fp8(randn({n, k}, o), ScalingType::RowWise);
+              auto [wq, ws] = quantize_fp8(randn({n, k}, o), blocks ? ScalingType::BlockWise128x128 : ScalingType::RowWise);
               w.push_back(wq);
               s.push_back(ws);
             }
             Tensor x = randn({1, k}, TensorOptions(kBFloat16).device(dev));
-            return [=](int i) { (void)scaled_linear(x, w[i % rot], s[i % rot]); };
+            const Shape block = blocks ? Shape{128, 128} : Shape{};
+            return [=](int i) { (void)scaled_linear(x, w[i % rot], s[i % rot], {}, block); };
           },
           "", spec};
 }
@@ -324,6 +329,15 @@ std::vector<Case> decode_cases(Device dev) {
   cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B o_proj", 4096, 2048));
   cases.push_back(scaled_linear_case(dev, "Qwen3-0.6B qkv", 1024, 4096));
   cases.push_back(scaled_linear_case(dev, "Qwen3-0.6B o_proj", 2048, 1024));
+  // The same projections with 128 x 128 block scales (Qwen/Qwen3-*-FP8 checkpoints).
+  for (bool blocks : {true}) {
+    cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B q_proj", 2048, 4096, blocks));
+    cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B lm_head", 2048, 151936, blocks));
+    cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B qkv", 2048, 5120, blocks));
+    cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B o_proj", 4096, 2048, blocks));
+    cases.push_back(scaled_linear_case(dev, "Qwen3-0.6B qkv", 1024, 4096, blocks));
+    cases.push_back(scaled_linear_case(dev, "Qwen3-0.6B o_proj", 2048, 1024, blocks));
+  }
   cases.push_back(scaled_linear_case(dev, "Qwen3-0.6B gate_up", 1024, 6144));
   cases.push_back(scaled_linear_case(dev, "Qwen3-0.6B down", 3072, 1024));
 

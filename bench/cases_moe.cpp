@@ -12,18 +12,27 @@ namespace {
 constexpr int64_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
 
 // The expert weights of one layer in the checkpoint's layout: gate_up [E, 2I, H], down [E, H, I];
-// with fp8 also their row-wise scales [E, 2I] and [E, H].
+// with fp8 also their row-wise scales [E, 2I] and [E, H], or 128 x 128 block scales.
 struct Experts {
   Tensor router, gate_up, down, gate_up_scale, down_scale;
+  Shape block;
 };
 
-Experts make_experts(Device dev, bool fp8) {
+Experts make_experts(Device dev, bool fp8, bool blocks = false) {
   const TensorOptions o = TensorOptions(kBFloat16).device(dev);
   Experts e;
   e.router = mul(randn({kExperts, kHidden}, o), 0.05);
   e.gate_up = mul(randn({kExperts, 2 * kInter, kHidden}, o), 0.02);
   e.down = mul(randn({kExperts, kHidden, kInter}, o), 0.02);
-  if (fp8) {
+  if (blocks) {
+    auto [gq, gs] = quantize_fp8(e.gate_up, ScalingType::BlockWise128x128);
+    auto [dq, ds] = quantize_fp8(e.down, ScalingType::BlockWise128x128);
+    e.gate_up = gq;
+    e.down = dq;
+    e.gate_up_scale = gs;
+    e.down_scale = ds;
+    e.block = {128, 128};
+  } else if (fp8) {
     auto [gq, gs] = quantize_fp8(e.gate_up);
     auto [dq, ds] = quantize_fp8(e.down);
     e.gate_up = gq;
@@ -37,7 +46,7 @@ Experts make_experts(Device dev, bool fp8) {
 Tensor experts_block(const Experts& e, const Tensor& h, bool fused) {
   Tensor logits = linear(h, e.router);
   MoeRouting r = moe_route(logits, kTopK, true);
-  if (fused) return moe_experts(h, r, e.gate_up, e.down, e.gate_up_scale, e.down_scale);
+  if (fused) return moe_experts(h, r, e.gate_up, e.down, e.gate_up_scale, e.down_scale, e.block);
   Tensor x = index_select(h, 0, r.token_index);
   const bool fp8 = e.gate_up_scale.defined();
   Tensor gu = fp8 ? scaled_grouped_mm(x, e.gate_up.transpose(1, 2), {}, e.gate_up_scale, r.offs)
@@ -77,18 +86,20 @@ std::vector<Case> moe_cases(Device dev) {
                      },
                      "", spec});
   }
-  for (int variant = 0; variant < 4; ++variant) {
-    const bool fp8 = variant % 2 == 1, fused = variant >= 2;
+  // Variants: bf16, fp8 row scales, composed and fused; then fused with 128 x 128 block scales.
+  for (int variant = 0; variant < 5; ++variant) {
+    const bool blocks = variant == 4, fp8 = variant % 2 == 1 || blocks, fused = variant >= 2;
     const double wbytes = fp8 ? 1.0 : 2.0;
-    const double bytes = 2.0 * kExperts * kHidden +
-                         kTopK * (wbytes * 3.0 * kInter * kHidden + (fp8 ? 4.0 * (2 * kInter + kHidden) : 0.0));
+    const double scale_bytes = blocks ? 4.0 * (2 * kInter / 128 * kHidden / 128 + kHidden / 128 * kInter / 128)
+                                      : fp8 ? 4.0 * (2 * kInter + kHidden) : 0.0;
+    const double bytes = 2.0 * kExperts * kHidden + kTopK * (wbytes * 3.0 * kInter * kHidden + scale_bytes);
     nlohmann::json spec{{"op", "moe_block"}, {"tokens", 1},        {"hidden", kHidden}, {"experts", kExperts},
                         {"top_k", kTopK},    {"inter", kInter},    {"fp8", fp8},        {"dtype", "bfloat16"}};
-    cases.push_back({std::string("moe_block ") + (fused ? "fused " : "") + (fp8 ? "fp8-weights" : "bf16") +
-                         " Qwen3-30B-A3B 1 token",
+    cases.push_back({std::string("moe_block ") + (fused ? "fused " : "") +
+                         (blocks ? "fp8-128x128-blocks" : fp8 ? "fp8-weights" : "bf16") + " Qwen3-30B-A3B 1 token",
                      bytes,
                      ceiling_for(dev), [=]() -> Runner {
-                       Experts e = make_experts(dev, fp8);
+                       Experts e = make_experts(dev, fp8, blocks);
                        // Rotating tokens route to different experts, so the weights come from memory.
                        const int rot = 16;
                        std::vector<Tensor> h;

@@ -312,14 +312,39 @@ TEST_P(Moe, ExpertsBlockMatchesReference) {
 }
 
 // Experts of one MoE layer for the moe_experts tests: bf16 / f16 / f32 weights, or float8 with
-// row-wise scales (the reference reads the float8 values times their scales).
+// row-wise scales, or float8 with block scales of `block` (the reference reads the float8 values
+// times their scales).
 struct ExpertWeights {
   Tensor gate_up, down, gate_up_scale, down_scale;
+  Shape block;
   ref::Array gu, dn;  // float64 values, scales applied: [E, 2I, H], [E, H, I]
 };
 
-ExpertWeights make_expert_weights(int64_t E, int64_t H, int64_t I, DType hidden, DType w, Device dev, th::Gen& g) {
+// Float8 weights [E, n, k] with random block scales [E, ceil(n / bn), ceil(k / bk)] (partial
+// blocks at the edges): q, its scales and the float64 values q * scale.
+void block_quantized(int64_t E, int64_t n, int64_t k, const Shape& block, DType w, Device dev, th::Gen& g, Tensor& q,
+                     Tensor& scale, ref::Array& values) {
+  const int64_t nb = (n + block[0] - 1) / block[0], kb = (k + block[1] - 1) / block[1];
+  th::Input qi = th::make_input({E, n, k}, w, dev, Layout::Contiguous, g, -8, 8);
+  th::Input si = th::make_input({E, nb, kb}, kFloat32, dev, Layout::Contiguous, g, 1.0 / 256, 1.0 / 32);
+  q = qi.t;
+  scale = si.t;
+  values = qi.a;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t c = 0; c < k; ++c) values.at({e, j, c}) *= si.a.at({e, j / block[0], c / block[1]});
+}
+
+ExpertWeights make_expert_weights(int64_t E, int64_t H, int64_t I, DType hidden, DType w, Device dev, th::Gen& g,
+                                  const Shape& block = {}) {
   const bool fp8 = is_float8(w);
+  if (fp8 && !block.empty()) {
+    ExpertWeights r;
+    r.block = block;
+    block_quantized(E, 2 * I, H, block, w, dev, g, r.gate_up, r.gate_up_scale, r.gu);
+    block_quantized(E, H, I, block, w, dev, g, r.down, r.down_scale, r.dn);
+    return r;
+  }
   const DType src = fp8 ? kFloat32 : hidden;
   th::Input gu = th::make_input({E, 2 * I, H}, src, dev, Layout::Contiguous, g, -0.2, 0.2);
   th::Input dn = th::make_input({E, H, I}, src, dev, Layout::Contiguous, g, -0.2, 0.2);
@@ -433,19 +458,59 @@ TEST_P(Moe, ExpertsMatchReferenceAndComposition) {
   }
 }
 
+// Block-scaled float8 experts (the Hub's FP8 checkpoints): blocks of 128 x 128 and 16 x 64 (the
+// CUDA kernels' in-dot scales), 32 x 32 and 48 x 40 (other block_k: dequantised on CUDA, in-dot
+// on the CPU), partial blocks at every edge, the fused (1, 5 tokens) and grouped (20) paths.
+TEST_P(Moe, ExpertsBlockScaled) {
+  th::Gen g(7009);
+  struct Case {
+    DType hidden, w;
+    int64_t E, H, I, k;
+    Shape block;
+  };
+  const std::vector<Case> cases = {
+      {kBFloat16, kFloat8_e4m3fn, 8, 256, 192, 4, {128, 128}}, {kBFloat16, kFloat8_e4m3fn, 8, 200, 72, 2, {16, 64}},
+      {kFloat16, kFloat8_e4m3fn, 6, 64, 48, 3, {32, 32}},      {kBFloat16, kFloat8_e5m2, 6, 80, 40, 2, {48, 40}},
+      {kBFloat16, kFloat8_e4m3fn, 6, 64, 32, 2, {48, 64}},
+  };
+  for (const Case& c : cases) {
+    const ExpertWeights w = make_expert_weights(c.E, c.H, c.I, c.hidden, c.w, dev(), g, c.block);
+    for (int64_t T : {1, 5, 20}) {
+      SCOPED_TRACE(th::dtype_str(c.hidden) + " x " + th::dtype_str(c.w) + " H " + std::to_string(c.H) + " I " +
+                   std::to_string(c.I) + " block " + shape_str(c.block) + " tokens " + std::to_string(T));
+      th::Input h = th::make_input({T, c.H}, c.hidden, dev(), Layout::Contiguous, g, -1, 1);
+      MoeRouting r = moe_route(th::make_input({T, c.E}, kFloat32, dev(), Layout::Contiguous, g, -2, 2).t, c.k, true);
+      Tensor out = moe_experts(h.t, r, w.gate_up, w.down, w.gate_up_scale, w.down_scale, w.block);
+      ASSERT_TRUE(th::expect_shape(out, {T, c.H}, c.hidden));
+      const ref::Array want = experts_ref(h.a, w, ints(r.topk_ids), th::to_array(r.topk_weights), c.k);
+      EXPECT_TRUE(th::expect_close(out, want, experts_tol(c.hidden, want)));
+    }
+  }
+  // Scale grids that do not match the block: named errors.
+  const ExpertWeights w = make_expert_weights(6, 64, 32, kBFloat16, kFloat8_e4m3fn, dev(), g, {32, 32});
+  th::Input h = th::make_input({1, 64}, kBFloat16, dev(), Layout::Contiguous, g, -1, 1);
+  MoeRouting r = moe_route(th::make_input({1, 6}, kFloat32, dev(), Layout::Contiguous, g, -2, 2).t, 2, true);
+  EXPECT_THROWS_OP(ShapeError, "moe_experts",
+                   moe_experts(h.t, r, w.gate_up, w.down, w.gate_up_scale, w.down_scale, {16, 32}));
+  EXPECT_THROWS_OP(ShapeError, "moe_experts",
+                   moe_experts(h.t, r, w.gate_up, w.down, w.gate_up_scale, w.down_scale, {32}));
+}
+
 // The Qwen3-30B-A3B layer's expert shapes (hidden 2048, top 8, inter 768; 8 experts rather than
-// 128 keep the float64 weights small): the decode kernels at full size, bf16 and float8
-// weights, one and four tokens.
+// 128 keep the float64 weights small): the decode kernels at full size, bf16, row-scaled and
+// 128 x 128 block-scaled float8 weights, one and four tokens.
 TEST_P(Moe, ExpertsQwen3Shape) {
   th::Gen g(7005);
   const int64_t E = 8, H = 2048, I = 768, k = 8;
-  for (DType w_dtype : {kBFloat16, kFloat8_e4m3fn}) {
-    const ExpertWeights w = make_expert_weights(E, H, I, kBFloat16, w_dtype, dev(), g);
+  for (int kind = 0; kind < 3; ++kind) {
+    const DType w_dtype = kind == 0 ? kBFloat16 : kFloat8_e4m3fn;
+    const ExpertWeights w =
+        make_expert_weights(E, H, I, kBFloat16, w_dtype, dev(), g, kind == 2 ? Shape{128, 128} : Shape{});
     for (int64_t T : {1, 4}) {
-      SCOPED_TRACE(th::dtype_str(w_dtype) + " tokens " + std::to_string(T));
+      SCOPED_TRACE(th::dtype_str(w_dtype) + (kind == 2 ? " blocks" : "") + " tokens " + std::to_string(T));
       th::Input h = th::make_input({T, H}, kBFloat16, dev(), Layout::Contiguous, g, -1, 1);
       MoeRouting r = moe_route(th::make_input({T, E}, kFloat32, dev(), Layout::Contiguous, g, -2, 2).t, k, true);
-      Tensor out = moe_experts(h.t, r, w.gate_up, w.down, w.gate_up_scale, w.down_scale);
+      Tensor out = moe_experts(h.t, r, w.gate_up, w.down, w.gate_up_scale, w.down_scale, w.block);
       const ref::Array want = experts_ref(h.a, w, ints(r.topk_ids), th::to_array(r.topk_weights), k);
       EXPECT_TRUE(th::expect_close(out, want, experts_tol(kBFloat16, want)));
     }

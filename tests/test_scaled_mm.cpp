@@ -305,7 +305,8 @@ TEST_P(ScaledMm, Errors) {
   EXPECT_THROWS_OP(ShapeError, "scaled_linear", scaled_linear(x, w, s, zeros({15}, bf)));
   EXPECT_THROWS_OP(DTypeError, "quantize_fp8", quantize_fp8(zeros({2}, TensorOptions(kInt32).device(dev()))));
   EXPECT_THROWS_OP(DTypeError, "quantize_fp8", quantize_fp8(x, ScalingType::RowWise, kBFloat16));
-  EXPECT_THROWS_OP(Error, "quantize_fp8", quantize_fp8(x, ScalingType::BlockWise128x128));
+  EXPECT_THROWS_OP(Error, "quantize_fp8", quantize_fp8(x, ScalingType::BlockWise1x128));
+  EXPECT_THROWS_OP(ShapeError, "quantize_fp8", quantize_fp8(zeros({8}, f32), ScalingType::BlockWise128x128));
 }
 
 // ---- scaled_linear ---------------------------------------------------------------------------
@@ -368,6 +369,105 @@ TEST_P(ScaledMm, ScaledLinearTable) {
           return;
       }
     }
+  }
+}
+
+// scaled_linear with block scales (the Hub's FP8 checkpoints' weight_scale_inv): blocks whose
+// k is a multiple of 64 (the in-dot GEMV paths: CPU vdpbf16ps, CUDA mma) and others (the CPU's
+// scaled rows, CUDA's tiled kernel), partial blocks on both edges, the few-row and the prefill
+// (dequantised weight) paths, padded inputs, bias; against the float64 dot of x with q * scale.
+TEST_P(ScaledMm, ScaledLinearBlockTable) {
+  th::CaseLoop loop;
+  th::Gen g(5011);
+  struct BlockCase {
+    Shape x;
+    int64_t n;
+    Shape block;
+  };
+  const std::vector<BlockCase> cases = {
+      {{1, 256}, 40, {16, 128}}, {{1, 200}, 33, {32, 64}},   {{3, 100}, 17, {8, 32}},    {{8, 384}, 64, {128, 128}},
+      {{1, 1000}, 9, {4, 48}},   {{2, 1, 130}, 20, {16, 64}}, {{9, 130}, 20, {16, 64}}, {{33, 64}, 40, {32, 32}},
+      {{1, 2048}, 384, {128, 128}}, {{4, 64}, 1, {1, 1}},
+  };
+  int ci = 0;
+  for (const BlockCase& c : cases) {
+    for (DType t : {kBFloat16, kFloat16, kFloat32}) {
+      ++ci;
+      const DType tw = ci % 4 == 3 ? kFloat8_e5m2 : kFloat8_e4m3fn;
+      const int64_t k = c.x.back(), nb = (c.n + c.block[0] - 1) / c.block[0], kb = (k + c.block[1] - 1) / c.block[1];
+      Shape out_shape(c.x.begin(), c.x.end() - 1);
+      out_shape.push_back(c.n);
+      const bool with_bias = ci % 2 == 0;
+      const Layout lx = ci % 3 == 1 ? Layout::RowPadded : Layout::Contiguous;
+      const std::string name = th::case_name(c.x, t, lx, dev()) + " x " + th::dtype_str(tw) + " [" +
+                               std::to_string(c.n) + ", " + std::to_string(k) + "] blocks " + shape_str(c.block) +
+                               (with_bias ? " bias" : "");
+      if (!loop.run(name, [&] {
+        th::Input x = th::make_input(c.x, t, dev(), lx, g, -2, 2);
+        th::Input w = th::make_input({c.n, k}, tw, dev(), Layout::Contiguous, g, -6, 6);
+        th::Input s = th::make_input({nb, kb}, kFloat32, dev(), Layout::Contiguous, g, 1.0 / 512, 2.0);
+        th::Input b;
+        if (with_bias) b = th::make_input({c.n}, t, dev(), Layout::Contiguous, g, -1, 1);
+        Tensor y = scaled_linear(x.t, w.t, s.t, b.t, c.block);
+        ASSERT_TRUE(th::expect_shape(y, out_shape, t));
+        const int64_t m = ref::numel_of(Shape(c.x.begin(), c.x.end() - 1));
+        ref::Array x2 = x.a, wt({k, c.n}), awt({k, c.n});
+        x2.sizes = {m, k};
+        for (int64_t j = 0; j < c.n; ++j)
+          for (int64_t q = 0; q < k; ++q) {
+            wt.at({q, j}) = w.a.at({j, q}) * s.a.at({j / c.block[0], q / c.block[1]});
+            awt.at({q, j}) = std::fabs(wt.at({q, j}));
+          }
+        ref::Array want = ref::scaled_mm(x2, wt, {1.0}, {1.0}, with_bias ? &b.a : nullptr);
+        ref::Array scale = ref::scaled_mm(ref::abs(x2), awt, {1.0}, {1.0});
+        const double uo = th::unit_roundoff(t), u32 = th::unit_roundoff(kFloat32);
+        // Few rows: float32 block sums times their scale (one more rounding each), one rounding.
+        // More rows: the dequantised weight rounded to t, then t's GEMM with float32 sums.
+        const double per = (2.0 * static_cast<double>(k) + 6.0) * u32 + (m > 8 ? 2.0 * uo : 0.0);
+        ref::Array extra(want.sizes);
+        for (size_t i = 0; i < extra.v.size(); ++i) extra.v[i] = per * scale.v[i] + (with_bias ? 2 * uo : 0.0);
+        want.sizes = out_shape;
+        extra.sizes = out_shape;
+        ASSERT_TRUE(th::expect_close(y, want, th::Tol{th::underflow_atol(t), 2 * uo}, &extra));
+      }))
+        return;
+    }
+  }
+  // Scales that do not match the weight and block, and bad blocks: typed, named errors.
+  Tensor x = ones({1, 64}, TensorOptions(kBFloat16).device(dev()));
+  Tensor w = ones({40, 64}, TensorOptions(kFloat8_e4m3fn).device(dev()));
+  Tensor s = ones({3, 2}, TensorOptions(kFloat32).device(dev()));
+  EXPECT_NO_THROW(scaled_linear(x, w, s, {}, {16, 32}));
+  EXPECT_THROWS_OP(ShapeError, "scaled_linear", scaled_linear(x, w, s, {}, {32, 32}));
+  EXPECT_THROWS_OP(ShapeError, "scaled_linear", scaled_linear(x, w, s, {}, {16}));
+  EXPECT_THROWS_OP(ShapeError, "scaled_linear", scaled_linear(x, w, s, {}, {0, 32}));
+  EXPECT_THROWS_OP(DTypeError, "scaled_linear", scaled_linear(x, w, s.to(kBFloat16), {}, {16, 32}));
+}
+
+// dequantize_fp8 and quantize_fp8's 128 x 128 blocks: values, partial blocks, round trip.
+TEST_P(ScaledMm, BlockQuantizeRoundTrip) {
+  th::Gen g(5013);
+  for (const Shape& shape : {Shape{300, 200}, Shape{2, 128, 256}, Shape{5, 7}}) {
+    SCOPED_TRACE(shape_str(shape));
+    th::Input x = th::make_input(shape, kFloat32, dev(), Layout::Contiguous, g, -3, 3);
+    auto [q, s] = quantize_fp8(x.t, ScalingType::BlockWise128x128);
+    Shape grid(shape.begin(), shape.end() - 2);
+    grid.push_back((shape[shape.size() - 2] + 127) / 128);
+    grid.push_back((shape.back() + 127) / 128);
+    ASSERT_TRUE(th::expect_shape(s, grid, kFloat32));
+    ASSERT_TRUE(th::expect_shape(q, shape, kFloat8_e4m3fn));
+    const ref::Array qa = th::to_array(q), sa = th::to_array(s);
+    const Tensor d = dequantize_fp8(q, s, {128, 128}, kFloat32);
+    ref::Array want(qa.sizes);
+    const int64_t n = shape[shape.size() - 2], k = shape.back(), nb = grid[grid.size() - 2], kb = grid.back();
+    for (int64_t i = 0; i < qa.numel(); ++i) {
+      const int64_t b = i / (n * k), j = i / k % n, c = i % k;
+      want.v[static_cast<size_t>(i)] = qa.v[static_cast<size_t>(i)] * sa.v[static_cast<size_t>((b * nb + j / 128) * kb + c / 128)];
+    }
+    EXPECT_TRUE(th::expect_close(d, want, th::Tol{0, th::unit_roundoff(kFloat32)}));
+    // Within one e4m3 rounding of x: 2^-4 relative, or half its smallest subnormal (2^-10)
+    // times the block's scale (at most 3 / 448) absolute.
+    EXPECT_TRUE(th::expect_close(d, x.a, th::Tol{std::ldexp(3.0 / 448, -10), std::ldexp(1.0, -4)}));
   }
 }
 

@@ -38,9 +38,11 @@ ANVIL_API std::tuple<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor&
 // of squares is reduced in another order than add_rms_norm's, so an element of h may differ by
 // one rounding. Past one wave that prologue costs more than it saves, and add_rms_norm's kernel
 // runs first (into scratch). Anything else runs the composition.
+// weight_scale / block as scaled_linear's.
 ANVIL_API std::tuple<Tensor, Tensor> add_rms_norm_linear(const Tensor& x, const Tensor& residual,
                                                          const Tensor& norm_weight, std::optional<double> eps,
-                                                         const Tensor& weight, const Tensor& weight_scale = {});
+                                                         const Tensor& weight, const Tensor& weight_scale = {},
+                                                         const Shape& block = {});
 
 // SwiGLU's gate: silu(gate) * up with one rounding (the composition rounds twice). Same shapes;
 // gate and up may be strided views such as the two halves of a fused gate_up projection.
@@ -136,12 +138,23 @@ ANVIL_API Tensor scaled_mm(const Tensor& mat_a, const Tensor& mat_b, const Tenso
 // input / bias / output in input's floating dtype, float32 accumulation and one rounding on the
 // few-row (decode) path. More rows multiply by the weight converted to input's dtype (exact for
 // e4m3fn / e5m2 values) and scale the product (two roundings).
+// block = {bn, bk}: block scales as the Hub's FP8 checkpoints store them (weight_scale_inv):
+// weight_scale [ceil(n / bn), ceil(k / bk)], w[j, q] * weight_scale[j / bn, q / bk], blocks past
+// the edges partial. The few-row path applies each block's scale to its part of the dot (no
+// dequantised copy); more rows multiply by dequantize_fp8(weight, ...) in input's dtype.
 ANVIL_API Tensor scaled_linear(const Tensor& input, const Tensor& weight, const Tensor& weight_scale,
-                               const Tensor& bias = {});
+                               const Tensor& bias = {}, const Shape& block = {});
+
+// weight float8 [..., n, k] times its block scales (float32 [..., ceil(n / bn), ceil(k / bk)],
+// block = {bn, bk}) in float32, rounded once to dtype (float32 / bfloat16 / float16).
+ANVIL_API Tensor dequantize_fp8(const Tensor& weight, const Tensor& scale, const Shape& block,
+                                DType dtype = kBFloat16);
 
 // Quantises x to float8 with decode scales, the form scaled_mm / scaled_linear take:
 // RowWise: one scale per row of the last dim, scale [*, 1] = amax(|row|) / fp8 max (1 for an
-// all-zero row); TensorWise: one scale []. q = saturate(x / scale). Returns (q, scale float32).
+// all-zero row); TensorWise: one scale []; BlockWise128x128: x [..., n, k], scale [..., ceil(n / 128),
+// ceil(k / 128)] per 128 x 128 block (scaled_linear's block = {128, 128}). q = saturate(x /
+// scale). Returns (q, scale float32).
 ANVIL_API std::tuple<Tensor, Tensor> quantize_fp8(const Tensor& x, ScalingType recipe = ScalingType::RowWise,
                                                   DType dtype = kFloat8_e4m3fn);
 
@@ -213,8 +226,12 @@ ANVIL_API Tensor moe_combine(const Tensor& expert_out, const Tensor& topk_weight
 // over the routing's sorted order, which is what runs for many tokens; for few tokens (decode,
 // T * top_k <= 64) fused kernels read each chosen expert's rows once per pair and never
 // materialise the gathered or sorted rows (only routing.topk_ids / topk_weights are read).
+// block = {bn, bk}: float8 experts with block scales gate_up_scale [E, ceil(2I / bn), ceil(H / bk)]
+// and down_scale [E, ceil(H / bn), ceil(I / bk)] (see scaled_linear); the fused kernels apply
+// them inside the dots, the grouped path multiplies each layer's dequantised experts.
 ANVIL_API Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up,
-                             const Tensor& down, const Tensor& gate_up_scale = {}, const Tensor& down_scale = {});
+                             const Tensor& down, const Tensor& gate_up_scale = {}, const Tensor& down_scale = {},
+                             const Shape& block = {});
 
 // ---- attention
 

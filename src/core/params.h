@@ -262,6 +262,15 @@ inline constexpr int64_t kGemvMaxRows = 8;
 // 1 when scale_a is null (likewise sw). Operands: float8 (e4m3fn / e5m2) or float32 / bfloat16
 // / float16 (weight-only FP8: a in a float dtype, w float8). Arbitrary strides on a and w; out
 // has unit column stride. bias (bias_dtype) is [n] contiguous or null.
+// Block scales of a float8 weight [n, k] (the Hub's FP8 checkpoints, scaled_linear's `block`):
+// element (j, q) decodes as w[j, q] * scale[(j / block_n) * stride_row + q / block_k], experts'
+// weights offset by stride_expert per expert. scale null: no block scales.
+struct BlockScale {
+  const float* scale = nullptr;
+  int64_t block_n = 0, block_k = 0;
+  int64_t stride_row = 0, stride_expert = 0;
+};
+
 struct ScaledMmParams {
   const void* a = nullptr;
   const void* w = nullptr;
@@ -273,6 +282,7 @@ struct ScaledMmParams {
   int64_t m = 0, n = 0, k = 0;
   int64_t stride_a_row = 0, stride_a_col = 1, stride_w_row = 0, stride_w_col = 1, stride_out_row = 0;
   bool scale_a_per_row = false, scale_w_per_row = false;
+  BlockScale w_block;  // with it, scale_w is null: the block scales act inside the dot
 };
 
 // Which operand's dimension offs partitions (see grouped_mm in anvil/nn.h).
@@ -364,6 +374,7 @@ struct MoeExpertsParams {
   const void* down = nullptr;
   const float* gate_up_scale = nullptr;
   const float* down_scale = nullptr;
+  BlockScale gate_up_block, down_block;  // block-scaled float8 experts (then the row scales are null)
   void* act = nullptr;
   void* out = nullptr;
   DType dtype = kBFloat16, w_dtype = kBFloat16;

@@ -8,6 +8,7 @@
 // x rows share each weight load and several weight rows each x load. Highway 1.0 has no target
 // with these instructions, hence intrinsics behind a run-time CPU check; callers fall back to
 // the Highway core.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -105,35 +106,54 @@ struct Bf16Weights {
 };
 
 // Weight rows [j, j + R) against M rows of x (bfloat16 in xp, k64 per row): A accumulator
-// sets per (row, x row) keep enough independent vdpbf16ps chains when R * M is small.
-template <int M, int R, class W>
+// sets per (row, x row) keep enough independent vdpbf16ps chains when R * M is small. Blocked:
+// the sums of each bk-column block (bk % 64 == 0) are scaled by their row's block scale
+// (srow[r][block]) into a second set of accumulators, one FMA per block.
+template <int M, int R, bool Blocked, class W>
 ANVIL_TARGET_VBMI_BF16 void dots_block(const W& dec, const uint8_t* w, int64_t stride_w, const uint16_t* xp, int64_t k64,
-                                       int64_t j, float (&out)[R][M]) {
+                                       int64_t j, const float* const (&srow)[R], int64_t bk, float (&out)[R][M]) {
   constexpr int A = R * M <= 2 ? 2 : 1;
-  __m512 acc[R][M][A];
+  __m512 acc[R][M][A], total[Blocked ? R : 1][Blocked ? M : 1];
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < M; ++i)
-      for (int a = 0; a < A; ++a) acc[r][i][a] = _mm512_setzero_ps();
-  for (int64_t q = 0; q < k64; q += kChunk) {
-    __m512bh w0[R], w1[R];
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w + (j + r) * stride_w + q / kChunk * W::kBytes;
-      for (int64_t b = 0; b < W::kBytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b + kGemvPrefetchBytes), _MM_HINT_T1);
-      dec.load(p, w0[r], w1[r]);
-    }
     for (int i = 0; i < M; ++i) {
-      const __m512bh xa = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xp + i * k64 + q));
-      const __m512bh xb = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xp + i * k64 + q + 32));
+      for (int a = 0; a < A; ++a) acc[r][i][a] = _mm512_setzero_ps();
+      if constexpr (Blocked) total[r][i] = _mm512_setzero_ps();
+    }
+  const int64_t span = Blocked ? bk : k64;
+  for (int64_t q0 = 0; q0 < k64; q0 += span) {
+    const int64_t q1 = std::min(k64, q0 + span);
+    for (int64_t q = q0; q < q1; q += kChunk) {
+      __m512bh w0[R], w1[R];
       for (int r = 0; r < R; ++r) {
-        acc[r][i][0] = _mm512_dpbf16_ps(acc[r][i][0], w0[r], xa);
-        acc[r][i][A - 1] = _mm512_dpbf16_ps(acc[r][i][A - 1], w1[r], xb);
+        const uint8_t* p = w + (j + r) * stride_w + q / kChunk * W::kBytes;
+        for (int64_t b = 0; b < W::kBytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b + kGemvPrefetchBytes), _MM_HINT_T1);
+        dec.load(p, w0[r], w1[r]);
+      }
+      for (int i = 0; i < M; ++i) {
+        const __m512bh xa = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xp + i * k64 + q));
+        const __m512bh xb = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xp + i * k64 + q + 32));
+        for (int r = 0; r < R; ++r) {
+          acc[r][i][0] = _mm512_dpbf16_ps(acc[r][i][0], w0[r], xa);
+          acc[r][i][A - 1] = _mm512_dpbf16_ps(acc[r][i][A - 1], w1[r], xb);
+        }
+      }
+    }
+    if constexpr (Blocked) {
+      for (int r = 0; r < R; ++r) {
+        const __m512 s = _mm512_set1_ps(srow[r][q0 / bk]);
+        for (int i = 0; i < M; ++i) {
+          const __m512 b = A == 2 ? _mm512_add_ps(acc[r][i][0], acc[r][i][A - 1]) : acc[r][i][0];
+          total[r][i] = _mm512_fmadd_ps(b, s, total[r][i]);
+          for (int a = 0; a < A; ++a) acc[r][i][a] = _mm512_setzero_ps();
+        }
       }
     }
   }
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < M; ++i) {
       alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, A == 2 ? _mm512_add_ps(acc[r][i][0], acc[r][i][A - 1]) : acc[r][i][0]);
+      if constexpr (Blocked) _mm512_store_ps(lanes, total[r][i]);
+      else _mm512_store_ps(lanes, A == 2 ? _mm512_add_ps(acc[r][i][0], acc[r][i][A - 1]) : acc[r][i][0]);
       float s = 0.f;
       for (float v : lanes) s += v;
       out[r][i] = s;
@@ -163,47 +183,59 @@ float weight_at(const uint8_t* row, int64_t t, const Tables* tab) {
 template <int M>
 constexpr int kRowsPerPass = M == 1 ? 1 : M == 2 ? 4 : M <= 4 ? 3 : 2;
 
-template <int M, class W, int R = kRowsPerPass<M>>
+template <int M, bool Blocked, class W, int R = kRowsPerPass<M>>
 void dots_rows(const W& dec, const Tables* tab, const uint8_t* w, int64_t stride_w, const uint16_t* xp, const float* x,
-               int64_t k, int64_t k64, float* d, int64_t stride_d, int64_t j0, int64_t j1) {
+               int64_t k, int64_t k64, float* d, int64_t stride_d, int64_t j0, int64_t j1, const BlockScale* block) {
+  const float* srow[R] = {};
+  const int64_t bk = Blocked ? block->block_k : k64;
+  auto scale_row = [&](int64_t row) { return block->scale + row / block->block_n * block->stride_row; };
   auto finish = [&](int64_t j, int i, float s) {
     const uint8_t* row = w + j * stride_w;
-    for (int64_t t = k64; t < k; ++t) s += weight_at(row, t, tab) * x[i * k + t];
+    const float* sr = Blocked ? scale_row(j) : nullptr;
+    for (int64_t t = k64; t < k; ++t) s += weight_at(row, t, tab) * x[i * k + t] * (Blocked ? sr[t / bk] : 1.f);
     d[i * stride_d + j] = s;
   };
   int64_t j = j0;
   for (; j + R <= j1; j += R) {
     float out[R][M];
-    dots_block<M, R>(dec, w, stride_w, xp, k64, j, out);
+    if constexpr (Blocked)
+      for (int r = 0; r < R; ++r) srow[r] = scale_row(j + r);
+    dots_block<M, R, Blocked>(dec, w, stride_w, xp, k64, j, srow, bk, out);
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < M; ++i) finish(j + r, i, out[r][i]);
   }
   for (; j < j1; ++j) {
     float out[1][M];
-    dots_block<M, 1>(dec, w, stride_w, xp, k64, j, out);
+    const float* s1[1] = {Blocked ? scale_row(j) : nullptr};
+    dots_block<M, 1, Blocked>(dec, w, stride_w, xp, k64, j, s1, bk, out);
     for (int i = 0; i < M; ++i) finish(j, i, out[0][i]);
   }
 }
 
-template <class W>
+template <bool Blocked, class W>
 void dots_m(const W& dec, const Tables* tab, const uint8_t* w, int64_t stride_w, const uint16_t* xp, const float* x,
-            int64_t m, int64_t k, int64_t k64, float* d, int64_t stride_d, int64_t j0, int64_t j1) {
+            int64_t m, int64_t k, int64_t k64, float* d, int64_t stride_d, int64_t j0, int64_t j1,
+            const BlockScale* block) {
+  auto rows = [&](auto m_tag) {
+    constexpr int kM = decltype(m_tag)::value;
+    dots_rows<kM, Blocked>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1, block);
+  };
   switch (m) {
     case 1:
       // bfloat16 weights at k >= 8192 (x >= 16 KiB, a third of L1 or more): four rows per x
       // load. 2 Zen 5 threads, interleaved runs: k 8192-14336 +3-15 %, the same at lm_heads;
       // at k <= 5120 one row is faster (4-6 %).
       if constexpr (std::is_same_v<W, Bf16Weights>) {
-        if (k >= 8192) return dots_rows<1, W, 4>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1);
+        if (k >= 8192) return dots_rows<1, Blocked, W, 4>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1, block);
       }
-      return dots_rows<1>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1);
-    case 2: return dots_rows<2>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1);
-    case 3: return dots_rows<3>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1);
-    case 4: return dots_rows<4>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1);
-    case 5: return dots_rows<5>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1);
-    case 6: return dots_rows<6>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1);
-    case 7: return dots_rows<7>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1);
-    default: return dots_rows<8>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1);
+      return rows(std::integral_constant<int, 1>{});
+    case 2: return rows(std::integral_constant<int, 2>{});
+    case 3: return rows(std::integral_constant<int, 3>{});
+    case 4: return rows(std::integral_constant<int, 4>{});
+    case 5: return rows(std::integral_constant<int, 5>{});
+    case 6: return rows(std::integral_constant<int, 6>{});
+    case 7: return rows(std::integral_constant<int, 7>{});
+    default: return rows(std::integral_constant<int, 8>{});
   }
 }
 
@@ -221,16 +253,17 @@ void bf16_dots_pack_x(const float* x, int64_t m, int64_t k, std::vector<uint16_t
 bool bf16_dots_packed(const void* w, int64_t stride_w, const uint16_t* xp, const float* x, int64_t m, int64_t k, float* d,
                       int64_t stride_d, int64_t j0, int64_t j1) {
   if (!bf16_dots_supported() || m < 1 || m > 8) return false;
-  dots_m(Bf16Weights(), nullptr, static_cast<const uint8_t*>(w), stride_w * 2, xp, x, m, k, k / kChunk * kChunk, d,
-         stride_d, j0, j1);
+  dots_m<false>(Bf16Weights(), nullptr, static_cast<const uint8_t*>(w), stride_w * 2, xp, x, m, k, k / kChunk * kChunk,
+                d, stride_d, j0, j1, nullptr);
   return true;
 }
 
 bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k, float* d,
-               int64_t stride_d, int64_t j0, int64_t j1) {
+               int64_t stride_d, int64_t j0, int64_t j1, const BlockScale* block) {
   const bool supported = bf16_dots_supported();
   const bool fp8 = w_dtype == DType::Float8_e4m3fn || w_dtype == DType::Float8_e5m2;
   if (!supported || !(fp8 || w_dtype == DType::BFloat16) || m < 1 || m > 8) return false;
+  if (block && (!fp8 || block->block_k % kChunk != 0)) return false;
   const int64_t k64 = k / kChunk * kChunk;
   thread_local std::vector<uint16_t> xp;
   permute_x(x, m, k, k64, fp8, xp);
@@ -238,16 +271,18 @@ bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, i
   const int64_t sw = stride_w * (fp8 ? 1 : 2);  // bytes
   if (fp8) {
     const Tables& tab = tables(w_dtype == DType::Float8_e4m3fn);
-    dots_m(Fp8Weights(tab), &tab, wb, sw, xp.data(), x, m, k, k64, d, stride_d, j0, j1);
+    if (block) dots_m<true>(Fp8Weights(tab), &tab, wb, sw, xp.data(), x, m, k, k64, d, stride_d, j0, j1, block);
+    else dots_m<false>(Fp8Weights(tab), &tab, wb, sw, xp.data(), x, m, k, k64, d, stride_d, j0, j1, nullptr);
   } else {
-    dots_m(Bf16Weights(), nullptr, wb, sw, xp.data(), x, m, k, k64, d, stride_d, j0, j1);
+    dots_m<false>(Bf16Weights(), nullptr, wb, sw, xp.data(), x, m, k, k64, d, stride_d, j0, j1, nullptr);
   }
   return true;
 }
 
 #else
 
-bool bf16_dots(DType, const void*, int64_t, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t) {
+bool bf16_dots(DType, const void*, int64_t, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t,
+               const BlockScale*) {
   return false;
 }
 bool bf16_dots_supported() { return false; }

@@ -11,6 +11,8 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
+
 #include "cpu/simd.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -33,94 +35,122 @@ HWY_INLINE void PrefetchL2(const T* p) {
 // With few accumulators (R * M <= 8) each gets a second one for the odd vectors of a step, so
 // the FMA chains are two deep per step instead of one chain of two (4-cycle FMA latency, one
 // row at m = 1, bounded the stream at ~64 bytes per 8 cycles per core).
-template <typename T, int M, int R, class Store>
+template <typename T, int M, int R, bool Blocked = false, class Store>
 HWY_INLINE void GemvRows(const T* HWY_RESTRICT w, int64_t stride_w, const float* HWY_RESTRICT x, int64_t k, int64_t j,
-                         const Store& store) {
+                         const Store& store, const BlockScale* block = nullptr) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   constexpr int S = R * M <= 8 ? 2 : 1;  // accumulator sets
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  V acc[S][R][M];
+  V acc[S][R][M], total[Blocked ? R : 1][Blocked ? M : 1];
+  auto zero = [&] {
 #pragma GCC unroll 8
-  for (int a = 0; a < S; ++a)
+    for (int a = 0; a < S; ++a)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
+      for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) acc[a][r][i] = hn::Zero(df);
+        for (int i = 0; i < M; ++i) acc[a][r][i] = hn::Zero(df);
+  };
+  zero();
   const T* wr[R];
+  const float* srow[R] = {};
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) wr[r] = w + (j + r) * stride_w;
-  int64_t q = 0;
-  for (; q + 2 * N <= k; q += 2 * N) {
-    V xa[M], xb[M];
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-      xa[i] = hn::LoadU(df, x + i * k + q);
-      xb[i] = hn::LoadU(df, x + i * k + q + N);
+  for (int r = 0; r < R; ++r) {
+    wr[r] = w + (j + r) * stride_w;
+    if constexpr (Blocked) {
+      srow[r] = block->scale + (j + r) / block->block_n * block->stride_row;
+      for (int i = 0; i < M; ++i) total[r][i] = hn::Zero(df);
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      PrefetchL2(wr[r] + q);
-      V wa, wb;
-      LoadScaledF32x2(df, wr[r] + q, wa, wb);
+  }
+  // Blocked: the products of each block_k columns (a multiple of 2N) summed apart, then added
+  // times the row's block scale.
+  const int64_t span = Blocked ? block->block_k : k, last_block = Blocked ? (k - 1) / span : 0;
+  int64_t q = 0;
+  for (int64_t q0 = 0; q0 < k; q0 += span) {
+    const int64_t q1 = std::min(k, q0 + span);
+    for (q = q0; q + 2 * N <= q1; q += 2 * N) {
+      V xa[M], xb[M];
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) {
-        if constexpr (S == 2) {
-          acc[0][r][i] = hn::MulAdd(wa, xa[i], acc[0][r][i]);
-          acc[S - 1][r][i] = hn::MulAdd(wb, xb[i], acc[S - 1][r][i]);
-        } else {
-          acc[0][r][i] = hn::MulAdd(wb, xb[i], hn::MulAdd(wa, xa[i], acc[0][r][i]));
+        xa[i] = hn::LoadU(df, x + i * k + q);
+        xb[i] = hn::LoadU(df, x + i * k + q + N);
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        PrefetchL2(wr[r] + q);
+        V wa, wb;
+        LoadScaledF32x2(df, wr[r] + q, wa, wb);
+#pragma GCC unroll 8
+        for (int i = 0; i < M; ++i) {
+          if constexpr (S == 2) {
+            acc[0][r][i] = hn::MulAdd(wa, xa[i], acc[0][r][i]);
+            acc[S - 1][r][i] = hn::MulAdd(wb, xb[i], acc[S - 1][r][i]);
+          } else {
+            acc[0][r][i] = hn::MulAdd(wb, xb[i], hn::MulAdd(wa, xa[i], acc[0][r][i]));
+          }
         }
       }
     }
-  }
-  for (; q + N <= k; q += N) {
-    V xv[M];
+    for (; q + N <= q1; q += N) {
+      V xv[M];
 #pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) xv[i] = hn::LoadU(df, x + i * k + q);
+      for (int i = 0; i < M; ++i) xv[i] = hn::LoadU(df, x + i * k + q);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      PrefetchL2(wr[r] + q);
-      const auto wv = LoadScaledF32(df, wr[r] + q);
+      for (int r = 0; r < R; ++r) {
+        PrefetchL2(wr[r] + q);
+        const auto wv = LoadScaledF32(df, wr[r] + q);
 #pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) acc[0][r][i] = hn::MulAdd(wv, xv[i], acc[0][r][i]);
+        for (int i = 0; i < M; ++i) acc[0][r][i] = hn::MulAdd(wv, xv[i], acc[0][r][i]);
+      }
+    }
+    if constexpr (Blocked) {
+      if (q < q1) break;  // a tail shorter than N: scalar, below
+      for (int r = 0; r < R; ++r) {
+        const V sv = hn::Set(df, srow[r][q0 / span]);
+        for (int i = 0; i < M; ++i)
+          total[r][i] = hn::MulAdd(S == 2 ? hn::Add(acc[0][r][i], acc[S - 1][r][i]) : acc[0][r][i], sv, total[r][i]);
+      }
+      zero();
     }
   }
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < M; ++i) {
-      const V a = S == 2 ? hn::Add(acc[0][r][i], acc[S - 1][r][i]) : acc[0][r][i];
+      V a = S == 2 ? hn::Add(acc[0][r][i], acc[S - 1][r][i]) : acc[0][r][i];
+      if constexpr (Blocked) a = hn::MulAdd(a, hn::Set(df, srow[r][std::min(q / span, last_block)]), total[r][i]);
       float s = hn::GetLane(hn::SumOfLanes(df, a)) * kWidenScale<T>;
-      for (int64_t t = q; t < k; ++t) s += static_cast<float>(wr[r][t]) * x[i * k + t];
+      for (int64_t t = q; t < k; ++t)
+        s += static_cast<float>(wr[r][t]) * x[i * k + t] * (Blocked ? srow[r][t / span] : 1.f);
       store(i, j + r, s);
     }
   }
 }
 
 // Weight rows [j0, j1) for M rows of x: R rows at a time, then single rows.
-template <typename T, int M, class Store>
-void GemvRange(const T* w, int64_t stride_w, const float* x, int64_t k, int64_t j0, int64_t j1, const Store& store) {
+template <typename T, int M, bool Blocked = false, class Store>
+void GemvRange(const T* w, int64_t stride_w, const float* x, int64_t k, int64_t j0, int64_t j1, const Store& store,
+               const BlockScale* block = nullptr) {
   // Accumulators R * M plus M activation vectors stay within the 32 vector registers of AVX-512.
   // One row (a single weight stream per thread) measured faster than four interleaved rows at
   // m = 1 (best-of-4 geomean over five shapes: 34-38 vs 28-30 GB/s on 2 Zen 5 threads).
   constexpr int R = M == 1 ? 1 : M <= 2 ? 4 : M <= 4 ? 2 : 1;
   int64_t j = j0;
-  for (; j + R <= j1; j += R) GemvRows<T, M, R>(w, stride_w, x, k, j, store);
-  for (; j < j1; ++j) GemvRows<T, M, 1>(w, stride_w, x, k, j, store);
+  for (; j + R <= j1; j += R) GemvRows<T, M, R, Blocked>(w, stride_w, x, k, j, store, block);
+  for (; j < j1; ++j) GemvRows<T, M, 1, Blocked>(w, stride_w, x, k, j, store, block);
 }
 
 // m in [1, 8] rows of x.
-template <typename T, class Store>
+template <typename T, bool Blocked = false, class Store>
 void Gemv(const T* w, int64_t stride_w, const float* x, int64_t m, int64_t k, int64_t j0, int64_t j1,
-          const Store& store) {
+          const Store& store, const BlockScale* block = nullptr) {
   switch (m) {
-    case 1: return GemvRange<T, 1>(w, stride_w, x, k, j0, j1, store);
-    case 2: return GemvRange<T, 2>(w, stride_w, x, k, j0, j1, store);
-    case 3: return GemvRange<T, 3>(w, stride_w, x, k, j0, j1, store);
-    case 4: return GemvRange<T, 4>(w, stride_w, x, k, j0, j1, store);
-    case 5: return GemvRange<T, 5>(w, stride_w, x, k, j0, j1, store);
-    case 6: return GemvRange<T, 6>(w, stride_w, x, k, j0, j1, store);
-    case 7: return GemvRange<T, 7>(w, stride_w, x, k, j0, j1, store);
-    default: return GemvRange<T, 8>(w, stride_w, x, k, j0, j1, store);
+    case 1: return GemvRange<T, 1, Blocked>(w, stride_w, x, k, j0, j1, store, block);
+    case 2: return GemvRange<T, 2, Blocked>(w, stride_w, x, k, j0, j1, store, block);
+    case 3: return GemvRange<T, 3, Blocked>(w, stride_w, x, k, j0, j1, store, block);
+    case 4: return GemvRange<T, 4, Blocked>(w, stride_w, x, k, j0, j1, store, block);
+    case 5: return GemvRange<T, 5, Blocked>(w, stride_w, x, k, j0, j1, store, block);
+    case 6: return GemvRange<T, 6, Blocked>(w, stride_w, x, k, j0, j1, store, block);
+    case 7: return GemvRange<T, 7, Blocked>(w, stride_w, x, k, j0, j1, store, block);
+    default: return GemvRange<T, 8, Blocked>(w, stride_w, x, k, j0, j1, store, block);
   }
 }
 

@@ -142,10 +142,17 @@ void moe_experts(const MoeExpertsParams& p) {
       simd::decode_f32(p.dtype, static_cast<const S*>(p.hidden) + t * p.stride_hidden_row, x.data() + t * H, H);
     const char* gate_up = static_cast<const char*>(p.gate_up);
     const char* down = static_cast<const char*>(p.down);
+    // Block scales: the expert's own grid, applied inside the dots.
+    auto expert_block = [&](const BlockScale& b, int64_t e) {
+      BlockScale r = b;
+      if (r.scale) r.scale += e * b.stride_expert;
+      return r;
+    };
     split_rows(P, 2 * I, H, [&](int64_t pair, int64_t r0, int64_t r1) {
       const char* w = gate_up + expert(pair) * p.stride_gu_expert * static_cast<int64_t>(wsize);
+      const BlockScale b = expert_block(p.gate_up_block, expert(pair));
       simd::gemv_dots(p.w_dtype, w, p.stride_gu_row, x.data() + pair / K * H, 1, H, gu.data() + pair * 2 * I, 0, r0,
-                      r1, bf16);
+                      r1, bf16, b.scale ? &b : nullptr);
     });
     for (int64_t pair = 0; pair < P; ++pair) {
       const int64_t e = expert(pair);
@@ -161,8 +168,9 @@ void moe_experts(const MoeExpertsParams& p) {
     }
     split_rows(P, H, I, [&](int64_t pair, int64_t r0, int64_t r1) {
       const char* w = down + expert(pair) * p.stride_down_expert * static_cast<int64_t>(wsize);
+      const BlockScale b = expert_block(p.down_block, expert(pair));
       simd::gemv_dots(p.w_dtype, w, p.stride_down_row, act.data() + pair * I, 1, I, y.data() + pair * H, 0, r0, r1,
-                      bf16);
+                      bf16, b.scale ? &b : nullptr);
     });
     S* out = static_cast<S*>(p.out);
     for (int64_t t = 0; t < T; ++t) {

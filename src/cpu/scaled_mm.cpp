@@ -2,7 +2,8 @@
 // out[i, j] = round(dot(a[i, :], w[j, :]) * (sa(i) * sw(j)) + bias[j]) with float32 dots.
 // Few rows with a unit-stride weight stream the weight once through the shared GEMV core
 // (float8 decoded in registers); more rows widen both operands to float32 and run OpenBLAS
-// sgemm. The scales, bias and rounding are one epilogue over the float32 dots.
+// sgemm. The scales, bias and rounding are one epilogue over the float32 dots; block scales of
+// the weight act inside the dots (per block of k) or on the widened weight.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/scaled_mm.cpp"
 #include <hwy/foreach_target.h>  // NOLINT: must precede highway.h
@@ -43,6 +44,26 @@ ANVIL_DOTS(DotsE4M3, Float8_e4m3fn)
 ANVIL_DOTS(DotsE5M2, Float8_e5m2)
 #undef ANVIL_DOTS
 
+// The same with block scales applied per block inside the dots; false (nothing written) when
+// block_k is not a multiple of two vectors of this target.
+template <typename T>
+bool DotsBlockedT(const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k, float* dots, int64_t stride_d,
+                  int64_t j0, int64_t j1, const BlockScale* block) {
+  const hn::ScalableTag<float> df;
+  if (block->block_k % (2 * static_cast<int64_t>(hn::Lanes(df))) != 0) return false;
+  Gemv<T, true>(static_cast<const T*>(w), stride_w, x, m, k, j0, j1,
+                [&](int64_t i, int64_t j, float s) { dots[i * stride_d + j] = s; }, block);
+  return true;
+}
+bool DotsBlockedE4M3(const void* w, int64_t sw, const float* x, int64_t m, int64_t k, float* d, int64_t sd, int64_t j0,
+                     int64_t j1, const BlockScale* b) {
+  return DotsBlockedT<Float8_e4m3fn>(w, sw, x, m, k, d, sd, j0, j1, b);
+}
+bool DotsBlockedE5M2(const void* w, int64_t sw, const float* x, int64_t m, int64_t k, float* d, int64_t sd, int64_t j0,
+                     int64_t j1, const BlockScale* b) {
+  return DotsBlockedT<Float8_e5m2>(w, sw, x, m, k, d, sd, j0, j1, b);
+}
+
 }  // namespace anvil::cpu::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -54,10 +75,31 @@ HWY_EXPORT(DotsBF16);
 HWY_EXPORT(DotsF16);
 HWY_EXPORT(DotsE4M3);
 HWY_EXPORT(DotsE5M2);
+HWY_EXPORT(DotsBlockedE4M3);
+HWY_EXPORT(DotsBlockedE5M2);
 
 void gemv_dots(DType t, const void* w, int64_t sw, const float* x, int64_t m, int64_t k, float* d, int64_t sd,
-               int64_t j0, int64_t j1, bool x_bf16) {
-  if (x_bf16 && bf16_dots(t, w, sw, x, m, k, d, sd, j0, j1)) return;
+               int64_t j0, int64_t j1, bool x_bf16, const BlockScale* block) {
+  if (x_bf16 && bf16_dots(t, w, sw, x, m, k, d, sd, j0, j1, block)) return;
+  if (block) {
+    if (t == DType::Float8_e4m3fn && HWY_DYNAMIC_DISPATCH(DotsBlockedE4M3)(w, sw, x, m, k, d, sd, j0, j1, block)) return;
+    if (t == DType::Float8_e5m2 && HWY_DYNAMIC_DISPATCH(DotsBlockedE5M2)(w, sw, x, m, k, d, sd, j0, j1, block)) return;
+    // Any other block shape: each row decoded to float32 and scaled block by block, then the
+    // float32 dot.
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(k));
+    const size_t esize = element_size(t);
+    for (int64_t j = j0; j < j1; ++j) {
+      decode_f32(t, static_cast<const char*>(w) + j * sw * static_cast<int64_t>(esize), row.data(), k);
+      const float* srow = block->scale + j / block->block_n * block->stride_row;
+      for (int64_t q0 = 0, b = 0; q0 < k; q0 += block->block_k, ++b) {
+        const int64_t q1 = std::min(k, q0 + block->block_k);
+        for (int64_t q = q0; q < q1; ++q) row[static_cast<size_t>(q)] *= srow[b];
+      }
+      HWY_DYNAMIC_DISPATCH(DotsF32)(row.data(), k, x, m, k, d + j, sd, 0, 1);
+    }
+    return;
+  }
   switch (t) {
     case DType::Float32: return HWY_DYNAMIC_DISPATCH(DotsF32)(w, sw, x, m, k, d, sd, j0, j1);
     case DType::BFloat16: return HWY_DYNAMIC_DISPATCH(DotsBF16)(w, sw, x, m, k, d, sd, j0, j1);
@@ -78,15 +120,22 @@ bool has_simd_dots(DType t) {
   return t == DType::Float32 || t == DType::BFloat16 || t == DType::Float16 || is_float8(t);
 }
 
-// src[r * s_row + c * s_col] widened to float32 dst[r * cols + c] (exact for every input dtype).
-void widen(const void* src, DType t, int64_t rows, int64_t cols, int64_t s_row, int64_t s_col, float* dst) {
+// src[r * s_row + c * s_col] widened to float32 dst[r * cols + c] (exact for every input dtype),
+// times its block scale when `block` has one.
+void widen(const void* src, DType t, int64_t rows, int64_t cols, int64_t s_row, int64_t s_col, float* dst,
+           const BlockScale& block = {}) {
   dispatch_all_types(t, "[scaled_mm]", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!is_complex_v<T>) {
       const T* s = static_cast<const T*>(src);
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
-      for (int64_t r = 0; r < rows; ++r)
+      for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = static_cast<float>(s[r * s_row + c * s_col]);
+        if (block.scale) {
+          const float* srow = block.scale + r / block.block_n * block.stride_row;
+          for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] *= srow[c / block.block_k];
+        }
+      }
     }
   });
 }
@@ -106,11 +155,12 @@ void scaled_mm(const ScaledMmParams& p) {
       const int64_t j0 = std::min(n, blocks * t / nt * 4), j1 = std::min(n, blocks * (t + 1) / nt * 4);
       if (j0 < j1)
         simd::gemv_dots(p.w_dtype, p.w, p.stride_w_row, a32.data(), m, k, dots.data(), n, j0, j1,
-                        p.a_dtype == DType::BFloat16 || is_float8(p.a_dtype));  // float8 values are bfloat16 values
+                        p.a_dtype == DType::BFloat16 || is_float8(p.a_dtype),  // float8 values are bfloat16 values
+                        p.w_block.scale ? &p.w_block : nullptr);
     }
   } else {
     std::vector<float> w32(static_cast<size_t>(n * k));
-    widen(p.w, p.w_dtype, n, k, p.stride_w_row, p.stride_w_col, w32.data());
+    widen(p.w, p.w_dtype, n, k, p.stride_w_row, p.stride_w_col, w32.data(), p.w_block);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), 1.f, a32.data(), static_cast<int>(k), w32.data(), static_cast<int>(k), 0.f,
                 dots.data(), static_cast<int>(n));

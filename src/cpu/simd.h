@@ -39,14 +39,16 @@ constexpr int64_t kGemvPrefetchBytes = 4096;
 // for weight rows [j0, j1) of w (float32 / bfloat16 / float16 / float8, unit column stride,
 // row stride stride_w in elements) and m <= 8 float32 rows x [m, k] contiguous. x_bf16: every x
 // value is a bfloat16 value (activations widened from bfloat16 or float8), which lets bfloat16
-// and float8 weights take bf16_dots where the CPU has it.
+// and float8 weights take bf16_dots where the CPU has it. block: float8 weights with block scales
+// (rows counted from w), applied per block inside the dot (bf16_dots for block_k % 64 == 0, else
+// each row decoded and scaled into a float32 buffer first).
 void gemv_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k, float* d,
-               int64_t stride_d, int64_t j0, int64_t j1, bool x_bf16);
+               int64_t stride_d, int64_t j0, int64_t j1, bool x_bf16, const BlockScale* block = nullptr);
 // The same dots for bfloat16 / float8 weights and bfloat16-valued x by AVX512-BF16 pair products
 // (float8 decoded by AVX512-VBMI table lookups; cpu/bf16_dots_x86.cpp); false (nothing written)
 // when the CPU or the request has no such path.
 bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k, float* d,
-               int64_t stride_d, int64_t j0, int64_t j1);
+               int64_t stride_d, int64_t j0, int64_t j1, const BlockScale* block = nullptr);
 // bf16_dots for bfloat16 weights with x packed once (bf16_dots_pack_x: [m, k / 64 * 64] bfloat16)
 // and reused over many weight blocks (the CPU GEMM); x (float32 [m, k]) serves the k % 64 tail.
 bool bf16_dots_supported();

@@ -25,6 +25,7 @@
 
 #include "core/dispatch.h"
 #include "core/kernels.h"
+#include "core/moe_blocks.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/mma.cuh"
 #include "cuda/device/pdl.cuh"
@@ -447,9 +448,13 @@ constexpr int kExpertWarps = 8;
 // holds columns [4V c + V t, + V) with V = 16 / sizeof(W); U chunks x R rows of loads per lane in
 // flight, all issued before the first mma. k % V == 0, so a lane's columns are all inside k or
 // all past it (zeros).
-template <typename A, typename W, int R, int U>
+// Blocked: each chunk's products are summed apart and added times the block scale of the lane's
+// weight rows 2t, 2t + 1 (one block: srow[r] is their row of the scale grid; a 4V-column chunk
+// lies inside one block of 2^shift chunks; `shared`: every tile's rows in the same block).
+template <typename A, typename W, int R, int U, bool Blocked = false>
 __device__ __forceinline__ void stream_dot(float (&acc)[R][4], const char* const (&w)[R], const char* x, int64_t k,
-                                           int c0, int stride) {
+                                           int c0, int stride, const float* const (&srow)[R], int shift = 0,
+                                           int64_t last_block = 0, bool shared = false) {
   constexpr int V = 16 / sizeof(W), XV = V * sizeof(A) / 16;
   const int t = threadIdx.x % 4;
   const int64_t chunks = (k + 4 * V - 1) / (4 * V);
@@ -470,11 +475,31 @@ __device__ __forceinline__ void stream_dot(float (&acc)[R][4], const char* const
       for (int v = 0; v < XV; ++v)
         xv[u][v] = q0 + u * 4 * V < k ? load_cached16(xq + (4 * V * sizeof(A)) * u + 16 * v) : make_uint4(0, 0, 0, 0);
     }
+    float sc[Blocked ? U : 1][R];
+    if constexpr (Blocked) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t kb = std::min((c + u) >> shift, last_block);
+#pragma unroll
+        sc[u][0] = __ldg(srow[0] + kb);
+#pragma unroll
+        for (int r = 1; r < R; ++r) sc[u][r] = shared ? sc[u][0] : __ldg(srow[r] + kb);
+      }
+    }
     __syncwarp();  // mma.sync is warp-collective: reconverge after the per-lane loads
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) mma_chunk<A, W>(acc[r], wv[u][r], xv[u], xv[u]);
+      for (int r = 0; r < R; ++r) {
+        if constexpr (Blocked) {
+          float part[4] = {};
+          mma_chunk<A, W>(part, wv[u][r], xv[u], xv[u]);
+          acc[r][0] = fmaf(part[0], sc[u][r], acc[r][0]);
+          acc[r][1] = fmaf(part[1], sc[u][r], acc[r][1]);
+        } else {
+          mma_chunk<A, W>(acc[r], wv[u][r], xv[u], xv[u]);
+        }
+      }
     }
   }
 }
@@ -486,7 +511,7 @@ __device__ __forceinline__ int64_t expert_of(const MoeExpertsParams& p, int64_t 
 
 // A block per (pair, 4R intermediate columns): R tiles of 8 weight rows (4 gate rows, then the 4
 // up rows of the same columns), warps splitting k.
-template <typename A, typename W, int R, int U>
+template <typename A, typename W, int R, int U, bool Blocked>
 __global__ void __launch_bounds__(kExpertWarps * 32) experts_gate_up_kernel(const __grid_constant__ MoeExpertsParams p) {
   __shared__ float partial[kExpertWarps][R][8];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -508,8 +533,25 @@ __global__ void __launch_bounds__(kExpertWarps * 32) experts_gate_up_kernel(cons
     w[r] = static_cast<const char*>(p.gate_up) + (e * p.stride_gu_expert + row * p.stride_gu_row) * int64_t{sizeof(W)};
   }
   const char* x = static_cast<const char*>(p.hidden) + pair / p.top_k * p.stride_hidden_row * int64_t{sizeof(A)};
+  // Block scales: lane (g, t) sums weight rows 2t, 2t + 1 of each tile, gate rows for t < 2 and
+  // up rows after (4 columns of one block: block_n % 8 == 0, inter % 4 == 0).
+  const float* srow[R] = {};
+  int shift = 0;
+  int64_t last_block = 0;
+  if constexpr (Blocked) {
+    const BlockScale& b = p.gate_up_block;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t col = std::min(c0 + 4 * r, p.inter - 1), row = t < 2 ? col : p.inter + col;
+      srow[r] = b.scale + e * b.stride_expert + row / b.block_n * b.stride_row;
+    }
+    while ((int64_t{64} << shift) < b.block_k) ++shift;
+    last_block = (p.hidden_size - 1) / b.block_k;
+  }
   float acc[R][4] = {};
-  stream_dot<A, W, R, U>(acc, w, x, p.hidden_size, warp, kExpertWarps);
+  // The R tiles' 4R columns (c0 % 8 == 0) share a block when inter % 8 == 0 too: one load.
+  stream_dot<A, W, R, U, Blocked>(acc, w, x, p.hidden_size, warp, kExpertWarps, srow, shift, last_block,
+                                  p.inter % 8 == 0);
   if (g == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -544,7 +586,7 @@ __global__ void __launch_bounds__(kExpertWarps * 32) experts_gate_up_kernel(cons
 // past it.
 constexpr int kDownThreads = 512;
 constexpr int kDownLoads = 4;
-template <typename A, typename W, int kMaxThreads, int U = kDownLoads>
+template <typename A, typename W, int kMaxThreads, int U, bool Blocked>
 __global__ void __launch_bounds__(kMaxThreads, kMaxThreads <= kDownThreads ? 2 : 1)
     experts_down_kernel(const __grid_constant__ MoeExpertsParams p, int P) {
   __shared__ float partial[32][8], slot_weight[kMoeExpertsMaxTopK], slot_scale[kMoeExpertsMaxTopK][8];
@@ -566,8 +608,17 @@ __global__ void __launch_bounds__(kMaxThreads, kMaxThreads <= kDownThreads ? 2 :
   cuda_device::cp_async_commit();
   const char* const w[1] = {static_cast<const char*>(p.down) + (e * p.stride_down_expert + j * p.stride_down_row) * int64_t{sizeof(W)}};
   const char* x = static_cast<const char*>(p.act) + pair * p.inter * int64_t{sizeof(A)};
+  const float* srow[1] = {};
+  int shift = 0;
+  int64_t last_block = 0;
+  if constexpr (Blocked) {  // the tile's 8 rows in one block (block_n % 8 == 0)
+    const BlockScale& b = p.down_block;
+    srow[0] = b.scale + e * b.stride_expert + j0 / b.block_n * b.stride_row;
+    while ((int64_t{64} << shift) < b.block_k) ++shift;
+    last_block = (p.inter - 1) / b.block_k;
+  }
   float acc[1][4] = {};
-  stream_dot<A, W, 1, U>(acc, w, x, p.inter, warp % P, P);
+  stream_dot<A, W, 1, U, Blocked>(acc, w, x, p.inter, warp % P, P, srow, shift, last_block);
   if (g == 0) {
     partial[warp][2 * t] = acc[0][0];
     partial[warp][2 * t + 1] = acc[0][1];
@@ -586,7 +637,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMaxThreads <= kDownThreads ? 2 :
   static_cast<A*>(p.out)[tok * p.stride_out_row + jj] = from_compute<A>(out);
 }
 
-template <typename A, typename W>
+template <typename A, typename W, bool Blocked>
 void launch_experts(const MoeExpertsParams& p, const KernelLaunch& launch) {
   const char* op = "[moe_experts]";
   // gate_up tiles and loads per lane per step, H200, Qwen3-30B-A3B's experts (H 2048, graph replay
@@ -599,7 +650,7 @@ void launch_experts(const MoeExpertsParams& p, const KernelLaunch& launch) {
   const int64_t down_blocks = p.tokens * ((p.hidden_size + 7) / 8);
   ANVIL_CHECK(up_blocks <= INT_MAX && down_blocks <= INT_MAX, ShapeError, op, " ", p.tokens, " tokens x ",
               p.hidden_size, " x ", p.inter, " are too large for the fused CUDA kernels");
-  launch_pdl(op, experts_gate_up_kernel<A, W, R, U>, dim3(static_cast<unsigned>(up_blocks)), dim3(kExpertWarps * 32), 0,
+  launch_pdl(op, experts_gate_up_kernel<A, W, R, U, Blocked>, dim3(static_cast<unsigned>(up_blocks)), dim3(kExpertWarps * 32), 0,
              launch.stream(), p);
   // Warps per slot: enough that each warp's share of inter is two steps of loads, within
   // kDownThreads (one warp per slot past it).
@@ -613,13 +664,13 @@ void launch_experts(const MoeExpertsParams& p, const KernelLaunch& launch) {
   const int64_t down_u = std::clamp<int64_t>((chunks + P * steps - 1) / (P * steps), 2, kDownLoads);
   const dim3 down_grid(static_cast<unsigned>(down_blocks)), block(static_cast<unsigned>(32 * p.top_k * P));
   if (block.x <= kDownThreads && down_u == 2)
-    launch_pdl(op, experts_down_kernel<A, W, kDownThreads, 2>, down_grid, block, 0, launch.stream(), p, P);
+    launch_pdl(op, experts_down_kernel<A, W, kDownThreads, 2, Blocked>, down_grid, block, 0, launch.stream(), p, P);
   else if (block.x <= kDownThreads && down_u == 3)
-    launch_pdl(op, experts_down_kernel<A, W, kDownThreads, 3>, down_grid, block, 0, launch.stream(), p, P);
+    launch_pdl(op, experts_down_kernel<A, W, kDownThreads, 3, Blocked>, down_grid, block, 0, launch.stream(), p, P);
   else if (block.x <= kDownThreads)
-    launch_pdl(op, experts_down_kernel<A, W, kDownThreads>, down_grid, block, 0, launch.stream(), p, P);
+    launch_pdl(op, experts_down_kernel<A, W, kDownThreads, kDownLoads, Blocked>, down_grid, block, 0, launch.stream(), p, P);
   else
-    launch_pdl(op, experts_down_kernel<A, W, 1024>, down_grid, block, 0, launch.stream(), p, P);
+    launch_pdl(op, experts_down_kernel<A, W, 1024, kDownLoads, Blocked>, down_grid, block, 0, launch.stream(), p, P);
 }
 
 }  // namespace
@@ -707,13 +758,19 @@ void moe_experts(const MoeExpertsParams& p) {
   KernelLaunch launch(p.out);
   auto with_weights = [&](auto a_tag) {
     using A = typename decltype(a_tag)::type;
+    const bool blocked = p.gate_up_block.scale != nullptr;
+    ANVIL_CHECK(!blocked || moe_experts_block_ok(p.w_dtype, p.gate_up_block.block_n, p.gate_up_block.block_k, p.inter),
+                ShapeError, name, " the fused CUDA kernels take e4m3 experts with block_n % 8 == 0, block_k = 64 x 2^i"
+                " and inter % 4 == 0, got ", dtype_name(p.w_dtype), " in ", p.gate_up_block.block_n, " x ",
+                p.gate_up_block.block_k, " blocks");
     switch (p.w_dtype) {
-      case kFloat8_e4m3fn: return launch_experts<A, Float8_e4m3fn>(p, launch);
-      case kFloat8_e5m2: return launch_experts<A, Float8_e5m2>(p, launch);
+      case kFloat8_e4m3fn:
+        return blocked ? launch_experts<A, Float8_e4m3fn, true>(p, launch) : launch_experts<A, Float8_e4m3fn, false>(p, launch);
+      case kFloat8_e5m2: return launch_experts<A, Float8_e5m2, false>(p, launch);
       default:
         ANVIL_CHECK(p.w_dtype == p.dtype, DTypeError, name, " no fused CUDA kernel for ", dtype_name(p.dtype),
                     " activations with ", dtype_name(p.w_dtype), " weights");
-        return launch_experts<A, A>(p, launch);
+        return launch_experts<A, A, false>(p, launch);
     }
   };
   if (p.dtype == kBFloat16) with_weights(TypeTag<BFloat16>{});

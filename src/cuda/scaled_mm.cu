@@ -15,6 +15,8 @@
 //            k = 256), as PyTorch's CUDA scaled_mm does.
 //  tiled     everything else: 64 x 64 output tiles, operands decoded into shared memory as
 //            float32, FMA.
+// Block scales of the weight (w_block): the gemv applies each block's scale to the chunk sums
+// of that block (block_k % 64 == 0, e4m3 weights); the tiled kernel to each weight element.
 #include <algorithm>
 #include <array>
 #include <type_traits>
@@ -175,10 +177,12 @@ __device__ __forceinline__ void act_pairs(const uint4 (&raw)[sizeof(A)],
 }
 
 // acc += one step of U 64-column chunks of R 8-row tiles: the lane's 16 columns of each chunk,
-// decoded and fed to 4 mma.sync per tile and activation term.
-template <typename A, typename W, int U, int R>
+// decoded and fed to 4 mma.sync per tile and activation term. Blocked: each chunk's products are
+// summed apart and added times sc[u][r], the block scale of chunk u in tile r (a chunk and a tile
+// lie inside one block: block_k % 64 == 0, block_n % 8 == 0).
+template <typename A, typename W, int U, int R, bool Blocked = false>
 __device__ __forceinline__ void gemv_step(float (&acc)[R][4], const uint4 (&wv)[U][R],
-                                          const uint4 (&xv)[U][sizeof(A)]) {
+                                          const uint4 (&xv)[U][sizeof(A)], const float (*sc)[R] = nullptr) {
   using M = typename GemvAct<A>::Mma;
   constexpr int T = GemvAct<A>::kTerms;
 #pragma unroll
@@ -189,12 +193,33 @@ __device__ __forceinline__ void gemv_step(float (&acc)[R][4], const uint4 (&wv)[
     for (int r = 0; r < R; ++r) {
       uint32_t wh[8];
       decode16<W, M>(wv[u][r], wh);
+      float part[4] = {};
+      float (&d)[4] = Blocked ? part : acc[r];
 #pragma unroll
       for (int term = 0; term < T; ++term) {
 #pragma unroll
-        for (int s = 0; s < 4; ++s) mma_16816<M>(acc[r], xh[term][2 * s], xh[term][2 * s + 1], wh[2 * s], wh[2 * s + 1]);
+        for (int s = 0; s < 4; ++s) mma_16816<M>(d, xh[term][2 * s], xh[term][2 * s + 1], wh[2 * s], wh[2 * s + 1]);
+      }
+      if constexpr (Blocked) {
+        acc[r][0] = fmaf(part[0], sc[u][r], acc[r][0]);
+        acc[r][1] = fmaf(part[1], sc[u][r], acc[r][1]);
       }
     }
+  }
+}
+
+// The block scales of a step's chunks c + u * warps for tile r (srow[r]: the tile's row of the
+// scale grid; block_k / 64 = 2^shift chunks per block, blocks past the grid's last one clamped:
+// their chunks lie past k and load zeros).
+template <int U, int R>
+__device__ __forceinline__ void load_block_scales(const float* const (&srow)[R], int64_t c, int warps, int shift,
+                                                  int64_t last, bool shared, float (&sc)[U][R]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t kb = std::min((c + u * warps) >> shift, last);
+    sc[u][0] = __ldg(srow[0] + kb);
+#pragma unroll
+    for (int r = 1; r < R; ++r) sc[u][r] = shared ? sc[u][0] : __ldg(srow[r] + kb);
   }
 }
 
@@ -207,6 +232,8 @@ struct GemvConfig {
 struct GemvArgs {
   bool w_vec, x_vec;  // 16-byte loads allowed on w rows / on a rows
   bool prefetch;
+  int block_shift = 0;         // block scales: block_k / 64 = 2^block_shift chunks per block
+  bool block_shared = false;   // and a block's rows span both tiles of 16 rows (one load)
 };
 
 constexpr int kGemvMaxWarps = 16;
@@ -241,7 +268,7 @@ __device__ __forceinline__ void store_tile(const ScaledMmParams& p, const float 
 // A block per 8 * R weight rows; warps split k in 64-column chunks (4 lanes x 16 columns); lane
 // (g, t) holds columns [16t, 16t + 16) of weight row g and of x row g (rows past m read row
 // m - 1, rows past n read row n - 1; both only reach dropped outputs).
-template <typename A, typename W, typename Out, int R>
+template <typename A, typename W, typename Out, int R, bool Blocked>
 __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const __grid_constant__ ScaledMmParams p,
                                                                          const GemvArgs args) {
   constexpr int U = GemvAct<A>::kUnroll;
@@ -260,6 +287,15 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
 #pragma unroll
   for (int r = 0; r < R; ++r) w[r] = static_cast<const uint8_t*>(p.w) + std::min(row0 + r * 8 + g, p.n - 1) * p.stride_w_row;
   const A* x = static_cast<const A*>(p.a) + std::min<int64_t>(g, p.m - 1) * p.stride_a_row;
+  const float* srow[R] = {};
+  int64_t last_block = 0;
+  if constexpr (Blocked) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      srow[r] = p.w_block.scale + std::min(row0 + r * 8, p.n - 1) / p.w_block.block_n * p.w_block.stride_row;
+    last_block = (p.k - 1) / p.w_block.block_k;
+  }
+  float sc[Blocked ? GemvAct<A>::kUnroll : 1][R];
   float acc[R][4] = {};
   const int64_t chunks = (p.k + 63) / 64, step = static_cast<int64_t>(warps) * U;
 
@@ -284,7 +320,8 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
           gather16(x, k0, p.k, p.stride_a_col, xv[u]);
         }
       }
-      gemv_step<A, W, U, R>(acc, wv, xv);
+      if constexpr (Blocked) load_block_scales<U, R>(srow, c, warps, args.block_shift, last_block, args.block_shared, sc);
+      gemv_step<A, W, U, R, Blocked>(acc, wv, xv, sc);
     }
   }
   // The last step, or every step of a misaligned weight: chunks past k load zeros.
@@ -306,8 +343,9 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
         gather16(x, k0, p.k, p.stride_a_col, xv[u]);
       }
     }
+    if constexpr (Blocked) load_block_scales<U, R>(srow, c, warps, args.block_shift, last_block, args.block_shared, sc);
     __syncwarp();  // mma.sync is warp-collective: reconverge after the per-lane loads
-    gemv_step<A, W, U, R>(acc, wv, xv);
+    gemv_step<A, W, U, R, Blocked>(acc, wv, xv, sc);
   }
 
 #pragma unroll
@@ -327,6 +365,18 @@ bool rows_aligned(const void* ptr, int64_t rows, int64_t stride_row, size_t elem
 }
 
 bool use_gemv(const ScaledMmParams& p) { return p.m <= kGemvMaxRows && p.stride_w_col == 1; }
+
+// Block scales inside the GEMV's dots: every 64-column chunk and 8-row tile inside one block,
+// 2^i chunks per block (one scale per chunk and tile, uniform across the warp; the Hub's 128 x
+// 128). Instances for e4m3 weights against 16-bit, float32 or e4m3 activations.
+template <typename A, typename W>
+inline constexpr bool kHasBlockedGemv = std::is_same_v<W, Float8_e4m3fn> && !std::is_same_v<A, Float8_e5m2>;
+bool pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+bool use_blocked_gemv(const ScaledMmParams& p) {
+  const BlockScale& b = p.w_block;
+  return b.scale && b.block_k % 64 == 0 && pow2(b.block_k / 64) && b.block_n % 8 == 0 &&
+         p.w_dtype == kFloat8_e4m3fn && p.a_dtype != kFloat8_e5m2;
+}
 
 // Block shape by waves. A warp step covers `unroll` 64-column chunks, so `full` warps cover k in
 // one step. The first shape that runs the grid in one wave (resident blocks from the occupancy
@@ -354,14 +404,19 @@ GemvConfig gemv_config(const ScaledMmParams& p, int unroll, int64_t sm_count, Re
   return {16, 4, prefetch};
 }
 
-template <typename A, typename W, typename Out>
+template <typename A, typename W, typename Out, bool Blocked>
 void launch_gemv(const ScaledMmParams& p, const KernelLaunch& launch) {
-  auto kernel_of = [](int rows) { return rows == 16 ? scaled_gemv_kernel<A, W, Out, 2> : scaled_gemv_kernel<A, W, Out, 1>; };
+  auto kernel_of = [](int rows) {
+    return rows == 16 ? scaled_gemv_kernel<A, W, Out, 2, Blocked> : scaled_gemv_kernel<A, W, Out, 1, Blocked>;
+  };
   auto resident = [&](int rows, int warps) { return resident_blocks(kernel_of(rows), warps * 32, 0); };
   const GemvConfig c = gemv_config(p, GemvAct<A>::kUnroll, launch.sm_count(), resident);
   const bool w_vec = rows_aligned(p.w, p.n, p.stride_w_row, 1);
-  const GemvArgs args{w_vec, p.stride_a_col == 1 && rows_aligned(p.a, p.m, p.stride_a_row, sizeof(A)),
-                      c.prefetch && w_vec};
+  GemvArgs args{w_vec, p.stride_a_col == 1 && rows_aligned(p.a, p.m, p.stride_a_row, sizeof(A)), c.prefetch && w_vec};
+  if (Blocked) {
+    while ((int64_t{64} << args.block_shift) < p.w_block.block_k) ++args.block_shift;
+    args.block_shared = p.w_block.block_n % 16 == 0;
+  }
   const int64_t tiles = (p.n + c.rows_per_block - 1) / c.rows_per_block;
   ANVIL_CHECK(tiles <= 0x7FFFFFFF, ShapeError, kOp, " n = ", p.n, " is too large for the CUDA gemv");
   launch_pdl(kOp, kernel_of(c.rows_per_block), dim3(static_cast<unsigned>(tiles)), dim3(c.warps * 32), 0,
@@ -392,6 +447,8 @@ __global__ void __launch_bounds__(kTiledThreads) scaled_mm_tiled_kernel(const __
       const int64_t j = j0 + r;
       q = q0 + c;
       ws[c][r] = j < p.n && q < p.k ? static_cast<float>(w[j * p.stride_w_row + q * p.stride_w_col]) : 0.f;
+      if (p.w_block.scale && j < p.n && q < p.k)
+        ws[c][r] *= p.w_block.scale[j / p.w_block.block_n * p.w_block.stride_row + q / p.w_block.block_k];
     }
     __syncthreads();
 #pragma unroll
@@ -441,7 +498,7 @@ __global__ void __launch_bounds__(256) scale_bias_kernel(const __grid_constant__
 
 bool use_cublaslt(const ScaledMmParams& p) {
   const int64_t out_bytes = static_cast<int64_t>(element_size(p.out_dtype));
-  return p.m > kGemvMaxRows && is_float8(p.a_dtype) && is_float8(p.w_dtype) &&
+  return p.m > kGemvMaxRows && !p.w_block.scale && is_float8(p.a_dtype) && is_float8(p.w_dtype) &&
          !(p.a_dtype == kFloat8_e5m2 && p.w_dtype == kFloat8_e5m2) && p.stride_a_col == 1 && p.stride_w_col == 1 &&
          p.k % 16 == 0 && p.n % 16 == 0 && aligned16(p.a) && aligned16(p.w) && aligned16(p.out) &&
          p.stride_a_row % 16 == 0 && p.stride_a_row >= p.k && p.stride_w_row % 16 == 0 && p.stride_w_row >= p.k &&
@@ -554,8 +611,14 @@ void scaled_mm(const ScaledMmParams& p) {
       using A = typename decltype(a)::type;
       using W = typename decltype(w)::type;
       using Out = typename decltype(o)::type;
-      if (p.k > 0 && use_gemv(p)) launch_gemv<A, W, Out>(p, launch);
-      else launch_tiled<A, W, Out>(p, launch.stream());
+      if (p.k > 0 && use_gemv(p) && !p.w_block.scale) {
+        launch_gemv<A, W, Out, false>(p, launch);
+      } else if (p.k > 0 && use_gemv(p) && use_blocked_gemv(p)) {
+        if constexpr (kHasBlockedGemv<A, W>) launch_gemv<A, W, Out, true>(p, launch);
+        else throw DTypeError(detail::cat_message(kOp, " no block-scaled GEMV for ", dtype_name(p.w_dtype)));
+      } else {
+        launch_tiled<A, W, Out>(p, launch.stream());
+      }
     });
   }
   launch.check(kOp);

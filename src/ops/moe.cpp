@@ -5,6 +5,7 @@
 #include "anvil/nn.h"
 #include "anvil/ops.h"
 #include "core/kernels.h"
+#include "core/moe_blocks.h"
 #include "core/util.h"
 
 namespace anvil {
@@ -173,7 +174,7 @@ Tensor unit_rows(const Tensor& w) { return w.stride(2) == 1 || w.size(2) <= 1 ? 
 }  // namespace
 
 Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up, const Tensor& down,
-                   const Tensor& gate_up_scale, const Tensor& down_scale) {
+                   const Tensor& gate_up_scale, const Tensor& down_scale, const Shape& block) {
   const char* op = "[moe_experts]";
   ANVIL_CHECK(hidden.defined() && gate_up.defined() && down.defined(), Error, op, " undefined tensor");
   ANVIL_CHECK(routing.topk_ids.defined() && routing.topk_weights.defined(), Error, op,
@@ -201,15 +202,27 @@ Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor
     for (const Tensor* t : {&gate_up_scale, &down_scale}) check_same_device(op, hidden, *t);
     ANVIL_CHECK(gate_up_scale.dtype() == kFloat32 && down_scale.dtype() == kFloat32, DTypeError, op,
                 " the scales must be float32, got ", describe(gate_up_scale), " and ", describe(down_scale));
-    ANVIL_CHECK(gate_up_scale.numel() == E * 2 * I && gate_up_scale.size(0) == E && down_scale.numel() == E * H &&
-                    down_scale.size(0) == E,
-                ShapeError, op, " gate_up_scale must be [", E, ", ", 2 * I, "] and down_scale [", E, ", ", H,
-                "], got ", describe(gate_up_scale), " and ", describe(down_scale));
+    if (!block.empty()) {
+      ANVIL_CHECK(block.size() == 2 && block[0] >= 1 && block[1] >= 1, ShapeError, op,
+                  " block must be {block_n, block_k} with both >= 1, got ", shape_str(block));
+      const auto grid = [&](int64_t n, int64_t k) {
+        return Shape{E, (n + block[0] - 1) / block[0], (k + block[1] - 1) / block[1]};
+      };
+      ANVIL_CHECK(gate_up_scale.sizes() == grid(2 * I, H) && down_scale.sizes() == grid(H, I), ShapeError, op,
+                  " with ", block[0], " x ", block[1], " blocks gate_up_scale must be ", shape_str(grid(2 * I, H)),
+                  " and down_scale ", shape_str(grid(H, I)), ", got ", describe(gate_up_scale), " and ",
+                  describe(down_scale));
+    } else {
+      ANVIL_CHECK(gate_up_scale.numel() == E * 2 * I && gate_up_scale.size(0) == E && down_scale.numel() == E * H &&
+                      down_scale.size(0) == E,
+                  ShapeError, op, " gate_up_scale must be [", E, ", ", 2 * I, "] and down_scale [", E, ", ", H,
+                  "], got ", describe(gate_up_scale), " and ", describe(down_scale));
+    }
   } else {
     ANVIL_CHECK(gate_up.dtype() == dt && down.dtype() == dt, DTypeError, op,
                 " gate_up and down must be hidden's dtype ", dtype_name(dt), " (or float8 with scales), got ",
                 describe(gate_up), " and ", describe(down));
-    ANVIL_CHECK(!gate_up_scale.defined() && !down_scale.defined(), Error, op,
+    ANVIL_CHECK(!gate_up_scale.defined() && !down_scale.defined() && block.empty(), Error, op,
                 " scales are for float8 experts only, got ", describe(gate_up), " with a scale");
   }
   const Tensor& ids = routing.topk_ids;
@@ -219,6 +232,11 @@ Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor
   ANVIL_CHECK(routing.topk_weights.dtype() == kFloat32 && routing.topk_weights.sizes() == ids.sizes(), ShapeError,
               op, " routing.topk_weights must be float32 [", T, ", ", K, "], got ", describe(routing.topk_weights));
 
+  // The fused CUDA kernels apply the Hub's 128 x 128 blocks and others moe_experts_block_ok
+  // takes; other block shapes run on the layer's dequantised experts.
+  if (fp8 && !block.empty() && hidden.device().is_cuda() && !moe_experts_block_ok(gate_up.dtype(), block[0], block[1], I))
+    return moe_experts(hidden, routing, dequantize_fp8(gate_up, gate_up_scale, block, dt),
+                       dequantize_fp8(down, down_scale, block, dt));
   const TensorOptions o = TensorOptions(dt).device(hidden.device());
   if (T == 0 || H == 0) return empty({T, H}, o);
   if (K == 0 || I == 0) return zeros({T, H}, o);
@@ -232,6 +250,14 @@ Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor
                 " sorted_pos (moe_route's result)");
     return as_op(op, [&] {
       const Tensor x = index_select(h, 0, routing.token_index);
+      if (!block.empty()) {
+        // Block scales vary along k, so they cannot be the grouped product's row scales: the
+        // layer's experts are dequantised (a transient [E, 2I, H] + [E, H, I] in dt).
+        const Tensor g = grouped_mm(x, dequantize_fp8(gu, gate_up_scale, block, dt).transpose(1, 2), routing.offs);
+        const Tensor a = silu_mul(g.narrow(1, 0, I), g.narrow(1, I, I));
+        const Tensor y = grouped_mm(a, dequantize_fp8(dn, down_scale, block, dt).transpose(1, 2), routing.offs);
+        return moe_combine(y, routing.topk_weights, routing.sorted_pos);
+      }
       const Tensor gs = fp8 ? gate_up_scale.reshape({E, 2 * I}) : Tensor(), ds = fp8 ? down_scale.reshape({E, H}) : Tensor();
       const Tensor g = fp8 ? scaled_grouped_mm(x, gu.transpose(1, 2), {}, gs, routing.offs, dt)
                            : grouped_mm(x, gu.transpose(1, 2), routing.offs);
@@ -251,8 +277,18 @@ Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor
   p.weights = static_cast<const float*>(wc.raw_data_ptr());
   p.gate_up = gu.raw_data_ptr();
   p.down = dn.raw_data_ptr();
-  p.gate_up_scale = fp8 ? static_cast<const float*>(gsc.raw_data_ptr()) : nullptr;
-  p.down_scale = fp8 ? static_cast<const float*>(dsc.raw_data_ptr()) : nullptr;
+  if (fp8 && !block.empty()) {
+    for (auto [b, sc] : {std::pair{&p.gate_up_block, &gsc}, std::pair{&p.down_block, &dsc}}) {
+      b->scale = static_cast<const float*>(sc->raw_data_ptr());
+      b->block_n = block[0];
+      b->block_k = block[1];
+      b->stride_row = sc->size(2);
+      b->stride_expert = sc->size(1) * sc->size(2);
+    }
+  } else if (fp8) {
+    p.gate_up_scale = static_cast<const float*>(gsc.raw_data_ptr());
+    p.down_scale = static_cast<const float*>(dsc.raw_data_ptr());
+  }
   p.act = act.raw_data_ptr();
   p.out = out.raw_data_ptr();
   p.dtype = dt;

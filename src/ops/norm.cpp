@@ -101,9 +101,12 @@ std::tuple<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual,
 }
 
 std::tuple<Tensor, Tensor> add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
-                                               std::optional<double> eps, const Tensor& weight, const Tensor& weight_scale) {
+                                               std::optional<double> eps, const Tensor& weight, const Tensor& weight_scale,
+                                               const Shape& block) {
   const char* op = "[add_rms_norm_linear]";
   ANVIL_CHECK(x.defined() && residual.defined() && weight.defined(), Error, op, " undefined tensor");
+  ANVIL_CHECK(block.empty() || weight_scale.defined(), Error, op, " block ", shape_str(block),
+              " needs its weight_scale");
   ANVIL_CHECK(x.dim() >= 1, ShapeError, op, " x must have at least one dim, got ", describe(x));
   const int64_t k = x.size(-1);
   const bool half = x.dtype() == kBFloat16 || x.dtype() == kFloat16;
@@ -141,7 +144,7 @@ std::tuple<Tensor, Tensor> add_rms_norm_linear(const Tensor& x, const Tensor& re
   }
   return as_op(op, [&]() -> std::tuple<Tensor, Tensor> {
     auto [h, sum] = add_rms_norm(x, residual, {k}, norm_weight, eps);
-    Tensor y = weight_scale.defined() ? scaled_linear(h, weight, weight_scale) : linear(h, weight);
+    Tensor y = weight_scale.defined() ? scaled_linear(h, weight, weight_scale, {}, block) : linear(h, weight);
     return {y, sum};
   });
 }

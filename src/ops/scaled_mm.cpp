@@ -122,7 +122,71 @@ Tensor scaled_mm(const Tensor& mat_a, const Tensor& mat_b, const Tensor& scale_a
   return out;
 }
 
-Tensor scaled_linear(const Tensor& input, const Tensor& weight, const Tensor& weight_scale, const Tensor& bias) {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The block sizes {block_n, block_k} of block scales, validated (op names the caller).
+void check_block(const char* op, const Shape& block) {
+  ANVIL_CHECK(block.size() == 2 && block[0] >= 1 && block[1] >= 1, ShapeError, op,
+              " block must be {block_n, block_k} with both >= 1, got ", shape_str(block));
+}
+
+// scale, float32 [..., ceil(n / bn), ceil(k / bk)], for a float8 weight [..., n, k].
+void check_block_scale(const char* op, const Tensor& scale, const char* name, const Tensor& weight,
+                       const Shape& block) {
+  check_block(op, block);
+  ANVIL_CHECK(scale.dtype() == kFloat32, DTypeError, op, " ", name, " must be float32, got ", describe(scale));
+  Shape want(weight.sizes().begin(), weight.sizes().end() - 2);
+  want.push_back(ceil_div(weight.size(-2), block[0]));
+  want.push_back(ceil_div(weight.size(-1), block[1]));
+  ANVIL_CHECK(scale.sizes() == want, ShapeError, op, " ", name, " must be ", shape_str(want), " (one scale per ",
+              block[0], " x ", block[1], " block of weight ", shape_str(weight.sizes()), "), got ", describe(scale));
+}
+
+// The BlockScale of a contiguous scale grid [..., nb, kb].
+BlockScale block_scale_of(const Tensor& scale, const Shape& block) {
+  BlockScale b;
+  b.scale = static_cast<const float*>(scale.raw_data_ptr());
+  b.block_n = block[0];
+  b.block_k = block[1];
+  b.stride_row = scale.size(-1);
+  b.stride_expert = scale.dim() >= 3 ? scale.size(-1) * scale.size(-2) : 0;
+  return b;
+}
+
+}  // namespace
+
+Tensor dequantize_fp8(const Tensor& weight, const Tensor& scale, const Shape& block, DType dtype) {
+  const char* op = "[dequantize_fp8]";
+  ANVIL_CHECK(weight.defined() && scale.defined(), Error, op, " undefined tensor");
+  check_same_device(op, weight, scale);
+  ANVIL_CHECK(is_float8(weight.dtype()), DTypeError, op, " weight must be float8_e4m3fn or float8_e5m2, got ",
+              describe(weight));
+  ANVIL_CHECK(dtype == kFloat32 || dtype == kBFloat16 || dtype == kFloat16, DTypeError, op,
+              " dtype must be float32, bfloat16 or float16, got ", dtype_name(dtype));
+  ANVIL_CHECK(weight.dim() >= 2, ShapeError, op, " weight must be [..., n, k], got ", describe(weight));
+  check_block_scale(op, scale, "scale", weight, block);
+  const int64_t n = weight.size(-2), k = weight.size(-1), nb = scale.size(-2), kb = scale.size(-1);
+  Shape lead(weight.sizes().begin(), weight.sizes().end() - 2), grid = lead, full = lead;
+  for (int64_t v : {nb, int64_t{1}, kb, int64_t{1}}) grid.push_back(v);
+  for (int64_t v : {nb, block[0], kb, block[1]}) full.push_back(v);
+  if (n % block[0] == 0 && k % block[1] == 0) {
+    // Whole blocks: the scale grid broadcast over a [.., nb, bn, kb, bk] view (the float8 values
+    // are exact in dtype; the product is float32 and rounded once).
+    return mul(weight.to(dtype).reshape(full), scale.reshape(grid)).to(dtype).view(weight.sizes());
+  }
+  // Partial blocks: each scale repeated over its block (the grid padded to whole blocks, then cut
+  // to [n, k]).
+  Shape padded = lead;
+  padded.push_back(nb * block[0]);
+  padded.push_back(kb * block[1]);
+  const Tensor s = scale.reshape(grid).expand(full).reshape(padded).narrow(-2, 0, n).narrow(-1, 0, k);
+  return mul(weight.to(kFloat32), s).to(dtype);  // one float32 product, one rounding
+}
+
+Tensor scaled_linear(const Tensor& input, const Tensor& weight, const Tensor& weight_scale, const Tensor& bias,
+                     const Shape& block) {
   const char* op = "[scaled_linear]";
   ANVIL_CHECK(input.defined() && weight.defined() && weight_scale.defined(), Error, op, " undefined tensor");
   check_same_device(op, input, weight);
@@ -140,12 +204,17 @@ Tensor scaled_linear(const Tensor& input, const Tensor& weight, const Tensor& we
   ANVIL_CHECK(weight.size(1) == k, ShapeError, op, " input and weight.T shapes cannot be multiplied (", m, "x", k,
               " and ", weight.size(1), "x", n, ")");
   check_scale(op, weight_scale, "weight_scale", input);
-  const bool per_row = weight_scale.numel() != 1;
-  ANVIL_CHECK(weight_scale.numel() == 1 ||
-                  (weight_scale.numel() == n && weight_scale.size(0) == n &&
-                   (weight_scale.dim() == 1 || (weight_scale.dim() == 2 && weight_scale.size(1) == 1))),
-              ShapeError, op, " weight_scale must be [", n, "] or [", n, ", 1] (one per weight row) or one element, got ",
-              describe(weight_scale));
+  const bool blocked = !block.empty();
+  const bool per_row = !blocked && weight_scale.numel() != 1;
+  if (blocked) {
+    check_block_scale(op, weight_scale, "weight_scale", weight, block);
+  } else {
+    ANVIL_CHECK(weight_scale.numel() == 1 ||
+                    (weight_scale.numel() == n && weight_scale.size(0) == n &&
+                     (weight_scale.dim() == 1 || (weight_scale.dim() == 2 && weight_scale.size(1) == 1))),
+                ShapeError, op, " weight_scale must be [", n, "] or [", n,
+                ", 1] (one per weight row) or one element, got ", describe(weight_scale));
+  }
   if (bias.defined()) {
     check_same_device(op, input, bias);
     ANVIL_CHECK(bias.dtype() == t, DTypeError, op, " expected bias to have dtype ", dtype_name(t), ", but got ",
@@ -155,11 +224,16 @@ Tensor scaled_linear(const Tensor& input, const Tensor& weight, const Tensor& we
 
   const TensorOptions opts = TensorOptions(t).device(input.device());
   if (m == 0 || n == 0) return empty(out_shape, opts);
-  const Tensor scale = weight_scale.reshape({weight_scale.numel()}).contiguous();
+  const Tensor scale = blocked ? weight_scale.contiguous() : weight_scale.reshape({weight_scale.numel()}).contiguous();
   if (k == 0 || m > kGemvMaxRows || weight.stride(1) != 1) {
-    // Prefill: the weight converted to the input's dtype (exact for float8 values), the GEMM, then
-    // the per-row scale on the product.
-    // The scale and bias in float32, one more rounding.
+    // Prefill: the GEMM with the weight converted to the input's dtype. Row scales multiply the
+    // product (exact float8 values in the GEMM, the scale in float32: two roundings); block
+    // scales are applied to the weight first (dequantize_fp8: one more rounding of the weight).
+    if (blocked) {
+      Tensor y = mm(input.reshape({m, k}), dequantize_fp8(weight, scale, block, t).t());
+      if (bias.defined()) y = add(y, bias);
+      return y.view(out_shape);
+    }
     Tensor y = mul(mm(input.reshape({m, k}), weight.to(t).t()), scale.reshape({1, per_row ? n : 1}));
     if (bias.defined()) y = add(y, bias);
     return y.to(t).view(out_shape);
@@ -170,7 +244,8 @@ Tensor scaled_linear(const Tensor& input, const Tensor& weight, const Tensor& we
   ScaledMmParams p;
   p.a = x.raw_data_ptr();
   p.w = weight.raw_data_ptr();
-  p.scale_w = static_cast<const float*>(scale.raw_data_ptr());
+  if (blocked) p.w_block = block_scale_of(scale, block);
+  else p.scale_w = static_cast<const float*>(scale.raw_data_ptr());
   p.scale_w_per_row = per_row;
   p.bias = b.defined() ? b.raw_data_ptr() : nullptr;
   p.bias_dtype = t;
@@ -194,16 +269,38 @@ std::tuple<Tensor, Tensor> quantize_fp8(const Tensor& x, ScalingType recipe, DTy
   ANVIL_CHECK(x.dtype() == kFloat32 || x.dtype() == kBFloat16 || x.dtype() == kFloat16 || x.dtype() == kFloat64,
               DTypeError, op, " input must be a floating dtype, got ", describe(x));
   ANVIL_CHECK(is_float8(dtype), DTypeError, op, " dtype must be float8_e4m3fn or float8_e5m2, got ", dtype_name(dtype));
-  ANVIL_CHECK(recipe == ScalingType::RowWise || recipe == ScalingType::TensorWise, Error, op,
-              " only RowWise and TensorWise quantisation exist, got ", recipe_name(recipe));
-  ANVIL_CHECK(recipe == ScalingType::TensorWise || x.dim() >= 1, ShapeError, op,
-              " RowWise needs at least one dim, got ", describe(x));
+  const bool blocks = recipe == ScalingType::BlockWise128x128;
+  ANVIL_CHECK(recipe == ScalingType::RowWise || recipe == ScalingType::TensorWise || blocks, Error, op,
+              " only RowWise, TensorWise and BlockWise128x128 quantisation exist, got ", recipe_name(recipe));
+  ANVIL_CHECK(recipe == ScalingType::TensorWise || x.dim() >= (blocks ? 2 : 1), ShapeError, op, " ",
+              recipe_name(recipe), " needs at least ", blocks ? 2 : 1, " dims, got ", describe(x));
   const double fp8_max = dtype == kFloat8_e4m3fn ? 448.0 : 57344.0;
+  const TensorOptions f32 = TensorOptions(kFloat32).device(x.device());
+  // An all-zero row (block) keeps scale 1 (any scale decodes zeros back to zeros).
+  auto scale_of = [&](const Tensor& amax_abs) {
+    const Tensor s = div(amax_abs, fp8_max);
+    return where(eq(s, 0.0), full({}, 1.0, f32), s);
+  };
+  if (blocks) {
+    // x [..., n, k] zero-padded to whole 128 x 128 blocks: scale [..., ceil(n / 128), ceil(k / 128)].
+    constexpr int64_t kB = 128;
+    const int64_t n = x.size(-2), k = x.size(-1), nb = ceil_div(n, kB), kb = ceil_div(k, kB);
+    Shape lead(x.sizes().begin(), x.sizes().end() - 2), padded = lead, tiles = lead, grid = lead;
+    for (int64_t v : {nb * kB, kb * kB}) padded.push_back(v);
+    for (int64_t v : {nb, kB, kb, kB}) tiles.push_back(v);
+    for (int64_t v : {nb, int64_t{1}, kb, int64_t{1}}) grid.push_back(v);
+    Tensor xp = zeros(padded, f32);
+    xp.narrow(-2, 0, n).narrow(-1, 0, k).copy_(x);
+    const int64_t d = static_cast<int64_t>(lead.size());
+    const Tensor scale = scale_of(amax(abs(xp.view(tiles)), {d + 1, d + 3}, /*keepdim=*/true));  // [..., nb, 1, kb, 1]
+    const Tensor q = div(xp.view(tiles), scale).to(dtype).view(padded).narrow(-2, 0, n).narrow(-1, 0, k).contiguous();
+    Shape out = lead;
+    for (int64_t v : {nb, kb}) out.push_back(v);
+    return {q, scale.reshape(out)};
+  }
   const Tensor x32 = x.to(kFloat32);
-  Tensor amax_abs = recipe == ScalingType::RowWise ? amax(abs(x32), {-1}, /*keepdim=*/true) : amax(abs(x32));
-  // An all-zero row keeps scale 1 (any scale decodes zeros back to zeros).
-  Tensor scale = div(amax_abs, fp8_max);
-  scale = where(eq(scale, 0.0), full({}, 1.0, TensorOptions(kFloat32).device(x.device())), scale);
+  const Tensor amax_abs = recipe == ScalingType::RowWise ? amax(abs(x32), {-1}, /*keepdim=*/true) : amax(abs(x32));
+  const Tensor scale = scale_of(amax_abs);
   Tensor q = div(x32, scale).to(dtype);  // the cast saturates to the fp8 range
   return {q, scale};
 }
