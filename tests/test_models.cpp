@@ -16,6 +16,7 @@
 #include "runtime/config.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
+#include "runtime/safetensors.h"
 
 namespace {
 
@@ -158,7 +159,7 @@ TEST_P(Models, Fp8Weights) {
     const size_t n = first_near_tie(ref->router_logits(), ref->config().num_experts_per_tok, g.ids.size(), 2e-3f);
     ASSERT_GE(n, 5u);
     LoadOptions o{dev(), kBFloat16, 64};
-    o.fp8_weights = true;
+    o.fp8_weights = anvil::runtime::Fp8Weights::Quantize;
     auto m = load_model(model_dir(name), o);
     EXPECT_LT(m->weight_bytes(), ref->weight_bytes() / 2);  // 1 byte per projection weight, 2 per embedding, against 4
     EXPECT_EQ(m->parameters(), ref->parameters());
@@ -171,6 +172,51 @@ TEST_P(Models, Fp8Weights) {
     std::vector<std::vector<double>> step;
     for (size_t i = 0; i < n; ++i) step.push_back(rows(m->forward(ids_tensor(g.ids, i, i + 1), static_cast<int64_t>(i)))[0]);
     EXPECT_TRUE(matches(step, head, kBFloat16, true)) << "decode";
+  }
+}
+
+// The Hub's block-scaled FP8 layout (tests/data/*-fp8, made by scripts/make_fp8_checkpoints.py:
+// e4m3 weights with weight_scale_inv per 32 x 32 / 48 x 64 block, partial blocks; reference/ holds
+// the same model with the dequantised weights in float32). Native float8 (the default) and
+// dequantised-at-load bfloat16 against the reference in float32: cosine >= 0.999 per row, the same
+// argmax where the margin allows, in prefill and decode, up to the first near-tied routing;
+// dequantised float32 against it at float32's tolerance.
+TEST_P(Models, BlockFp8Checkpoints) {
+  using anvil::runtime::Fp8Weights;
+  for (const std::string name : {"qwen3-moe-tiny-fp8", "qwen3-dense-tiny-fp8"}) {
+    SCOPED_TRACE(name);
+    const Golden& g0 = golden(name.substr(0, name.size() - 4));  // the prompt and ids
+    auto ref = load_model(model_dir(name) + "/reference", LoadOptions{dev(), kFloat32, 64, true});
+    Golden g = g0;
+    g.logits = rows(ref->forward(ids_tensor(g.ids, 0, g.ids.size()), 0));
+    for (size_t r = 0; r < g.logits.size(); ++r) {
+      std::vector<double> sorted = g.logits[r];
+      std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+      g.margin[r] = sorted[0] - sorted[1];
+    }
+    const size_t n = first_near_tie(ref->router_logits(), ref->config().num_experts_per_tok, g.ids.size());
+    ASSERT_GE(n, g.ids.size() / 2);
+    g.logits.resize(n);
+    g.margin.resize(n);
+    auto ref_bf16 = load_model(model_dir(name) + "/reference", LoadOptions{dev(), kBFloat16, 64});
+    for (const Fp8Weights mode : {Fp8Weights::Checkpoint, Fp8Weights::Quantize, Fp8Weights::Dequantize}) {
+      for (DType t : {kBFloat16, kFloat32}) {
+        if (t == kFloat32 && mode != Fp8Weights::Dequantize) continue;
+        SCOPED_TRACE(std::string(dtype_name(t)) + " mode " + std::to_string(static_cast<int>(mode)));
+        LoadOptions o{dev(), t, 64};
+        o.fp8_weights = mode;
+        auto m = load_model(model_dir(name), o);
+        EXPECT_EQ(m->parameters(), ref->parameters());
+        if (mode != Fp8Weights::Dequantize) EXPECT_LT(m->weight_bytes(), ref_bf16->weight_bytes() * 3 / 4);
+        else EXPECT_EQ(m->weight_bytes(), t == kFloat32 ? ref->weight_bytes() : ref_bf16->weight_bytes());
+        auto prefill = rows(m->forward(ids_tensor(g.ids, 0, g.ids.size()), 0));
+        prefill.resize(n);
+        EXPECT_TRUE(matches(prefill, g, t)) << "prefill";
+        std::vector<std::vector<double>> step;
+        for (size_t i = 0; i < n; ++i) step.push_back(rows(m->forward(ids_tensor(g.ids, i, i + 1), static_cast<int64_t>(i)))[0]);
+        EXPECT_TRUE(matches(step, g, t)) << "decode";
+      }
+    }
   }
 }
 
@@ -318,6 +364,70 @@ TEST(ModelConfig, WrongWeightShapes) {
               std::string::npos)
         << e.what();
   }
+  fs::remove_all(dir);
+}
+
+// Strict FP8 loading: every unsupported quantization scheme or field, a float8 tensor without
+// its scale or with a scale of the wrong grid, and checkpoint tensors the model does not read
+// are FormatErrors that name them (the last one can be waived with allow_unread).
+TEST(ModelConfig, StrictFp8Loading) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("anvil_fp8_" + std::to_string(::getpid()));
+  const std::string src = model_dir("qwen3-dense-tiny-fp8");
+  std::ifstream in(src + "/config.json");
+  const nlohmann::json base = nlohmann::json::parse(in);
+  // A copy of the checkpoint with config edited by `edit` and, when `drop` is set, that tensor
+  // hidden behind an index that lists every other one.
+  auto load_error = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& drop = "",
+                        bool allow_unread = false) -> std::string {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    fs::copy_file(src + "/model.safetensors", dir / "model.safetensors");
+    nlohmann::json c = base;
+    edit(c);
+    std::ofstream(dir / "config.json") << c.dump(2);
+    if (!drop.empty()) {
+      nlohmann::json map = nlohmann::json::object();
+      auto ck = runtime::Checkpoint(src);
+      for (const std::string& t : ck.names())
+        if (t != drop) map[t] = "model.safetensors";
+      std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"weight_map", map}}.dump();
+    }
+    LoadOptions o{kCPU, kBFloat16, 8};
+    o.allow_unread = allow_unread;
+    try {
+      (void)load_model(dir.string(), o);
+    } catch (const FormatError& e) {
+      return e.what();
+    }
+    return "loaded";
+  };
+  auto q = [](nlohmann::json& c) -> nlohmann::json& { return c["quantization_config"]; };
+  auto has = [](const std::string& msg, const std::string& what) {
+    return msg.find(what) != std::string::npos ? ::testing::AssertionSuccess() : ::testing::AssertionFailure() << msg;
+  };
+  EXPECT_EQ(load_error([](nlohmann::json&) {}), "loaded");
+  EXPECT_TRUE(has(load_error([&](nlohmann::json& c) { q(c)["quant_method"] = "awq"; }), "quant_method \"awq\" is not supported"));
+  EXPECT_TRUE(has(load_error([&](nlohmann::json& c) { q(c)["quant_method"] = "gptq"; }), "quant_method \"gptq\""));
+  EXPECT_TRUE(has(load_error([&](nlohmann::json& c) { q(c)["quant_method"] = "compressed-tensors"; }),
+                  "quant_method \"compressed-tensors\""));
+  EXPECT_TRUE(has(load_error([&](nlohmann::json& c) { q(c)["activation_scheme"] = "static"; }),
+                  "activation_scheme \"static\" is not supported"));
+  EXPECT_TRUE(has(load_error([&](nlohmann::json& c) { q(c)["fmt"] = "e5m2"; }), "fmt \"e5m2\" is not supported"));
+  EXPECT_TRUE(has(load_error([&](nlohmann::json& c) { q(c)["bits"] = 8; }), "field \"bits\""));
+  EXPECT_TRUE(has(load_error([&](nlohmann::json& c) { q(c).erase("weight_block_size"); }), "without weight_block_size"));
+  EXPECT_TRUE(has(load_error([&](nlohmann::json& c) { c.erase("quantization_config"); }),
+                  "model.layers.0.self_attn.q_proj.weight is float8_e4m3fn but config.json has no fp8 quantization_config"));
+  EXPECT_TRUE(has(load_error([&](nlohmann::json& c) { q(c)["weight_block_size"] = {64, 32}; }),
+                  "q_proj.weight_scale_inv has shape [2, 2]; weight [64, 64] in 64 x 32 blocks needs [1, 2]"));
+  EXPECT_TRUE(has(load_error([&](nlohmann::json& c) { q(c)["modules_to_not_convert"].push_back("model.layers.1.self_attn.o_proj"); }),
+                  "model.layers.1.self_attn.o_proj.weight is float8 but its module is listed in modules_to_not_convert"));
+  EXPECT_TRUE(has(load_error([](nlohmann::json&) {}, "model.layers.1.self_attn.q_proj.weight_scale_inv"),
+                  "float8 tensor model.layers.1.self_attn.q_proj.weight has no scale model.layers.1.self_attn.q_proj.weight_scale_inv"));
+  const std::string unread = load_error([](nlohmann::json& c) { c["num_hidden_layers"] = 1; });
+  EXPECT_TRUE(has(unread, "18 checkpoint tensor(s) are not read by the qwen3 model (model.layers.1."));
+  EXPECT_TRUE(has(unread, "--allow-unread-tensors"));
+  EXPECT_EQ(load_error([](nlohmann::json& c) { c["num_hidden_layers"] = 1; }, "", true), "loaded");
   fs::remove_all(dir);
 }
 

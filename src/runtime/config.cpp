@@ -1,6 +1,7 @@
 #include "runtime/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -49,14 +50,48 @@ std::vector<int64_t> ids_of(const json& v) {
   return r;
 }
 
+// The field `name` of g when present and not null.
+const json* optional_field(const json& g, const char* name) {
+  return g.contains(name) && !g[name].is_null() ? &g[name] : nullptr;
+}
+
+GenerationDefaults generation_defaults(const json& g, const std::string& where) {
+  GenerationDefaults d;
+  if (const json* v = optional_field(g, "do_sample")) {
+    if (!v->is_boolean()) format_fail(kOp, where, "\"do_sample\" must be true or false, got ", v->dump());
+    d.do_sample = v->get<bool>();
+  }
+  if (const json* v = optional_field(g, "temperature")) {
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0)
+      format_fail(kOp, where, "\"temperature\" must be a finite number >= 0, got ", v->dump());
+    d.temperature = v->get<double>();
+  }
+  if (const json* v = optional_field(g, "top_k")) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 0)
+      format_fail(kOp, where, "\"top_k\" must be an integer >= 0, got ", v->dump());
+    d.top_k = v->get<int64_t>();
+  }
+  if (const json* v = optional_field(g, "top_p")) {
+    if (!v->is_number() || !(v->get<double>() > 0 && v->get<double>() <= 1))
+      format_fail(kOp, where, "\"top_p\" must be a number in (0, 1], got ", v->dump());
+    d.top_p = v->get<double>();
+  }
+  return d;
+}
+
 }  // namespace
+
+GenerationDefaults parse_generation_defaults(const std::string& generation_config, const std::string& where) {
+  return generation_defaults(parse(generation_config, where), where);
+}
 
 bool ModelConfig::sparse_layer(int64_t l) const {
   return is_moe() && std::find(mlp_only_layers.begin(), mlp_only_layers.end(), l) == mlp_only_layers.end() &&
          (l + 1) % decoder_sparse_step == 0;
 }
 
-ModelConfig parse_config(const std::string& config, const std::string& generation_config, const std::string& where) {
+ModelConfig parse_config(const std::string& config, const std::string& generation_config, const std::string& where,
+                         const std::string& generation_where) {
   const json j = parse(config, where);
   ModelConfig c;
   c.model_type = j.value("model_type", "");
@@ -112,8 +147,9 @@ ModelConfig parse_config(const std::string& config, const std::string& generatio
   if (needs_dense) c.intermediate_size = positive(j, {"intermediate_size"}, where);
   if (j.contains("eos_token_id")) c.eos_token_ids = ids_of(j["eos_token_id"]);
   if (!generation_config.empty()) {
-    const json g = parse(generation_config, where + " (generation_config)");
-    if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) c.eos_token_ids = ids_of(g["eos_token_id"]);
+    const json g = parse(generation_config, generation_where);
+    if (const json* v = optional_field(g, "eos_token_id")) c.eos_token_ids = ids_of(*v);
+    c.generation = generation_defaults(g, generation_where);
   }
   return c;
 }
@@ -147,7 +183,7 @@ ModelConfig load_config(const std::string& dir) {
   const fs::path d(dir), cfg = d / "config.json", gen = d / "generation_config.json";
   if (!fs::exists(cfg)) throw Error(std::string(kOp) + " " + dir + " has no config.json");
   return parse_config(read_file(cfg.string(), kOp), fs::exists(gen) ? read_file(gen.string(), kOp) : std::string(),
-                      cfg.string());
+                      cfg.string(), gen.string());
 }
 
 }  // namespace anvil::runtime

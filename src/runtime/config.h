@@ -6,10 +6,23 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace anvil::runtime {
+
+// generation_config.json's sampling fields as the file gives them (empty: absent or null);
+// choose_sampling (generate.h) merges them with the user's values.
+struct GenerationDefaults {
+  std::optional<bool> do_sample;
+  std::optional<double> temperature, top_p;
+  std::optional<int64_t> top_k;
+
+  bool has_sampling_fields() const {
+    return do_sample.has_value() || temperature.has_value() || top_k.has_value() || top_p.has_value();
+  }
+};
 
 struct ModelConfig {
   std::string model_type;  // "qwen3" | "qwen3_moe"
@@ -24,6 +37,7 @@ struct ModelConfig {
   bool norm_topk_prob = false;
   std::vector<int64_t> mlp_only_layers;
   std::vector<int64_t> eos_token_ids;  // generation_config.json's, else config.json's
+  GenerationDefaults generation;        // generation_config.json's sampling fields
 
   bool is_moe() const { return num_experts > 0; }
   bool sparse_layer(int64_t l) const;
@@ -37,7 +51,13 @@ ModelConfig load_config(const std::string& dir);
 // for anything else.
 ModelConfig preset_config(const std::string& name);
 
-// The same from JSON text (`where` names it in messages); generation_config may be empty.
-ModelConfig parse_config(const std::string& config, const std::string& generation_config, const std::string& where);
+// The same from JSON text (`where` and `generation_where` name the two in messages);
+// generation_config may be empty.
+ModelConfig parse_config(const std::string& config, const std::string& generation_config, const std::string& where,
+                         const std::string& generation_where = "generation_config.json");
+// generation_config.json's sampling fields: FormatError naming `where` and the field when one has
+// the wrong type or range (do_sample a bool, temperature finite >= 0, top_k an integer >= 0,
+// top_p in (0, 1]).
+GenerationDefaults parse_generation_defaults(const std::string& generation_config, const std::string& where);
 
 }  // namespace anvil::runtime

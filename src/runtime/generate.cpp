@@ -7,9 +7,39 @@
 
 namespace anvil::runtime {
 
+SamplingChoice choose_sampling(const GenerationDefaults& checkpoint, const SamplingRequest& given) {
+  SamplingChoice c;
+  c.options = SamplingOptions{0.0, 0, 1.0};
+  if (given.temperature && *given.temperature == 0) {
+    c.temperature = c.top_k = c.top_p = SamplingSource::kGiven;
+    return c;
+  }
+  const bool asked = given.temperature || given.top_k || given.top_p;
+  if (!asked && !checkpoint.do_sample.value_or(false)) {
+    c.temperature = c.top_k = c.top_p =
+        checkpoint.has_sampling_fields() ? SamplingSource::kCheckpoint : SamplingSource::kAnvilDefault;
+    return c;
+  }
+  // Each field: the given value, else the checkpoint's, else transformers' default.
+  auto pick = [](const auto& mine, const auto& theirs, auto fallback, SamplingSource& source) {
+    using S = SamplingSource;
+    source = mine ? S::kGiven : theirs ? S::kCheckpoint : S::kTransformersDefault;
+    return mine ? *mine : theirs ? *theirs : fallback;
+  };
+  c.options.temperature = pick(given.temperature, checkpoint.temperature, 1.0, c.temperature);
+  c.options.top_k = pick(given.top_k, checkpoint.top_k, int64_t{50}, c.top_k);
+  c.options.top_p = pick(given.top_p, checkpoint.top_p, 1.0, c.top_p);
+  if (c.greedy()) {  // the checkpoint's temperature 0
+    c.options = SamplingOptions{0.0, 0, 1.0};
+    c.top_k = c.top_p = c.temperature;
+  }
+  return c;
+}
+
 std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, const GenerateOptions& o,
                               const std::function<bool(int64_t)>& on_token, GenerateStats* stats) {
   ANVIL_CHECK(!prompt.empty(), Error, "[generate] the prompt has no tokens");
+  ANVIL_CHECK(o.max_new_tokens >= 0, Error, "[generate] max_new_tokens must be >= 0, got ", o.max_new_tokens);
   const int64_t P = static_cast<int64_t>(prompt.size());
   ANVIL_CHECK(P < model.max_context(), Error, "[generate] the prompt's ", P, " tokens fill the context of ",
               model.max_context(), " tokens (raise the context or shorten the prompt)");
@@ -27,6 +57,10 @@ std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, 
   std::vector<int64_t> out;
   auto t0 = clock::now();
   Tensor logits = model.forward(ids, 0);
+  if (o.max_new_tokens == 0) {  // the prompt only: its last row read back ends the timing
+    (void)logits.select(0, P - 1).to(kCPU);
+    st.prompt_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  }
   int64_t pos = P;
   while (static_cast<int64_t>(out.size()) < o.max_new_tokens) {
     const int64_t next = sample(logits.select(0, logits.size(0) - 1), o.sampling, rng).to(kCPU).item<int64_t>();

@@ -4,13 +4,42 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "anvil/nn.h"
+#include "runtime/config.h"
 #include "runtime/model.h"
 
 namespace anvil::runtime {
+
+// The sampling values a user gave (CLI flags, a request's fields); empty: not given. Every front
+// end checks their ranges itself, naming its own option (sample() checks them again).
+struct SamplingRequest {
+  std::optional<double> temperature, top_p;
+  std::optional<int64_t> top_k;
+};
+
+enum class SamplingSource {
+  kGiven,                // the user's value
+  kCheckpoint,           // generation_config.json's
+  kTransformersDefault,  // a field the checkpoint leaves out: transformers' 1.0, 50, 1.0
+  kAnvilDefault,         // nothing asks for sampling: greedy
+};
+
+struct SamplingChoice {
+  SamplingOptions options;  // temperature 0: greedy
+  SamplingSource temperature = SamplingSource::kAnvilDefault, top_k = SamplingSource::kAnvilDefault,
+                 top_p = SamplingSource::kAnvilDefault;  // greedy: all three say why
+  bool greedy() const { return options.temperature == 0; }
+};
+
+// Transformers' rule with the user's values on top: a given field overrides the checkpoint's;
+// given temperature 0 is greedy; any other given field, or do_sample true, samples, with the
+// checkpoint's value for each field not given, else transformers' default; otherwise (do_sample
+// false or absent) greedy. A temperature of 0 from the checkpoint is greedy too.
+SamplingChoice choose_sampling(const GenerationDefaults& checkpoint, const SamplingRequest& given);
 
 struct GenerateOptions {
   int64_t max_new_tokens = 128;
@@ -28,7 +57,7 @@ struct GenerateStats {
 };
 
 // New ids after `prompt` (non-empty). on_token(id) sees each new id as it is sampled; returning
-// false ends generation there.
+// false ends generation there. max_new_tokens 0 runs the prompt only (prompt_seconds times it).
 std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, const GenerateOptions& options,
                               const std::function<bool(int64_t)>& on_token = {}, GenerateStats* stats = nullptr);
 

@@ -14,14 +14,23 @@
 
 namespace anvil::runtime {
 
+// Which projection and expert weights load as float8 (embeddings, norms and MoE routers are
+// always in the compute dtype).
+enum class Fp8Weights : uint8_t {
+  Checkpoint,  // float8 where the checkpoint stores it (with its own block scales), dtype elsewhere
+  Quantize,    // also the checkpoint's other projections, quantised to e4m3fn with row scales
+  Dequantize,  // none: float8 weights dequantised once at load into dtype
+};
+
 struct LoadOptions {
   Device device = kCPU;
   DType dtype = kBFloat16;    // compute and weight dtype: float32 / bfloat16 / float16
   int64_t max_context = 0;    // KV cache rows; 0: min(max_position_embeddings, 4096)
   bool keep_router = false;   // keep each MoE layer's router logits of the last forward (analysis)
-  // Projection and expert weights as float8 e4m3fn with one scale per row (dtype: the activations'
-  // and the rest's); embeddings, norms and MoE routers stay in dtype.
-  bool fp8_weights = false;
+  Fp8Weights fp8_weights = Fp8Weights::Checkpoint;
+  // A checkpoint tensor the model does not read is a FormatError (a layout we do not know is
+  // never half-loaded); true ignores such tensors (the CLI's --allow-unread-tensors).
+  bool allow_unread = false;
   // CUDA: run each one-token step as a CUDA graph captured at the first one (kernels launched
   // back to back, no host work between them).
   bool cuda_graph = true;
@@ -50,6 +59,27 @@ class Model {
   virtual std::vector<Tensor> router_logits() const { return {}; }
 };
 
+// A projection's (or stacked experts') weight [..., n, k] as the kernels take it: in the load
+// dtype, or float8 with row scales [..., n] or block scales [..., ceil(n / bn), ceil(k / bk)].
+struct ProjWeight {
+  Tensor w, scale;
+  Shape block;  // {bn, bk} with block scales, else empty
+  bool fp8() const { return scale.defined(); }
+  uint64_t nbytes() const { return w.nbytes() + (scale.defined() ? scale.nbytes() : 0); }
+};
+// Projections of one input stacked along their rows ([n_0 + n_1 + ..., k]): one GEMV computes
+// them all. Block scales whose blocks do not line up with the parts are re-blocked to the
+// greatest common divisor of the block and the parts' rows (each scale repeated: exact); a mix
+// of float8 and dense parts is dequantised to the dense parts' dtype.
+ProjWeight stack_rows(const std::vector<ProjWeight>& parts);
+// Experts [E, n, k] from E weights of one shape and format.
+ProjWeight stack_experts(const std::vector<ProjWeight>& experts);
+// Block-scaled a and b re-blocked to one block (the gcd of their row blocks) when they differ,
+// for ops that take one block for two weights (moe_experts' gate_up and down).
+void same_blocks(ProjWeight& a, ProjWeight& b);
+// x @ p^T through linear or scaled_linear.
+Tensor project(const Tensor& x, const ProjWeight& p);
+
 // Where a model's weights come from: a checkpoint folder, or random numbers in a real model's
 // shapes (benchmarks and the demo need no download).
 class WeightSource {
@@ -59,8 +89,13 @@ class WeightSource {
   // `name` shaped `shape`, contiguous, in the load dtype on the load device; FormatError naming
   // it when absent or shaped otherwise.
   virtual Tensor get(const std::string& name, const Shape& shape) = 0;
+  // A projection weight under LoadOptions::fp8_weights: the checkpoint's float8 with its scales,
+  // quantised, dequantised or dense.
+  virtual ProjWeight projection(const std::string& name, const Shape& shape) = 0;
   virtual uint64_t total_bytes() const { return 0; }  // of every weight in the source, when known
   uint64_t loaded_bytes() const { return loaded_; }   // source bytes of the weights got so far
+  // Tensors of the source that nothing has read (a checkpoint's; empty for random weights).
+  virtual std::vector<std::string> unread() const { return {}; }
 
  protected:
   uint64_t loaded_ = 0;
@@ -68,8 +103,9 @@ class WeightSource {
 std::unique_ptr<WeightSource> checkpoint_weights(const std::string& dir, const LoadOptions& options);
 // Norm weights 1 + 0.1 N(0, 1), every other matrix N(0, (0.5 / sqrt(fan_in))^2) (the recipe of
 // the tiny goldens), made on the device from `seed` (tiled from a pool of 2^22 draws, so values
-// repeat across weights); experts in the fused layout.
-std::unique_ptr<WeightSource> random_weights(const LoadOptions& options, uint64_t seed);
+// repeat across weights); experts in the fused layout. block_fp8: projections quantised to
+// e4m3fn in 128 x 128 blocks, as the Hub's FP8 checkpoints (benchmarks of that path).
+std::unique_ptr<WeightSource> random_weights(const LoadOptions& options, uint64_t seed, bool block_fp8 = false);
 
 // Loads the checkpoint folder DIR (config.json, safetensors) for its model_type.
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);

@@ -40,24 +40,34 @@ double read_ceiling_gbps(Device dev) {
   for (int i = 0; i < 4; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     (void)sum(x).to(kCPU).item<float>();
-    if (i > 0) best = std::max(best, 4.0 * static_cast<double>(n) / seconds_since(t0) * 1e-9);
+    const double s = seconds_since(t0);
+    if (i > 0 && s > 0) best = std::max(best, 4.0 * static_cast<double>(n) / s * 1e-9);
   }
   return best;
 }
 
 int cmd_bench(const BenchOptions& o) {
-  ANVIL_CHECK(o.model.empty() != o.shape.empty(), Error, "[bench] give either -m DIR or --shape NAME");
-  ANVIL_CHECK(o.p >= 0 && o.n >= 0 && o.p + o.n > 0 && o.reps >= 1, Error, "[bench] -p, -n >= 0 (not both 0), -r >= 1");
+  const char* op = "[bench]";
+  ANVIL_CHECK(o.model.empty() != o.shape.empty(), Error, op, o.model.empty() ? " give -m DIR or --shape NAME"
+                                                                             : " give -m DIR or --shape NAME, not both");
+  ANVIL_CHECK(o.p >= 0, Error, op, " -p must be >= 0 (0: no prompt test), got ", o.p);
+  ANVIL_CHECK(o.n >= 0, Error, op, " -n must be >= 0 (0: no generation test), got ", o.n);
+  ANVIL_CHECK(o.p + o.n > 0, Error, op, " -p and -n are both 0: nothing to measure");
+  ANVIL_CHECK(o.reps >= 1, Error, op, " -r must be >= 1, got ", o.reps);
+  if (!o.model.empty()) check_model_dir(o.model, op);
+  if (!o.json.empty()) check_output_file(o.json, op, "--json");
   runtime::LoadOptions lo;
-  lo.device = Device(o.device);
-  set_dtype(o.dtype, lo, "[bench]");
+  lo.device = parse_device(o.device, op);
+  const bool block_fp8 = set_dtype(o.dtype, lo, op);
+  lo.allow_unread = o.allow_unread;
   set_progress(lo);
   lo.max_context = std::max<int64_t>(o.p, o.n + 1);  // tg: one prompt token, then n - 1 steps
+  const runtime::ModelConfig preset = o.shape.empty() ? runtime::ModelConfig{} : runtime::preset_config(o.shape);
   std::unique_ptr<runtime::Model> model;
   std::string name;
   if (!o.shape.empty()) {
-    const auto w = runtime::random_weights(lo, 0);
-    model = runtime::build_model(runtime::preset_config(o.shape), *w, lo);
+    const auto w = runtime::random_weights(lo, 0, block_fp8);
+    model = runtime::build_model(preset, *w, lo);
     name = o.shape + " (random)";
   } else {
     model = runtime::load_model(o.model, lo);
@@ -105,7 +115,7 @@ int cmd_bench(const BenchOptions& o) {
     for (double v : row.tps) var += (v - mean) * (v - mean) / std::max<double>(1.0, static_cast<double>(row.tps.size()) - 1);
     std::printf("| %-28s | %5.2f GiB | %6.2f B | %-7s | %-6s | %9.2f +- %6.2f |\n", name.c_str(), gib, params,
                 backend.c_str(), row.test.c_str(), mean, std::sqrt(var));
-    out.push_back({{"model", name}, {"size_gib", gib}, {"params_b", params}, {"backend", backend}, {"dtype", o.dtype},
+    out.push_back({{"model", name}, {"size_gib", gib}, {"params_b", params}, {"backend", backend}, {"dtype", o.dtype.empty() ? "checkpoint" : o.dtype},
                    {"test", row.test}, {"tps_mean", mean}, {"tps_std", std::sqrt(var)}, {"tps", row.tps}});
   }
   // Generation against the read ceiling of this run: weight bytes read per token (the chosen
@@ -116,13 +126,14 @@ int cmd_bench(const BenchOptions& o) {
     for (double v : row.tps) mean += v / static_cast<double>(row.tps.size());
     const double after = read_ceiling_gbps(lo.device), ceiling = std::max(ceiling_before, after);
     const double gbps = mean * static_cast<double>(model->decode_bytes()) * 1e-9;
+    const double fraction = ceiling > 0 ? gbps / ceiling : 0.0;
     std::printf("%s: %.1f MB of weights per token, %.1f GB/s = %.3f of the %.1f GB/s read ceiling (measured before / "
                 "after the runs: %.1f / %.1f GB/s)\n",
-                row.test.c_str(), static_cast<double>(model->decode_bytes()) * 1e-6, gbps, gbps / ceiling, ceiling,
+                row.test.c_str(), static_cast<double>(model->decode_bytes()) * 1e-6, gbps, fraction, ceiling,
                 ceiling_before, after);
     out.push_back({{"test", row.test}, {"decode_bytes", model->decode_bytes()}, {"weights_gbps", gbps},
                    {"read_ceiling_gbps", ceiling}, {"read_ceiling_before_gbps", ceiling_before},
-                   {"read_ceiling_after_gbps", after}, {"fraction_of_ceiling", gbps / ceiling}});
+                   {"read_ceiling_after_gbps", after}, {"fraction_of_ceiling", fraction}});
   }
   if (!o.json.empty()) {
     std::ofstream f(o.json);

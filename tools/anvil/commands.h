@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "anvil/dtype.h"
+#include "runtime/generate.h"
 #include "runtime/model.h"
 
 namespace anvil::cli {
@@ -20,19 +21,22 @@ struct DetokenizeOptions {
 
 struct LogitsOptions {
   std::string model, ids, mode = "prefill", device = "cpu", dtype = "float32", out;
+  bool allow_unread = false;
 };
 
 struct RunOptions {
-  std::string model, prompt = "The capital of France is", tokenizer, device = "cpu", dtype = "bfloat16";
-  int64_t n = 64, top_k = 0, context = 0;
-  double temp = 0.0, top_p = 1.0;
+  std::string model, prompt = "The capital of France is", tokenizer, device = "cpu", dtype;
+  bool allow_unread = false;
+  int64_t n = 64, context = 0;
+  runtime::SamplingRequest sampling;  // --temp, --top-k, --top-p as given; empty: the checkpoint's
   uint64_t seed = 0;
   bool chat = false, no_think = false;
   std::string system;
 };
 
 struct BenchOptions {
-  std::string model, shape, device = "cpu", dtype = "bfloat16", json;
+  std::string model, shape, device = "cpu", dtype, json;
+  bool allow_unread = false;
   int64_t p = 512, n = 128;
   int reps = 5;
 };
@@ -46,9 +50,21 @@ int cmd_detokenize(const DetokenizeOptions& o);
 std::vector<int32_t> parse_ids(const std::string& s, const char* op);
 // The shipped data (data/qwen3-tokenizer): $ANVIL_DATA_DIR, else the source tree's data/.
 std::string data_dir();
-// --dtype: bfloat16 / float16 / float32 (and short names), or fp8 (bfloat16 activations with
-// float8 projection and expert weights); Error naming `op` otherwise.
-void set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op);
+// The option checks before anything is read (options.cpp), each an Error "[op] OPTION ...":
+// -m DIR is a folder holding config.json;
+void check_model_dir(const std::string& dir, const char* op);
+// a file to read exists and is not a folder;
+void check_input_file(const std::string& path, const char* op, const char* option);
+// a file to write has an existing folder;
+void check_output_file(const std::string& path, const char* op, const char* option);
+// --device is cpu, cuda or cuda:N, and that CUDA device is present.
+Device parse_device(const std::string& s, const char* op);
+// --dtype: empty (the checkpoint's: bfloat16, an FP8 checkpoint's float8 weights kept), bfloat16 /
+// float16 / float32 (and short names; FP8 checkpoints dequantised at load), fp8 (bfloat16
+// activations with float8 projection and expert weights: a checkpoint's own blocks, else row
+// scales), or fp8-block (the checkpoint's; random weights of `bench --shape` in 128 x 128 blocks,
+// the return value); Error naming `op` otherwise.
+bool set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op);
 // A loading progress bar on stderr when it is a terminal (nothing otherwise).
 void set_progress(runtime::LoadOptions& lo);
 // The device's read bandwidth now, GB/s: the best of 3 float32 sums over a buffer far past the

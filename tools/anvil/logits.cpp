@@ -1,5 +1,6 @@
 // anvil logits: float32 logits [len(ids), vocab] of a checkpoint as a .npy file, by one prefill
 // over the ids or by feeding them one at a time through the KV cache (decode).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 
 #include "anvil/anvil.h"
 #include "commands.h"
+#include "runtime/config.h"
 #include "runtime/model.h"
 
 namespace anvil::cli {
@@ -35,12 +37,16 @@ void write_npy(const std::string& path, const Tensor& t) {
 
 }  // namespace
 
-void set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op) {
-  lo.fp8_weights = s == "fp8";
-  if (s == "bfloat16" || s == "bf16" || s == "fp8") lo.dtype = kBFloat16;
+bool set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op) {
+  using runtime::Fp8Weights;
+  const bool fp8 = s == "fp8" || s == "fp8-block";
+  lo.fp8_weights = s.empty() || s == "fp8-block" ? Fp8Weights::Checkpoint : s == "fp8" ? Fp8Weights::Quantize
+                                                                                        : Fp8Weights::Dequantize;
+  if (s.empty() || s == "bfloat16" || s == "bf16" || fp8) lo.dtype = kBFloat16;
   else if (s == "float16" || s == "fp16" || s == "half") lo.dtype = kFloat16;
   else if (s == "float32" || s == "fp32" || s == "float") lo.dtype = kFloat32;
-  else throw Error(std::string(op) + " --dtype must be bfloat16, float16, float32 or fp8, got \"" + s + "\"");
+  else throw Error(std::string(op) + " --dtype must be bfloat16, float16, float32, fp8 or fp8-block, got \"" + s + "\"");
+  return s == "fp8-block";
 }
 
 void set_progress(runtime::LoadOptions& lo) {
@@ -66,19 +72,21 @@ int cmd_logits(const LogitsOptions& o) {
   ANVIL_CHECK(!ids32.empty(), Error, "[logits] --ids is empty");
   ANVIL_CHECK(o.mode == "prefill" || o.mode == "decode", Error, "[logits] --mode must be prefill or decode, got \"",
               o.mode, "\"");
+  check_model_dir(o.model, "[logits]");
+  check_output_file(o.out, "[logits]", "-o");
   const int64_t T = static_cast<int64_t>(ids32.size());
   runtime::LoadOptions lo;
-  lo.device = Device(o.device);
+  lo.device = parse_device(o.device, "[logits]");
   set_dtype(o.dtype, lo, "[logits]");
+  lo.allow_unread = o.allow_unread;
   set_progress(lo);
   lo.max_context = T;
+  const int64_t vocab = runtime::load_config(o.model).vocab_size;  // the ids checked before the weights load
+  for (int32_t id : ids32)
+    ANVIL_CHECK(id < vocab, Error, "[logits] --ids: ", id, " is outside the vocabulary of ", vocab);
   auto model = runtime::load_model(o.model, lo);
   Tensor ids = empty({T}, TensorOptions(kInt64));
-  for (int64_t i = 0; i < T; ++i) {
-    ANVIL_CHECK(ids32[static_cast<size_t>(i)] < model->config().vocab_size, Error, "[logits] id ", ids32[static_cast<size_t>(i)],
-                " is outside the vocabulary of ", model->config().vocab_size);
-    ids.data_ptr<int64_t>()[i] = ids32[static_cast<size_t>(i)];
-  }
+  std::copy(ids32.begin(), ids32.end(), ids.data_ptr<int64_t>());
   Tensor logits;
   if (o.mode == "prefill") {
     logits = model->forward(ids, 0);

@@ -32,9 +32,14 @@ int cmd_info() {
 }
 
 // --device and --dtype of the commands that load a model.
-void add_load_options(CLI::App* cmd, std::string& device, std::string& dtype) {
+void add_load_options(CLI::App* cmd, std::string& device, std::string& dtype, bool& allow_unread) {
+  cmd->add_flag("--allow-unread-tensors", allow_unread,
+                "load even when the checkpoint holds tensors the model does not read (they are ignored)");
   cmd->add_option("--device", device, "cpu | cuda | cuda:N")->capture_default_str();
-  cmd->add_option("--dtype", dtype, "bfloat16 | float16 | float32 | fp8 (bfloat16 with float8 weights)")
+  cmd->add_option("--dtype", dtype,
+                  "bfloat16 | float16 | float32 (FP8 checkpoints dequantised) | fp8 (bfloat16 with float8 weights) | "
+                  "fp8-block (bench --shape: random weights in 128x128 blocks); default: the checkpoint's (bfloat16, "
+                  "an FP8 checkpoint's float8 weights kept)")
       ->capture_default_str();
 }
 
@@ -69,18 +74,25 @@ int main(int argc, char** argv) {
   logits->add_option("--ids", lg.ids, "token ids: 1,2,3")->required();
   logits->add_option("--mode", lg.mode, "prefill (one pass) | decode (one token at a time through the KV cache)")
       ->capture_default_str();
-  add_load_options(logits, lg.device, lg.dtype);
+  add_load_options(logits, lg.device, lg.dtype, lg.allow_unread);
   logits->add_option("-o,--out", lg.out, "output .npy, [len(ids), vocab] float32")->required();
 
   anvil::cli::RunOptions ro;
   auto* run = app.add_subcommand("run", "stream a checkpoint's continuation of a prompt, then tok/s and GB/s");
   run->add_option("-m,--model", ro.model, "checkpoint folder (config.json, safetensors, tokenizer.json); none: the built-in demo model (random weights)");
   run->add_option("-p,--prompt", ro.prompt, "the prompt")->capture_default_str();
-  run->add_option("-n", ro.n, "new tokens at most")->capture_default_str();
-  add_load_options(run, ro.device, ro.dtype);
-  run->add_option("--temp", ro.temp, "temperature (0: greedy)")->capture_default_str();
-  run->add_option("--top-k", ro.top_k, "keep the k most probable (0: all)")->capture_default_str();
-  run->add_option("--top-p", ro.top_p, "nucleus mass (1: all)")->capture_default_str();
+  run->add_option("-n", ro.n, "new tokens at most (0: run the prompt only)")->capture_default_str();
+  add_load_options(run, ro.device, ro.dtype, ro.allow_unread);
+  // Sampling (runtime::choose_sampling): a flag not given takes generation_config.json's value;
+  // --temp > 0, --top-k or --top-p samples even where the checkpoint is greedy.
+  run->add_option_function<double>("--temp", [&](double v) { ro.sampling.temperature = v; },
+                                   "temperature >= 0 (0: greedy); default: generation_config.json's (its do_sample, "
+                                   "temperature, top_k, top_p), else greedy");
+  run->add_option_function<int64_t>("--top-k", [&](int64_t v) { ro.sampling.top_k = v; },
+                                    "keep the k most probable (0: all); default: generation_config.json's, else 50 "
+                                    "when sampling");
+  run->add_option_function<double>("--top-p", [&](double v) { ro.sampling.top_p = v; },
+                                   "nucleus mass in (0, 1] (1: all); default: generation_config.json's, else 1");
   run->add_option("-s,--seed", ro.seed, "sampling seed")->capture_default_str();
   run->add_option("--context", ro.context, "KV cache tokens (0: min(max_position_embeddings, 4096))");
   run->add_option("--tokenizer", ro.tokenizer, "tokenizer.json (default: the model folder's)");
@@ -92,7 +104,7 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "llama-bench's table: prompt (ppP) and generation (tgN) tokens per second");
   bench->add_option("-m,--model", bm.model, "checkpoint folder");
   bench->add_option("--shape", bm.shape, "a built-in shape with random weights: qwen3-30b-a3b | qwen3-0.6b | demo-moe");
-  add_load_options(bench, bm.device, bm.dtype);
+  add_load_options(bench, bm.device, bm.dtype, bm.allow_unread);
   bench->add_option("-p", bm.p, "prompt tokens (0: none)")->capture_default_str();
   bench->add_option("-n", bm.n, "generated tokens (0: none)")->capture_default_str();
   bench->add_option("-r", bm.reps, "timed repetitions")->capture_default_str();

@@ -17,6 +17,9 @@ std::string data_dir() {
 }
 
 int cmd_tokenize(const TokenizeOptions& o) {
+  check_input_file(o.tokenizer, "[tokenize]", "--tokenizer");
+  ANVIL_CHECK(o.text.empty() || o.text_file.empty(), Error, "[tokenize] give the text or --text-file, not both");
+  if (!o.text_file.empty()) check_input_file(o.text_file, "[tokenize]", "--text-file");
   std::string text = o.text;
   if (!o.text_file.empty()) text = runtime::read_file(o.text_file, "[tokenize] --text-file:");
   const runtime::Tokenizer t = runtime::Tokenizer::from_file(o.tokenizer);
@@ -53,6 +56,7 @@ std::vector<int32_t> parse_ids(const std::string& s, const char* op) {
 
 int cmd_detokenize(const DetokenizeOptions& o) {
   const std::vector<int32_t> ids = parse_ids(o.ids, "[detokenize]");
+  check_input_file(o.tokenizer, "[detokenize]", "--tokenizer");
   const runtime::Tokenizer t = runtime::Tokenizer::from_file(o.tokenizer);
   std::printf("%s\n", t.decode(ids, o.skip_special).c_str());
   return 0;

@@ -34,19 +34,12 @@ namespace {
 
 constexpr const char* kOp = "[load]";
 
-// A projection's weight [n, k], float8 with row scales [n] under LoadOptions::fp8_weights.
-struct Proj {
-  Tensor w, scale;
-  Tensor operator()(const Tensor& x) const { return scale.defined() ? scaled_linear(x, w, scale) : linear(x, w); }
-};
-
 struct Layer {
   Tensor in_norm, q_norm, k_norm, post_norm;
-  Proj qkv, o;                           // q, k and v stacked: one GEMV
-  Proj gate_up, down;                    // dense MLP, gate and up stacked
-  Tensor router;                         // MoE router [E, H], kept in the compute dtype
-  Tensor experts_gate_up, experts_down;  // MoE experts [E, 2I, H], [E, H, I]
-  Tensor gate_up_scale, down_scale;      // [E, 2I], [E, H] with float8 experts
+  ProjWeight qkv, o;                         // q, k and v stacked: one GEMV
+  ProjWeight gate_up, down;                  // dense MLP, gate and up stacked
+  Tensor router;                             // MoE router [E, H], kept in the compute dtype
+  ProjWeight experts_gate_up, experts_down;  // MoE experts [E, 2I, H], [E, H, I] (one block shape)
 };
 
 class Qwen3 final : public Model {
@@ -55,7 +48,7 @@ class Qwen3 final : public Model {
     const int64_t H = c.hidden_size, D = c.head_dim;
     embed_ = take(ck, "model.embed_tokens.weight", {c.vocab_size, H});
     norm_ = take(ck, "model.norm.weight", {H});
-    head_ = c.tie_word_embeddings ? Proj{embed_, {}} : proj(ck, "lm_head.weight", {c.vocab_size, H});
+    head_ = c.tie_word_embeddings ? ProjWeight{embed_, {}, {}} : proj(ck, "lm_head.weight", {c.vocab_size, H});
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       Layer L;
@@ -173,33 +166,35 @@ class Qwen3 final : public Model {
       const Layer& L = layers_[l];
       // The residual add and input norm in the q / k / v GEMV's blocks (one token on CUDA).
       Tensor qkv;
-      if (branch.defined()) std::tie(qkv, x) = add_rms_norm_linear(branch, x, L.in_norm, eps, L.qkv.w, L.qkv.scale);
-      else qkv = L.qkv(rms_norm(x, {H}, L.in_norm, eps));
+      if (branch.defined())
+        std::tie(qkv, x) = add_rms_norm_linear(branch, x, L.in_norm, eps, L.qkv.w, L.qkv.scale, L.qkv.block);
+      else qkv = project(rms_norm(x, {H}, L.in_norm, eps), L.qkv);
       // q / k norms, RoPE and the cache writes of k and v: one kernel (q [1, nh, T, D]).
       const Tensor q =
           qk_norm_rope_cache(qkv.unsqueeze(0), nh, nkv, L.q_norm, L.k_norm, eps, inv_freq_, k_cache_[l], v_cache_[l], start);
       const Tensor a = decode_attention(q, k_cache_[l], v_cache_[l], lens);  // [1, nh, T, D]
-      const Tensor o = L.o(a.squeeze(0).permute({1, 0, 2}).reshape({T, nh * D}));
+      const Tensor o = project(a.squeeze(0).permute({1, 0, 2}).reshape({T, nh * D}), L.o);
       if (L.router.defined()) {
         Tensor h2;
         std::tie(h2, x) = add_rms_norm(o, x, {H}, L.post_norm, eps);
         branch = moe(L, h2);
       } else {  // dense: the add and norm in the gate / up GEMV's blocks
         Tensor gu;
-        std::tie(gu, x) = add_rms_norm_linear(o, x, L.post_norm, eps, L.gate_up.w, L.gate_up.scale);
+        std::tie(gu, x) = add_rms_norm_linear(o, x, L.post_norm, eps, L.gate_up.w, L.gate_up.scale, L.gate_up.block);
         const int64_t I = gu.size(1) / 2;
-        branch = L.down(silu_mul(gu.narrow(1, 0, I), gu.narrow(1, I, I)));
+        branch = project(silu_mul(gu.narrow(1, 0, I), gu.narrow(1, I, I)), L.down);
       }
     }
     Tensor h;
     std::tie(h, x) = add_rms_norm(branch, x, {H}, norm_, eps);
-    return head_(h).to(kFloat32);
+    return project(h, head_).to(kFloat32);
   }
 
   Tensor moe(const Layer& L, const Tensor& h) {
     const auto [logits, r] = moe_router(h, L.router, c_.num_experts_per_tok, c_.norm_topk_prob);  // one kernel
     if (o_.keep_router) router_.push_back(logits);
-    return moe_experts(h, r, L.experts_gate_up, L.experts_down, L.gate_up_scale, L.down_scale);
+    const ProjWeight &gu = L.experts_gate_up, &dn = L.experts_down;
+    return moe_experts(h, r, gu.w, dn.w, gu.scale, dn.scale, gu.block);
   }
 
   Tensor take(WeightSource& ck, const std::string& name, const Shape& shape) {
@@ -216,71 +211,57 @@ class Qwen3 final : public Model {
     return t;
   }
 
-  // A projection, quantised to float8 e4m3fn with row-wise scales under fp8_weights.
-  Proj proj(WeightSource& ck, const std::string& name, const Shape& shape) { return as_proj(fetch(ck, name, shape)); }
+  // A projection as LoadOptions::fp8_weights says (WeightSource::projection), not yet counted.
+  ProjWeight fetch_proj(WeightSource& ck, const std::string& name, const Shape& shape) {
+    ProjWeight p = ck.projection(name, shape);
+    parameters_ += static_cast<uint64_t>(p.w.numel());
+    if (o_.progress) o_.progress(ck.loaded_bytes(), ck.total_bytes());
+    return p;
+  }
+
+  ProjWeight counted(ProjWeight p) {
+    weight_bytes_ += p.nbytes();
+    return p;
+  }
+
+  ProjWeight proj(WeightSource& ck, const std::string& name, const Shape& shape) {
+    return counted(fetch_proj(ck, name, shape));
+  }
 
   // Projections of one input stacked along their rows: one GEMV computes them all.
-  Proj stacked(WeightSource& ck, const std::vector<std::pair<std::string, Shape>>& parts) {
-    std::vector<Tensor> ws;
-    for (const auto& [name, shape] : parts) ws.push_back(fetch(ck, name, shape));
-    return as_proj(cat(ws, 0));
-  }
-
-  Proj as_proj(const Tensor& t) {
-    const Shape shape = t.sizes();
-    if (!o_.fp8_weights) {
-      weight_bytes_ += t.nbytes();
-      return {t, {}};
-    }
-    auto [q, scale] = quantize_fp8(t, ScalingType::RowWise);
-    weight_bytes_ += q.nbytes() + scale.nbytes();
-    return {q, scale.view({shape[0]})};
-  }
-
-  // Stacked experts to float8 with one scale per weight row under fp8_weights.
-  void quantize_experts(Layer& L) {
-    if (!o_.fp8_weights) return;
-    const int64_t E = L.experts_gate_up.size(0);
-    weight_bytes_ -= L.experts_gate_up.nbytes() + L.experts_down.nbytes();
-    expert_bytes_ -= L.experts_gate_up.nbytes() + L.experts_down.nbytes();
-    auto [gq, gs] = quantize_fp8(L.experts_gate_up, ScalingType::RowWise);
-    auto [dq, ds] = quantize_fp8(L.experts_down, ScalingType::RowWise);
-    L.experts_gate_up = gq;
-    L.experts_down = dq;
-    L.gate_up_scale = gs.view({E, gq.size(1)});
-    L.down_scale = ds.view({E, dq.size(1)});
-    const uint64_t bytes = gq.nbytes() + dq.nbytes() + gs.nbytes() + ds.nbytes();
-    weight_bytes_ += bytes;
-    expert_bytes_ += bytes;
+  ProjWeight stacked(WeightSource& ck, const std::vector<std::pair<std::string, Shape>>& parts) {
+    std::vector<ProjWeight> ws;
+    for (const auto& [name, shape] : parts) ws.push_back(fetch_proj(ck, name, shape));
+    return counted(stack_rows(ws));
   }
 
   void load_experts(WeightSource& ck, const std::string& p, Layer& L) {
     const int64_t E = c_.num_experts, H = c_.hidden_size, I = c_.moe_intermediate_size;
     L.router = take(ck, p + "gate.weight", {E, H});
     if (ck.has(p + "experts.gate_up_proj")) {
-      L.experts_gate_up = take(ck, p + "experts.gate_up_proj", {E, 2 * I, H});
-      L.experts_down = take(ck, p + "experts.down_proj", {E, H, I});
-      expert_bytes_ += L.experts_gate_up.nbytes() + L.experts_down.nbytes();
-      quantize_experts(L);
-      return;
+      L.experts_gate_up = fetch_proj(ck, p + "experts.gate_up_proj", {E, 2 * I, H});
+      L.experts_down = fetch_proj(ck, p + "experts.down_proj", {E, H, I});
+    } else {
+      std::vector<ProjWeight> gate_up, down;
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string q = p + "experts." + std::to_string(e) + ".";
+        gate_up.push_back(stack_rows({fetch_proj(ck, q + "gate_proj.weight", {I, H}),
+                                      fetch_proj(ck, q + "up_proj.weight", {I, H})}));
+        down.push_back(fetch_proj(ck, q + "down_proj.weight", {H, I}));
+      }
+      L.experts_gate_up = stack_experts(gate_up);
+      L.experts_down = stack_experts(down);
     }
-    const TensorOptions t = TensorOptions(o_.dtype).device(o_.device);
-    L.experts_gate_up = empty({E, 2 * I, H}, t);
-    L.experts_down = empty({E, H, I}, t);
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string q = p + "experts." + std::to_string(e) + ".";
-      L.experts_gate_up[e].narrow(0, 0, I).copy_(take(ck, q + "gate_proj.weight", {I, H}));
-      L.experts_gate_up[e].narrow(0, I, I).copy_(take(ck, q + "up_proj.weight", {I, H}));
-      L.experts_down[e].copy_(take(ck, q + "down_proj.weight", {H, I}));
-    }
-    expert_bytes_ += L.experts_gate_up.nbytes() + L.experts_down.nbytes();
-    quantize_experts(L);
+    same_blocks(L.experts_gate_up, L.experts_down);
+    const uint64_t bytes = L.experts_gate_up.nbytes() + L.experts_down.nbytes();
+    weight_bytes_ += bytes;
+    expert_bytes_ += bytes;
   }
 
   ModelConfig c_;
   LoadOptions o_;
   Tensor embed_, norm_, inv_freq_;
-  Proj head_;
+  ProjWeight head_;
   std::vector<Layer> layers_;
   std::vector<Tensor> k_cache_, v_cache_, router_;
   Stream stream_;
@@ -290,92 +271,10 @@ class Qwen3 final : public Model {
   uint64_t weight_bytes_ = 0, expert_bytes_ = 0, parameters_ = 0;
 };
 
-// The checkpoint tensor, shape-checked, converted to the load dtype on the load device.
-class CheckpointWeights final : public WeightSource {
- public:
-  CheckpointWeights(const std::string& dir, const LoadOptions& o) : ck_(dir), o_(o) {}
-  bool has(const std::string& name) const override { return ck_.has(name); }
-  uint64_t total_bytes() const override { return ck_.total_bytes(); }
-  Tensor get(const std::string& name, const Shape& shape) override {
-    const SafetensorsEntry& e = ck_.entry(name);
-    if (e.shape != shape)
-      format_fail(kOp, ck_.dir(), name, " has shape ", shape_str(e.shape), ", the config gives ", shape_str(shape));
-    const Tensor src = ck_.tensor(name);
-    loaded_ += e.end - e.begin;
-    Tensor t = src.to(o_.device, o_.dtype).contiguous();
-    if (t.storage() == src.storage()) t = t.clone();  // own aligned bytes rather than view the file map
-    return t;
-  }
-
- private:
-  Checkpoint ck_;
-  LoadOptions o_;
-};
-
-// Random weights without generating every number: one pool of 2^22 N(0, 1) values, each weight
-// its scaled copy read cyclically from an offset of its own (a demo or a benchmark needs the
-// shapes, the bytes and realistic magnitudes, not independent draws; 1.5 GB of weights took 33 s
-// to draw on 2 CPU cores, copies take well under a second). The scaled pools are kept per scale
-// (a model has a few fan-ins), not recomputed per weight.
-class RandomWeights final : public WeightSource {
- public:
-  RandomWeights(const LoadOptions& o, uint64_t seed) : o_(o) {
-    manual_seed(seed);
-    pool_ = randn({kPool}, TensorOptions(kFloat32).device(o.device));
-  }
-  bool has(const std::string& name) const override {
-    return name.find(".experts.") == std::string::npos || name.find("experts.gate_up_proj") != std::string::npos ||
-           name.find("experts.down_proj") != std::string::npos;
-  }
-  Tensor get(const std::string& name, const Shape& shape) override {
-    const bool norm = name.find("norm") != std::string::npos;
-    const double scale = norm ? 0.1 : 0.5 / std::sqrt(static_cast<double>(shape.back()));
-    Tensor& scaled = scaled_[{norm, scale}];
-    if (!scaled.defined()) scaled = norm ? add(mul(pool_, scale), 1.0).to(o_.dtype) : mul(pool_, scale).to(o_.dtype);
-    Tensor w = empty(shape, TensorOptions(o_.dtype).device(o_.device));
-    loaded_ += w.nbytes();
-    Tensor flat = w.view({w.numel()});
-    int64_t at = static_cast<int64_t>(std::hash<std::string>{}(name) % static_cast<size_t>(kPool));
-    for (int64_t done = 0; done < flat.numel();) {
-      const int64_t n = std::min(flat.numel() - done, kPool - at);
-      flat.narrow(0, done, n).copy_(scaled.narrow(0, at, n));
-      done += n;
-      at = 0;
-    }
-    return w;
-  }
-
- private:
-  static constexpr int64_t kPool = int64_t{1} << 22;
-  LoadOptions o_;
-  Tensor pool_;
-  std::map<std::pair<bool, double>, Tensor> scaled_;  // (norm, scale) -> the pool scaled, in the load dtype
-};
-
 }  // namespace
-
-std::unique_ptr<WeightSource> checkpoint_weights(const std::string& dir, const LoadOptions& options) {
-  return std::make_unique<CheckpointWeights>(dir, options);
-}
-std::unique_ptr<WeightSource> random_weights(const LoadOptions& options, uint64_t seed) {
-  return std::make_unique<RandomWeights>(options, seed);
-}
 
 std::unique_ptr<Model> build_qwen3(const ModelConfig& config, WeightSource& weights, const LoadOptions& options) {
   return std::make_unique<Qwen3>(config, weights, options);
-}
-
-std::unique_ptr<Model> build_model(const ModelConfig& c, WeightSource& weights, const LoadOptions& options) {
-  ANVIL_CHECK(options.dtype == kFloat32 || options.dtype == kBFloat16 || options.dtype == kFloat16, DTypeError,
-              "[load] compute dtype must be float32, bfloat16 or float16, got ", dtype_name(options.dtype));
-  if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") return build_qwen3(c, weights, options);
-  throw FormatError("[load] model_type \"" + c.model_type + "\" has no implementation");
-}
-
-std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
-  const ModelConfig c = load_config(dir);
-  const auto w = checkpoint_weights(dir, options);
-  return build_model(c, *w, options);
 }
 
 }  // namespace anvil::runtime
