@@ -171,6 +171,7 @@ class CheckpointWeights final : public WeightSource {
       format_fail(kOp, dir, name, " is ", dtype_name(e.dtype), " but quantization_config's fmt is e4m3");
     if (!q_.converted(name))
       format_fail(kOp, dir, name, " is float8 but its module is listed in modules_to_not_convert / ignored_layers");
+    if (shape.size() < 2) format_fail(kOp, dir, name, " is float8 with shape ", shape_str(shape), "; only matrices may be");
     const std::string scale_name = name + "_scale_inv";
     if (!ck_.has(scale_name)) format_fail(kOp, dir, "float8 tensor ", name, " has no scale ", scale_name);
     const SafetensorsEntry& s = ck_.entry(scale_name);
