@@ -475,29 +475,38 @@ __device__ __forceinline__ void stream_dot(float (&acc)[R][4], const char* const
       for (int v = 0; v < XV; ++v)
         xv[u][v] = q0 + u * 4 * V < k ? load_cached16(xq + (4 * V * sizeof(A)) * u + 16 * v) : make_uint4(0, 0, 0, 0);
     }
+    // Block scales: one per block of this step's chunks, loaded for (and added at) the block's
+    // last chunk here (ends[u]), so a block's chunks share one load and one FMA pair.
     float sc[Blocked ? U : 1][R];
+    bool ends[Blocked ? U : 1];
     if constexpr (Blocked) {
+      int64_t kb[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) kb[u] = std::min((c + u) >> shift, last_block);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int64_t kb = std::min((c + u) >> shift, last_block);
+        ends[u] = u == U - 1 || kb[u + (u < U - 1 ? 1 : 0)] != kb[u];
+        if (ends[u]) {
+          sc[u][0] = __ldg(srow[0] + kb[u]);
 #pragma unroll
-        sc[u][0] = __ldg(srow[0] + kb);
-#pragma unroll
-        for (int r = 1; r < R; ++r) sc[u][r] = shared ? sc[u][0] : __ldg(srow[r] + kb);
+          for (int r = 1; r < R; ++r) sc[u][r] = shared ? sc[u][0] : __ldg(srow[r] + kb[u]);
+        }
       }
     }
     __syncwarp();  // mma.sync is warp-collective: reconverge after the per-lane loads
+    float part[Blocked ? R : 1][4] = {};
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if constexpr (Blocked) {
-          float part[4] = {};
-          mma_chunk<A, W>(part, wv[u][r], xv[u], xv[u]);
-          acc[r][0] = fmaf(part[0], sc[u][r], acc[r][0]);
-          acc[r][1] = fmaf(part[1], sc[u][r], acc[r][1]);
-        } else {
-          mma_chunk<A, W>(acc[r], wv[u][r], xv[u], xv[u]);
+      for (int r = 0; r < R; ++r) mma_chunk<A, W>(Blocked ? part[Blocked ? r : 0] : acc[r], wv[u][r], xv[u], xv[u]);
+      if constexpr (Blocked) {
+        if (ends[u]) {
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            acc[r][0] = fmaf(part[r][0], sc[u][r], acc[r][0]);
+            acc[r][1] = fmaf(part[r][1], sc[u][r], acc[r][1]);
+            part[r][0] = part[r][1] = part[r][2] = part[r][3] = 0.f;
+          }
         }
       }
     }
