@@ -25,7 +25,7 @@
 
 #include "core/dispatch.h"
 #include "core/kernels.h"
-#include "core/moe_blocks.h"
+#include "core/fp8_blocks.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/mma.cuh"
 #include "cuda/device/pdl.cuh"
@@ -549,12 +549,12 @@ __global__ void __launch_bounds__(kExpertWarps * 32) experts_gate_up_kernel(cons
   int64_t last_block = 0;
   if constexpr (Blocked) {
     const BlockScale& b = p.gate_up_block;
+    shift = fp8_block_shift(b.block_k);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int64_t col = std::min(c0 + 4 * r, p.inter - 1), row = t < 2 ? col : p.inter + col;
       srow[r] = b.scale + e * b.stride_expert + row / b.block_n * b.stride_row;
     }
-    while ((int64_t{64} << shift) < b.block_k) ++shift;
     last_block = (p.hidden_size - 1) / b.block_k;
   }
   float acc[R][4] = {};
@@ -622,8 +622,8 @@ __global__ void __launch_bounds__(kMaxThreads, kMaxThreads <= kDownThreads ? 2 :
   int64_t last_block = 0;
   if constexpr (Blocked) {  // the tile's 8 rows in one block (block_n % 8 == 0)
     const BlockScale& b = p.down_block;
+    shift = fp8_block_shift(b.block_k);
     srow[0] = b.scale + e * b.stride_expert + j0 / b.block_n * b.stride_row;
-    while ((int64_t{64} << shift) < b.block_k) ++shift;
     last_block = (p.inter - 1) / b.block_k;
   }
   float acc[1][4] = {};

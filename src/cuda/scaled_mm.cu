@@ -16,12 +16,14 @@
 //  tiled     everything else: 64 x 64 output tiles, operands decoded into shared memory as
 //            float32, FMA.
 // Block scales of the weight (w_block): the gemv applies each block's scale to the chunk sums
-// of that block (block_k % 64 == 0, e4m3 weights); the tiled kernel to each weight element.
+// of that block (the blocks fp8_blocks_in_dot takes, core/fp8_blocks.h); the tiled kernel to each
+// weight element.
 #include <algorithm>
 #include <array>
 #include <type_traits>
 
 #include "core/dispatch.h"
+#include "core/fp8_blocks.h"
 #include "core/kernels.h"
 #include "cuda/allocator.h"
 #include "cuda/cublaslt.h"
@@ -366,16 +368,13 @@ bool rows_aligned(const void* ptr, int64_t rows, int64_t stride_row, size_t elem
 
 bool use_gemv(const ScaledMmParams& p) { return p.m <= kGemvMaxRows && p.stride_w_col == 1; }
 
-// Block scales inside the GEMV's dots: every 64-column chunk and 8-row tile inside one block,
-// 2^i chunks per block (one scale per chunk and tile, uniform across the warp; the Hub's 128 x
-// 128). Instances for e4m3 weights against 16-bit, float32 or e4m3 activations.
+// Block scales inside the GEMV's dots (fp8_blocks_in_dot): one scale per chunk and tile,
+// uniform across the warp. Instances for e4m3 weights against 16-bit, float32 or e4m3 activations.
 template <typename A, typename W>
 inline constexpr bool kHasBlockedGemv = std::is_same_v<W, Float8_e4m3fn> && !std::is_same_v<A, Float8_e5m2>;
-bool pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 bool use_blocked_gemv(const ScaledMmParams& p) {
-  const BlockScale& b = p.w_block;
-  return b.scale && b.block_k % 64 == 0 && pow2(b.block_k / 64) && b.block_n % 8 == 0 &&
-         p.w_dtype == kFloat8_e4m3fn && p.a_dtype != kFloat8_e5m2;
+  return p.w_block.scale && fp8_blocks_in_dot(p.w_dtype, p.w_block.block_n, p.w_block.block_k) &&
+         p.a_dtype != kFloat8_e5m2;
 }
 
 // Block shape by waves. A warp step covers `unroll` 64-column chunks, so `full` warps cover k in
@@ -414,7 +413,7 @@ void launch_gemv(const ScaledMmParams& p, const KernelLaunch& launch) {
   const bool w_vec = rows_aligned(p.w, p.n, p.stride_w_row, 1);
   GemvArgs args{w_vec, p.stride_a_col == 1 && rows_aligned(p.a, p.m, p.stride_a_row, sizeof(A)), c.prefetch && w_vec};
   if (Blocked) {
-    while ((int64_t{64} << args.block_shift) < p.w_block.block_k) ++args.block_shift;
+    args.block_shift = fp8_block_shift(p.w_block.block_k);
     args.block_shared = p.w_block.block_n % 16 == 0;
   }
   const int64_t tiles = (p.n + c.rows_per_block - 1) / c.rows_per_block;

@@ -5,8 +5,9 @@
 #include "anvil/nn.h"
 #include "anvil/ops.h"
 #include "core/kernels.h"
-#include "core/moe_blocks.h"
+#include "core/fp8_blocks.h"
 #include "core/util.h"
+#include "ops/block_scale.h"
 
 namespace anvil {
 
@@ -203,15 +204,8 @@ Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor
     ANVIL_CHECK(gate_up_scale.dtype() == kFloat32 && down_scale.dtype() == kFloat32, DTypeError, op,
                 " the scales must be float32, got ", describe(gate_up_scale), " and ", describe(down_scale));
     if (!block.empty()) {
-      ANVIL_CHECK(block.size() == 2 && block[0] >= 1 && block[1] >= 1, ShapeError, op,
-                  " block must be {block_n, block_k} with both >= 1, got ", shape_str(block));
-      const auto grid = [&](int64_t n, int64_t k) {
-        return Shape{E, (n + block[0] - 1) / block[0], (k + block[1] - 1) / block[1]};
-      };
-      ANVIL_CHECK(gate_up_scale.sizes() == grid(2 * I, H) && down_scale.sizes() == grid(H, I), ShapeError, op,
-                  " with ", block[0], " x ", block[1], " blocks gate_up_scale must be ", shape_str(grid(2 * I, H)),
-                  " and down_scale ", shape_str(grid(H, I)), ", got ", describe(gate_up_scale), " and ",
-                  describe(down_scale));
+      check_block_scale(op, gate_up_scale, "gate_up_scale", gate_up, block);
+      check_block_scale(op, down_scale, "down_scale", down, block);
     } else {
       ANVIL_CHECK(gate_up_scale.numel() == E * 2 * I && gate_up_scale.size(0) == E && down_scale.numel() == E * H &&
                       down_scale.size(0) == E,
@@ -278,13 +272,8 @@ Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor
   p.gate_up = gu.raw_data_ptr();
   p.down = dn.raw_data_ptr();
   if (fp8 && !block.empty()) {
-    for (auto [b, sc] : {std::pair{&p.gate_up_block, &gsc}, std::pair{&p.down_block, &dsc}}) {
-      b->scale = static_cast<const float*>(sc->raw_data_ptr());
-      b->block_n = block[0];
-      b->block_k = block[1];
-      b->stride_row = sc->size(2);
-      b->stride_expert = sc->size(1) * sc->size(2);
-    }
+    p.gate_up_block = block_scale_of(gsc, block);
+    p.down_block = block_scale_of(dsc, block);
   } else if (fp8) {
     p.gate_up_scale = static_cast<const float*>(gsc.raw_data_ptr());
     p.down_scale = static_cast<const float*>(dsc.raw_data_ptr());

@@ -7,6 +7,7 @@
 #include "core/dispatch.h"
 #include "core/kernels.h"
 #include "core/util.h"
+#include "ops/block_scale.h"
 
 namespace anvil {
 namespace {
@@ -125,35 +126,6 @@ Tensor scaled_mm(const Tensor& mat_a, const Tensor& mat_b, const Tensor& scale_a
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The block sizes {block_n, block_k} of block scales, validated (op names the caller).
-void check_block(const char* op, const Shape& block) {
-  ANVIL_CHECK(block.size() == 2 && block[0] >= 1 && block[1] >= 1, ShapeError, op,
-              " block must be {block_n, block_k} with both >= 1, got ", shape_str(block));
-}
-
-// scale, float32 [..., ceil(n / bn), ceil(k / bk)], for a float8 weight [..., n, k].
-void check_block_scale(const char* op, const Tensor& scale, const char* name, const Tensor& weight,
-                       const Shape& block) {
-  check_block(op, block);
-  ANVIL_CHECK(scale.dtype() == kFloat32, DTypeError, op, " ", name, " must be float32, got ", describe(scale));
-  Shape want(weight.sizes().begin(), weight.sizes().end() - 2);
-  want.push_back(ceil_div(weight.size(-2), block[0]));
-  want.push_back(ceil_div(weight.size(-1), block[1]));
-  ANVIL_CHECK(scale.sizes() == want, ShapeError, op, " ", name, " must be ", shape_str(want), " (one scale per ",
-              block[0], " x ", block[1], " block of weight ", shape_str(weight.sizes()), "), got ", describe(scale));
-}
-
-// The BlockScale of a contiguous scale grid [..., nb, kb].
-BlockScale block_scale_of(const Tensor& scale, const Shape& block) {
-  BlockScale b;
-  b.scale = static_cast<const float*>(scale.raw_data_ptr());
-  b.block_n = block[0];
-  b.block_k = block[1];
-  b.stride_row = scale.size(-1);
-  b.stride_expert = scale.dim() >= 3 ? scale.size(-1) * scale.size(-2) : 0;
-  return b;
-}
 
 }  // namespace
 
