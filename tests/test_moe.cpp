@@ -460,7 +460,8 @@ TEST_P(Moe, ExpertsMatchReferenceAndComposition) {
 
 // Block-scaled float8 experts (the Hub's FP8 checkpoints): blocks of 128 x 128 and 16 x 64 (the
 // CUDA kernels' in-dot scales), 32 x 32 and 48 x 40 (other block_k: dequantised on CUDA, in-dot
-// on the CPU), partial blocks at every edge, the fused (1, 5 tokens) and grouped (20) paths.
+// on the CPU), partial blocks at every edge, the fused (1, 5 tokens; 5 with row-padded hidden)
+// and grouped (20) paths.
 TEST_P(Moe, ExpertsBlockScaled) {
   th::Gen g(7009);
   struct Case {
@@ -478,7 +479,8 @@ TEST_P(Moe, ExpertsBlockScaled) {
     for (int64_t T : {1, 5, 20}) {
       SCOPED_TRACE(th::dtype_str(c.hidden) + " x " + th::dtype_str(c.w) + " H " + std::to_string(c.H) + " I " +
                    std::to_string(c.I) + " block " + shape_str(c.block) + " tokens " + std::to_string(T));
-      th::Input h = th::make_input({T, c.H}, c.hidden, dev(), Layout::Contiguous, g, -1, 1);
+      // Row-padded hidden on the 5-token case (non-contiguous rows).
+      th::Input h = th::make_input({T, c.H}, c.hidden, dev(), T == 5 ? Layout::RowPadded : Layout::Contiguous, g, -1, 1);
       MoeRouting r = moe_route(th::make_input({T, c.E}, kFloat32, dev(), Layout::Contiguous, g, -2, 2).t, c.k, true);
       Tensor out = moe_experts(h.t, r, w.gate_up, w.down, w.gate_up_scale, w.down_scale, w.block);
       ASSERT_TRUE(th::expect_shape(out, {T, c.H}, c.hidden));

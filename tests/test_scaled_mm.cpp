@@ -469,6 +469,16 @@ TEST_P(ScaledMm, BlockQuantizeRoundTrip) {
     // times the block's scale (at most 3 / 448) absolute.
     EXPECT_TRUE(th::expect_close(d, x.a, th::Tol{std::ldexp(3.0 / 448, -10), std::ldexp(1.0, -4)}));
   }
+  // Bad input: typed errors naming the op.
+  const Tensor q = ones({40, 64}, TensorOptions(kFloat8_e4m3fn).device(dev()));
+  const Tensor s = ones({3, 2}, TensorOptions(kFloat32).device(dev()));
+  EXPECT_NO_THROW(dequantize_fp8(q, s, {16, 32}));
+  EXPECT_THROWS_OP(ShapeError, "dequantize_fp8", dequantize_fp8(q, s, {32, 32}));
+  EXPECT_THROWS_OP(ShapeError, "dequantize_fp8", dequantize_fp8(q, s, {16, 0}));
+  EXPECT_THROWS_OP(DTypeError, "dequantize_fp8", dequantize_fp8(q.to(kBFloat16), s, {16, 32}));
+  EXPECT_THROWS_OP(DTypeError, "dequantize_fp8", dequantize_fp8(q, s.to(kBFloat16), {16, 32}));
+  EXPECT_THROWS_OP(DTypeError, "dequantize_fp8", dequantize_fp8(q, s, {16, 32}, kInt32));
+  EXPECT_THROWS_OP(ShapeError, "dequantize_fp8", dequantize_fp8(q.view({2560}), s, {16, 32}));
 }
 
 ANVIL_INSTANTIATE_DEVICE_TESTS(ScaledMm);
