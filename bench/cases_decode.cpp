@@ -141,29 +141,32 @@ Case linear_case(Device dev, const std::string& label, int64_t m, int64_t k, int
 }
 
 // scaled_mm e4m3 x e4m3 -> bf16 with b = W^T of a row-major W [n, k] (the GEMV's and cuBLASLt's
-// layout), tensor-wise or row-wise scales from quantize_fp8; weight copies rotate. The spec's
-// flops let the torch script print TFLOP/s for the compute-bound shapes.
-Case scaled_mm_case(Device dev, int64_t m, int64_t k, int64_t n, bool row_wise) {
-  const double bytes = static_cast<double>(n) * k + static_cast<double>(m) * k + 2.0 * m * n;
-  const std::string recipe = row_wise ? "row-wise" : "tensor-wise";
+// layout), tensor-wise, row-wise or block-wise (1x128 rows of a, 128 x 128 blocks of W: the
+// DeepSeek recipe) scales from quantize_fp8; weight copies rotate. The spec's flops let the
+// torch script print TFLOP/s for the compute-bound shapes.
+Case scaled_mm_case(Device dev, int64_t m, int64_t k, int64_t n, ScalingType r) {
+  const bool blocks = r == ScalingType::BlockWise1x128;
+  const double scale_bytes = blocks ? 4.0 * (m + (n + 127) / 128) * ((k + 127) / 128) : 0.0;
+  const double bytes = static_cast<double>(n) * k + static_cast<double>(m) * k + 2.0 * m * n + scale_bytes;
+  const std::string recipe = blocks ? "1x128 x 128x128" : r == ScalingType::RowWise ? "row-wise" : "tensor-wise";
   std::string name = "scaled_mm e4m3 " + recipe + " m" + std::to_string(m) + " " + std::to_string(k) + "->" +
                      std::to_string(n);
-  nlohmann::json spec{{"op", "scaled_mm"}, {"m", m},         {"k", k}, {"n", n}, {"dtype", "float8_e4m3fn"},
-                      {"recipe", row_wise ? "rowwise" : "tensorwise"}, {"out_dtype", "bfloat16"},
-                      {"flops", 2.0 * m * n * k}};
+  nlohmann::json spec{{"op", "scaled_mm"}, {"m", m}, {"k", k}, {"n", n}, {"dtype", "float8_e4m3fn"},
+                      {"recipe", blocks ? "blockwise_1x128_128x128" : r == ScalingType::RowWise ? "rowwise" : "tensorwise"},
+                      {"out_dtype", "bfloat16"}, {"flops", 2.0 * m * n * k}};
   return {name, bytes, ceiling_for(dev), [=]() -> Runner {
             const int rot = rotations_for(dev, static_cast<double>(n) * k);
             const TensorOptions o = TensorOptions(kFloat32).device(dev);
-            const ScalingType r = row_wise ? ScalingType::RowWise : ScalingType::TensorWise;
+            const ScalingType rb = blocks ? ScalingType::BlockWise128x128 : r;
             std::vector<Tensor> b, sb;
             for (int i = 0; i < rot; ++i) {
-              auto [wq, ws] = quantize_fp8(randn({n, k}, o), r);
+              auto [wq, ws] = quantize_fp8(randn({n, k}, o), rb);
               b.push_back(wq.t());
-              sb.push_back(row_wise ? ws.reshape({1, n}) : ws);
+              sb.push_back(blocks ? ws.t() : r == ScalingType::RowWise ? ws.reshape({1, n}) : ws);
             }
             const auto [aq, as] = quantize_fp8(randn({m, k}, o), r);
             const Tensor a = aq, sa = as;
-            return [=](int i) { (void)scaled_mm(a, b[i % rot], sa, r, sb[i % rot], r); };
+            return [=](int i) { (void)scaled_mm(a, b[i % rot], sa, r, sb[i % rot], rb); };
           },
           "", spec};
 }
@@ -317,9 +320,9 @@ std::vector<Case> decode_cases(Device dev) {
 
   // FP8: decode GEMVs (the weight's bytes against copy bandwidth) and the 8192^3 cuBLASLt GEMM
   // (compute-bound: compare the time, or the TFLOP/s the torch script prints, with PyTorch).
-  for (bool row_wise : {false, true}) {
-    for (int64_t m : {1, 8}) cases.push_back(scaled_mm_case(dev, m, 4096, 4096, row_wise));
-    if (dev.is_cuda()) cases.push_back(scaled_mm_case(dev, 8192, 8192, 8192, row_wise));
+  for (ScalingType r : {ScalingType::TensorWise, ScalingType::RowWise, ScalingType::BlockWise1x128}) {
+    for (int64_t m : {1, 8}) cases.push_back(scaled_mm_case(dev, m, 4096, 4096, r));
+    if (dev.is_cuda()) cases.push_back(scaled_mm_case(dev, 8192, 8192, 8192, r));
   }
   cases.push_back(scaled_linear_case(dev, "Qwen3-30B-A3B q_proj", 2048, 4096));
   cases.push_back(scaled_linear_case(dev, "Llama-3.1-8B up_proj", 4096, 14336));

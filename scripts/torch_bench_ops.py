@@ -150,13 +150,20 @@ def build(spec, dev):
     if op == "scaled_mm":
         # torch._scaled_mm on b = W^T of a row-major W [n, k] (column-major, as cuBLASLt needs);
         # row-wise scales [m, 1] and [1, n], tensor-wise one element each.
+        # Block-wise (1x128 x 128x128): scale_a [m, L] outer-dim-major, scale_b [L, ceil(n/128)]
+        # with strides (1, L), torch._scaled_mm's layouts.
         m, k, n = spec["m"], spec["k"], spec["n"]
-        row_wise = spec["recipe"] == "rowwise"
+        row_wise, blocks = spec["recipe"] == "rowwise", spec["recipe"] == "blockwise_1x128_128x128"
         rot = rotations(dev, n * k)
         w = [(torch.randn(n, k, device=dev) * 0.1).to(t) for _ in range(rot)]
         a = (torch.randn(m, k, device=dev) * 0.1).to(t)
-        sa = torch.rand(m, 1, device=dev) + 0.5 if row_wise else torch.tensor(1.0, device=dev)
-        sb = torch.rand(1, n, device=dev) + 0.5 if row_wise else torch.tensor(1.0, device=dev)
+        L = (k + 127) // 128
+        if blocks:
+            sa = (torch.rand(L, m, device=dev) + 0.5).t()
+            sb = (torch.rand((n + 127) // 128, L, device=dev) + 0.5).t()
+        else:
+            sa = torch.rand(m, 1, device=dev) + 0.5 if row_wise else torch.tensor(1.0, device=dev)
+            sb = torch.rand(1, n, device=dev) + 0.5 if row_wise else torch.tensor(1.0, device=dev)
         out_t = DTYPES[spec["out_dtype"]]
         return lambda i: torch._scaled_mm(a, w[i % rot].t(), scale_a=sa, scale_b=sb, out_dtype=out_t)
     if op == "scaled_linear":

@@ -1,4 +1,4 @@
-// scaled_mm (FP8 x FP8, tensor-wise and row-wise scales), scaled_linear (weight-only FP8) and
+// scaled_mm (FP8 x FP8, tensor-wise, row-wise and block-wise scales), scaled_linear (weight-only FP8) and
 // quantize_fp8: case tables against the float64 reference (rows around the GEMV switch, odd and
 // 16-multiple K and N for both CUDA paths, every float8 pairing, the three outputs, bias, operand
 // layouts), exact small-integer products, PyTorch's emulated-reference test, NaN weights, the
@@ -273,7 +273,8 @@ TEST_P(ScaledMm, Errors) {
   EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, zeros({31, 16}, f8), one, tw, one, tw));
   // recipes
   EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, one, tw, rb, rw));
-  EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, ra, ScalingType::BlockWise1x128, rb, ScalingType::BlockWise1x128));
+  EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, ra, ScalingType::BlockWise1x16, rb, ScalingType::BlockWise1x16));
+  EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, ra, ScalingType::RowWise, rb, ScalingType::BlockWise1x128));
   // scales
   EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, ones({2}, f32), tw, one, tw));
   EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a, b, one.to(kBFloat16), tw, one, tw));
@@ -305,8 +306,207 @@ TEST_P(ScaledMm, Errors) {
   EXPECT_THROWS_OP(ShapeError, "scaled_linear", scaled_linear(x, w, s, zeros({15}, bf)));
   EXPECT_THROWS_OP(DTypeError, "quantize_fp8", quantize_fp8(zeros({2}, TensorOptions(kInt32).device(dev()))));
   EXPECT_THROWS_OP(DTypeError, "quantize_fp8", quantize_fp8(x, ScalingType::RowWise, kBFloat16));
-  EXPECT_THROWS_OP(Error, "quantize_fp8", quantize_fp8(x, ScalingType::BlockWise1x128));
+  EXPECT_THROWS_OP(Error, "quantize_fp8", quantize_fp8(x, ScalingType::BlockWise1x32));
   EXPECT_THROWS_OP(ShapeError, "quantize_fp8", quantize_fp8(zeros({8}, f32), ScalingType::BlockWise128x128));
+  EXPECT_THROWS_OP(ShapeError, "quantize_fp8", quantize_fp8(zeros({8}, f32), ScalingType::BlockWise1x128));
+  EXPECT_THROWS_OP(ShapeError, "quantize_fp8", quantize_fp8(zeros({2, 2, 8}, f32), ScalingType::BlockWise1x128));
+}
+
+// ---- block-wise recipes (DeepSeek-style 1x128 / 128x128 scales) ------------------------------
+
+const char* recipe_str(ScalingType r) { return r == ScalingType::BlockWise1x128 ? "1x128" : "128x128"; }
+
+// Scale grids in scaled_mm's layouts with values in [1/512, 4]: a's [ceil(m / a_rows), L] (1x128:
+// strides (1, m)), b's [L, ceil(n / b_cols)] (128x128: strides (1, L)).
+struct BlockScales {
+  th::Input a, b;
+  int64_t a_rows, b_cols;
+};
+BlockScales make_block_scales(ScalingType ra, ScalingType rb, int64_t m, int64_t k, int64_t n, Device dev,
+                              th::Gen& g) {
+  BlockScales s;
+  const int64_t l = (k + 127) / 128;
+  s.a_rows = ra == ScalingType::BlockWise1x128 ? 1 : 128;
+  s.b_cols = rb == ScalingType::BlockWise1x128 ? 1 : 128;
+  s.a = th::make_input({(m + s.a_rows - 1) / s.a_rows, l}, kFloat32, dev,
+                       s.a_rows == 1 ? Layout::Transposed : Layout::Contiguous, g, 1.0 / 512, 4.0);
+  s.b = th::make_input({l, (n + s.b_cols - 1) / s.b_cols}, kFloat32, dev,
+                       s.b_cols == 1 ? Layout::Contiguous : Layout::Transposed, g, 1.0 / 512, 4.0);
+  return s;
+}
+
+// As check_scaled, per block: float32 dots of each block (2 k u32 of sum |a b| |sa sb|), the
+// scale products in float32; the FP8 tensor cores' fewer-bit adds on CUDA (cuBLASLt) allowed 2^-10.
+::testing::AssertionResult check_blocks(const Tensor& got, const ref::Array& a, const ref::Array& b,
+                                        const BlockScales& s, const ref::Array* bias, DType out) {
+  const double acc_u = got.device().is_cuda() ? std::ldexp(1.0, -10) : 0.0;
+  ref::Array want = ref::scaled_mm_blocks(a, b, s.a.a, s.a_rows, s.b.a, s.b_cols, bias);
+  ref::Array mag = ref::scaled_mm_blocks(ref::abs(a), ref::abs(b), s.a.a, s.a_rows, s.b.a, s.b_cols);
+  const double k = static_cast<double>(a.sizes[1]), u32 = th::unit_roundoff(kFloat32);
+  ref::Array extra(want.sizes);
+  for (size_t i = 0; i < extra.v.size(); ++i) extra.v[i] = ((2.0 * k + 6.0) * u32 + acc_u) * mag.v[i];
+  if (bias)
+    for (int64_t i = 0; i < want.sizes[0]; ++i)
+      for (int64_t j = 0; j < want.sizes[1]; ++j)
+        extra.v[static_cast<size_t>(i * want.sizes[1] + j)] += 4.0 * u32 * std::fabs(bias->v[static_cast<size_t>(j)]);
+  return th::expect_close(got, want, th::Tol{th::underflow_atol(out), 2 * th::unit_roundoff(out)}, &extra);
+}
+
+// Rows around the GEMV switch and past it, K and N partial blocks (not multiples of 128), 16-
+// multiples (cuBLASLt on CUDA) and not (the tiled kernel), grids whose row-block stride cuBLASLt
+// wants padded (L = 3), several 128-row blocks of a.
+TEST_P(ScaledMm, BlockWiseTable) {
+  th::CaseLoop loop;
+  th::Gen g(5020);
+  const std::vector<MmCase> cases = {{1, 128, 16},  {1, 200, 48},   {2, 384, 130},  {5, 1000, 33},
+                                     {8, 300, 256}, {9, 256, 128},  {33, 208, 144}, {64, 320, 160},
+                                     {130, 512, 272}, {200, 336, 384}, {257, 1280, 384}, {300, 130, 40},
+                                     {12, 48, 1}};
+  const std::vector<std::pair<ScalingType, ScalingType>> pairs = {
+      {ScalingType::BlockWise1x128, ScalingType::BlockWise1x128},
+      {ScalingType::BlockWise1x128, ScalingType::BlockWise128x128},
+      {ScalingType::BlockWise128x128, ScalingType::BlockWise1x128}};
+  const std::vector<DType> outs = {kBFloat16, kFloat32, kFloat16};
+  const std::vector<Layout> a_layouts = {Layout::Contiguous, Layout::RowPadded, Layout::Contiguous, Layout::Transposed};
+  int ci = 0;
+  for (const MmCase& c : cases) {
+    for (const auto& [ra, rb] : pairs) {
+      ++ci;
+      const DType out = outs[static_cast<size_t>(ci) % outs.size()];
+      const bool with_bias = out != kFloat32 && ci % 2 == 0;
+      const Layout la = a_layouts[static_cast<size_t>(ci) % a_layouts.size()];
+      const Layout lb = ci % 5 == 0 ? Layout::Contiguous : Layout::Transposed;
+      const DType tb = ci % 7 == 0 ? kFloat8_e5m2 : kFloat8_e4m3fn;
+      const std::string name = "m " + std::to_string(c.m) + " k " + std::to_string(c.k) + " n " + std::to_string(c.n) +
+                               " " + recipe_str(ra) + " x " + recipe_str(rb) + " e4m3 x " + th::dtype_str(tb) +
+                               " -> " + th::dtype_str(out) + ", a " + th::layout_name(la) + ", b " +
+                               th::layout_name(lb) + (with_bias ? ", bias" : "") + " on " + dev().str();
+      if (!loop.run(name, [&, ra = ra, rb = rb] {
+            th::Input a = th::make_input({c.m, c.k}, kFloat8_e4m3fn, dev(), la, g, -6, 6);
+            ref::Array bv = th::random_array({c.k, c.n}, tb, g, -6, 6);
+            Tensor b = make_b(bv, tb, dev(), lb);
+            BlockScales s = make_block_scales(ra, rb, c.m, c.k, c.n, dev(), g);
+            th::Input bias;
+            if (with_bias) bias = th::make_input({c.n}, out, dev(), Layout::Contiguous, g, -4, 4);
+            const auto a_before = th::storage_bits(a.t), b_before = th::storage_bits(b);
+            Tensor y = scaled_mm(a.t, b, s.a.t, ra, s.b.t, rb, bias.t, out);
+            ASSERT_TRUE(th::expect_shape(y, {c.m, c.n}, out));
+            ASSERT_TRUE(check_blocks(y, a.a, bv, s, with_bias ? &bias.a : nullptr, out));
+            ASSERT_TRUE(th::storage_unchanged(a.t, a_before)) << "mat_a";
+            ASSERT_TRUE(th::storage_unchanged(b, b_before)) << "mat_b";
+          }))
+        return;
+    }
+  }
+}
+
+// PyTorch's block-wise numerics test in our terms: x [m, k] and y [n, k] quantised by
+// quantize_fp8 (1x128 rows of x, 128 x 128 blocks of y, or 1x128 rows of both), then
+// scaled_mm(xq, yq^T, ...) against x @ y^T: cosine >= 0.999 (PyTorch's bound), and against the
+// float64 product of the quantised operands within the dot's rounding.
+TEST_P(ScaledMm, BlockWiseMatchesEmulatedLikePyTorch) {
+  th::Gen g(5021);
+  for (const MmCase& c : {MmCase{1, 512, 256}, MmCase{6, 300, 200}, MmCase{256, 512, 768}, MmCase{384, 1280, 128}}) {
+    for (const bool y_blocks : {true, false}) {
+      SCOPED_TRACE("m " + std::to_string(c.m) + " k " + std::to_string(c.k) + " n " + std::to_string(c.n) +
+                   (y_blocks ? " 1x128 x 128x128" : " 1x128 x 1x128"));
+      th::Input x = th::make_input({c.m, c.k}, kFloat32, dev(), Layout::Contiguous, g, -2, 2);
+      th::Input y = th::make_input({c.n, c.k}, kFloat32, dev(), Layout::Contiguous, g, -2, 2);
+      auto [xq, xs] = quantize_fp8(x.t, ScalingType::BlockWise1x128);
+      const ScalingType rb = y_blocks ? ScalingType::BlockWise128x128 : ScalingType::BlockWise1x128;
+      auto [yq, ys] = quantize_fp8(y.t, rb);
+      const int64_t l = (c.k + 127) / 128;
+      ASSERT_TRUE(th::expect_shape(xs, {c.m, l}, kFloat32));
+      if (c.m > 1 && l > 1) {
+        EXPECT_EQ(xs.stride(0), 1);
+        EXPECT_EQ(xs.stride(1), c.m);
+      }
+      Tensor out = scaled_mm(xq, yq.t(), xs, ScalingType::BlockWise1x128, ys.t(), rb, {}, kBFloat16);
+      const ref::Array got = th::to_array(out.to(kFloat32));
+      ref::Array yt({c.k, c.n});
+      for (int64_t j = 0; j < c.n; ++j)
+        for (int64_t q = 0; q < c.k; ++q) yt.at({q, j}) = y.a.at({j, q});
+      const ref::Array want = ref::mm(x.a, yt);
+      double dot = 0, ng = 0, nw = 0;
+      for (size_t i = 0; i < got.v.size(); ++i) {
+        dot += got.v[i] * want.v[i];
+        ng += got.v[i] * got.v[i];
+        nw += want.v[i] * want.v[i];
+      }
+      EXPECT_GE(dot / std::sqrt(ng * nw), 0.999);
+      // Against the emulated product (the quantised operands times their scales, float64).
+      const BlockScales s{{xs, th::to_array(xs)}, {ys.t(), th::to_array(ys.t())}, 1, y_blocks ? 128 : 1};
+      EXPECT_TRUE(check_blocks(out, th::to_array(xq), th::to_array(yq.t()), s, nullptr, kBFloat16));
+    }
+  }
+}
+
+TEST_P(ScaledMm, BlockWiseErrors) {
+  const TensorOptions f8 = TensorOptions(kFloat8_e4m3fn).device(dev());
+  const TensorOptions f32 = TensorOptions(kFloat32).device(dev());
+  const ScalingType r1 = ScalingType::BlockWise1x128, r2 = ScalingType::BlockWise128x128;
+  // a [4, 300], b [300, 32]: L = 3.
+  Tensor a = zeros({4, 300}, f8), b = zeros({32, 300}, f8).t();
+  Tensor sa1 = ones({3, 4}, f32).t(), sb1 = ones({3, 32}, f32), sa2 = ones({1, 3}, f32), sb2 = ones({1, 3}, f32).t();
+  EXPECT_NO_THROW(scaled_mm(a, b, sa1, r1, sb1, r1));
+  EXPECT_NO_THROW(scaled_mm(a, b, sa1, r1, sb2, r2));
+  EXPECT_NO_THROW(scaled_mm(a, b, sa2, r2, sb1, r1));
+  auto invalid = [&](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what()).find("Invalid scaling configuration") != std::string::npos;
+    }
+    return false;
+  };
+  // The pair PyTorch has no kernel for, and mixed recipes.
+  EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, sa2, r2, sb2, r2));
+  EXPECT_TRUE(invalid([&] { scaled_mm(a, b, sa2, r2, sb2, r2); }));
+  EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, sa1, r1, ones({}, f32), ScalingType::TensorWise));
+  EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, sa1, ScalingType::BlockWise1x32, sb1, r1));
+  // Layouts: row-major 1x128 grids (not outer-dim-major), a transposed 128x128 grid.
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, ones({4, 3}, f32), r1, sb1, r1));
+  EXPECT_TRUE(invalid([&] { scaled_mm(a, b, ones({4, 3}, f32), r1, sb1, r1); }));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, sa1, r1, ones({32, 3}, f32).t(), r1));
+  Tensor a2 = zeros({130, 300}, f8), b2 = zeros({130, 300}, f8).t();  // two 128-row blocks each
+  EXPECT_NO_THROW(scaled_mm(a2, b2, ones({2, 3}, f32), r2, ones({3, 130}, f32), r1));
+  EXPECT_NO_THROW(scaled_mm(a2, b2, ones({3, 130}, f32).t(), r1, ones({2, 3}, f32).t(), r2));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a2, b2, ones({3, 2}, f32).t(), r2, ones({3, 130}, f32), r1));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a2, b2, ones({3, 130}, f32).t(), r1, ones({3, 2}, f32), r2));
+  // Shapes: L from k, the row blocks from m / n.
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, ones({2, 4}, f32).t(), r1, sb1, r1));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, sa1, r1, ones({3, 31}, f32), r1));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, sa1, r1, ones({2, 3}, f32).t(), r2));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, ones({3, 5}, f32).t(), r1, sb1, r1));
+  EXPECT_THROWS_OP(ShapeError, "scaled_mm", scaled_mm(a, b, ones({3}, f32), r1, sb1, r1));
+  // dtypes and undefined scales.
+  EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a, b, sa1.to(kBFloat16), r1, sb1, r1));
+  EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a.to(kFloat8_e5m2), b.to(kFloat8_e5m2), sa1, r1, sb1, r1));
+  EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, Tensor(), r1, sb1, r1));
+  if (dev().is_cuda())
+    EXPECT_THROWS_OP(DeviceError, "scaled_mm", scaled_mm(a, b, ones({3, 4}, kFloat32).t(), r1, sb1, r1));
+}
+
+// quantize_fp8's 1x128 rows: layout, values within one e4m3 rounding, the scale of each block.
+TEST_P(ScaledMm, BlockWise1x128Quantize) {
+  th::Gen g(5022);
+  th::Input x = th::make_input({5, 300}, kFloat32, dev(), Layout::Contiguous, g, -3, 3);
+  auto [q, s] = quantize_fp8(x.t, ScalingType::BlockWise1x128);
+  ASSERT_TRUE(th::expect_shape(q, {5, 300}, kFloat8_e4m3fn));
+  ASSERT_TRUE(th::expect_shape(s, {5, 3}, kFloat32));
+  EXPECT_EQ(s.stride(0), 1);
+  EXPECT_EQ(s.stride(1), 5);
+  const ref::Array qa = th::to_array(q), sa = th::to_array(s);
+  ref::Array d(qa.sizes), amax({5, 3});
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t c = 0; c < 300; ++c) {
+      d.v[static_cast<size_t>(i * 300 + c)] = qa.at({i, c}) * sa.at({i, c / 128});
+      double& m = amax.v[static_cast<size_t>(i * 3 + c / 128)];
+      m = std::max(m, std::fabs(x.a.at({i, c})));
+    }
+  for (double& m : amax.v) m /= 448.0;
+  EXPECT_TRUE(th::expect_close(s, amax, th::Tol{0, 2 * th::unit_roundoff(kFloat32)}));
+  EXPECT_TRUE(th::expect_close(th::make_tensor(d, kFloat32, kCPU), x.a, th::Tol{std::ldexp(3.0 / 448, -10), std::ldexp(1.0, -4)}));
 }
 
 // ---- scaled_linear ---------------------------------------------------------------------------
@@ -528,6 +728,49 @@ TEST(ScaledMmGraph, ReplaysNewInputs) {
       EXPECT_EQ(th::to_bits(z), th::to_bits(ez)) << "round " << round;
     }
     graph.reset();
+  }
+}
+
+// Block-wise recipes captured at GEMV and GEMM sizes, with 128 x 128 grids whose row-block stride
+// (L = 3) cuBLASLt takes padded (the copy into its layout is part of the graph).
+TEST(ScaledMmGraph, ReplaysBlockWise) {
+  ANVIL_REQUIRE_CUDA();
+  const Device dev(kCUDA, 0);
+  Stream s = Stream::create(dev);
+  StreamGuard guard(s);
+  th::Gen gen(5023);
+  const ScalingType r1 = ScalingType::BlockWise1x128, r2 = ScalingType::BlockWise128x128;
+  for (int64_t m : {1, 200}) {
+    for (const bool a_rows : {true, false}) {
+      SCOPED_TRACE("m " + std::to_string(m) + (a_rows ? " 1x128 x 128x128" : " 128x128 x 1x128"));
+      const int64_t k = 336, n = 256;
+      const ScalingType ra = a_rows ? r1 : r2, rb = a_rows ? r2 : r1;
+      auto fresh = [&] {
+        return std::tuple{th::make_input({m, k}, kFloat8_e4m3fn, dev, Layout::Contiguous, gen, -4, 4).t,
+                          th::make_input({n, k}, kFloat8_e4m3fn, dev, Layout::Contiguous, gen, -4, 4).t,
+                          make_block_scales(ra, rb, m, k, n, dev, gen)};
+      };
+      auto [a, w, sc] = fresh();
+      scaled_mm(a, w.t(), sc.a.t, ra, sc.b.t, rb);
+      s.synchronize();
+      cuda::Graph graph;
+      graph.capture_begin();
+      Tensor y = scaled_mm(a, w.t(), sc.a.t, ra, sc.b.t, rb);
+      graph.capture_end();
+      for (int round = 0; round < 2; ++round) {
+        auto [na, nw, nsc] = fresh();
+        a.copy_(na);
+        w.copy_(nw);
+        sc.a.t.copy_(nsc.a.t);
+        sc.b.t.copy_(nsc.b.t);
+        graph.replay();
+        s.synchronize();
+        Tensor ey = scaled_mm(a, w.t(), sc.a.t, ra, sc.b.t, rb);
+        s.synchronize();
+        EXPECT_EQ(th::to_bits(y), th::to_bits(ey)) << "round " << round;
+      }
+      graph.reset();
+    }
   }
 }
 

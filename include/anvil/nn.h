@@ -109,8 +109,8 @@ ANVIL_API Tensor sampler_state(uint64_t seed, Device device = kCPU);
 
 // ---- FP8 products (torch.nn.functional.scaled_mm, PyTorch 2.15 rules)
 
-// at::blas::ScalingType; the integer values are PyTorch's. Only TensorWise and RowWise are
-// implemented; the block-wise recipes are rejected with PyTorch's message.
+// at::blas::ScalingType; the integer values are PyTorch's. TensorWise, RowWise, BlockWise1x128
+// and BlockWise128x128 are implemented; BlockWise1x16 / 1x32 (FP4 / MX scales) are rejected.
 enum class ScalingType : uint8_t {
   TensorWise = 0,
   RowWise = 1,
@@ -124,11 +124,23 @@ enum class ScalingType : uint8_t {
 // after the whole K reduction, one rounding to output_dtype (float32, bfloat16 or float16).
 // mat_a [M, K] and mat_b [K, N] are float8 (e4m3fn or e5m2, any strides); scales are float32
 // decode (dequantisation) scales: TensorWise one element each, RowWise scale_a [M, 1] and
-// scale_b [1, N], contiguous; both operands use the same recipe. bias [N] must match a
+// scale_b [1, N], contiguous; both operands use the same recipe. Block-wise (DeepSeek-style,
+// the layouts of torch._scaled_mm; L = ceil(K / 128), blocks past K, M or N partial):
+// BlockWise1x128 scales each 128 consecutive k of a row: scale_a [M, L] with strides (1, M),
+// scale_b [L, N] with strides (N, 1) (outer-dim-major); BlockWise128x128 each 128 x 128 block:
+// scale_a [ceil(M / 128), L] with strides (L, 1), scale_b [L, ceil(N / 128)] with strides (1, L).
+// The pairs (1x128, 1x128), (1x128, 128x128) and (128x128, 1x128); a and b not both e5m2. Each
+// 128-column block's dot is multiplied by its two scales inside the K reduction:
+// out[i, j] = sum_l sa(i, l) sb(l, j) sum_{q in l} a[i, q] b[q, j]. (PyTorch 2.15's
+// F.scaled_mm takes scale_b as [N, L] and pads 128x128 grids to L rounded up to 4; this API
+// keeps torch._scaled_mm's layouts, which quantize_fp8 returns.) bias [N] must match a
 // bfloat16 / float16 output (no bias with a float32 output). Few rows run an FP8 GEMV that
 // decodes mat_b in registers (mat_b = W^T of a row-major W [N, K] is the fast layout); more rows
 // run cuBLASLt FP8 on CUDA (row-major a, column-major b, K and N multiples of 16; other shapes
-// take a slower exact kernel) and a float32 GEMM of the decoded operands on the CPU.
+// take a slower exact kernel) and a float32 GEMM of the decoded operands on the CPU. Block-wise
+// recipes: the GEMV applies both scales per 128-column chunk of the dot; more rows on CUDA run
+// cuBLASLt's block-scaled FP8 (sm_90, its VEC128 / BLK128x128 scale modes) or the exact tiled
+// kernel where cuBLASLt declines.
 ANVIL_API Tensor scaled_mm(const Tensor& mat_a, const Tensor& mat_b, const Tensor& scale_a, ScalingType scale_recipe_a,
                            const Tensor& scale_b, ScalingType scale_recipe_b, const Tensor& bias = {},
                            DType output_dtype = kBFloat16);
@@ -153,8 +165,11 @@ ANVIL_API Tensor dequantize_fp8(const Tensor& weight, const Tensor& scale, const
 // Quantises x to float8 with decode scales, the form scaled_mm / scaled_linear take:
 // RowWise: one scale per row of the last dim, scale [*, 1] = amax(|row|) / fp8 max (1 for an
 // all-zero row); TensorWise: one scale []; BlockWise128x128: x [..., n, k], scale [..., ceil(n / 128),
-// ceil(k / 128)] per 128 x 128 block (scaled_linear's block = {128, 128}). q = saturate(x /
-// scale). Returns (q, scale float32).
+// ceil(k / 128)] per 128 x 128 block (scaled_linear's block = {128, 128}; scaled_mm's
+// BlockWise128x128 scale_a, and scale.t() its scale_b of mat_b = q.t()); BlockWise1x128: x [m, k],
+// scale [m, ceil(k / 128)] per 128 columns of a row, strides (1, m) (scaled_mm's BlockWise1x128
+// scale_a; scale.t() is its scale_b of mat_b = q.t()). q = saturate(x / scale). Returns (q, scale
+// float32).
 ANVIL_API std::tuple<Tensor, Tensor> quantize_fp8(const Tensor& x, ScalingType recipe = ScalingType::RowWise,
                                                   DType dtype = kFloat8_e4m3fn);
 

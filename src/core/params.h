@@ -262,13 +262,15 @@ inline constexpr int64_t kGemvMaxRows = 8;
 // 1 when scale_a is null (likewise sw). Operands: float8 (e4m3fn / e5m2) or float32 / bfloat16
 // / float16 (weight-only FP8: a in a float dtype, w float8). Arbitrary strides on a and w; out
 // has unit column stride. bias (bias_dtype) is [n] contiguous or null.
-// Block scales of a float8 weight [n, k] (the Hub's FP8 checkpoints, scaled_linear's `block`):
-// element (j, q) decodes as w[j, q] * scale[(j / block_n) * stride_row + q / block_k], experts'
-// weights offset by stride_expert per expert. scale null: no block scales.
+// Block scales of a float8 operand [n, k] (the Hub's FP8 checkpoints, scaled_linear's `block`,
+// scaled_mm's block-wise recipes): element (j, q) decodes as x[j, q] * scale[(j / block_n) *
+// stride_row + (q / block_k) * stride_col], experts' weights offset by stride_expert per expert.
+// scale null: no block scales. Only scaled_mm passes stride_col != 1 (PyTorch's outer-dim-major
+// scale layouts); the experts and scaled_linear grids are contiguous.
 struct BlockScale {
   const float* scale = nullptr;
   int64_t block_n = 0, block_k = 0;
-  int64_t stride_row = 0, stride_expert = 0;
+  int64_t stride_row = 0, stride_col = 1, stride_expert = 0;
 };
 
 struct ScaledMmParams {
@@ -283,6 +285,8 @@ struct ScaledMmParams {
   int64_t stride_a_row = 0, stride_a_col = 1, stride_w_row = 0, stride_w_col = 1, stride_out_row = 0;
   bool scale_a_per_row = false, scale_w_per_row = false;
   BlockScale w_block;  // with it, scale_w is null: the block scales act inside the dot
+  BlockScale a_block;  // a's block scales (block_n counts a's rows); with it, scale_a is null.
+                       // With both, block_k is the same and w_block's stride_col may differ from 1.
 };
 
 // Which operand's dimension offs partitions (see grouped_mm in anvil/nn.h).

@@ -3,7 +3,8 @@
 // Few rows with a unit-stride weight stream the weight once through the shared GEMV core
 // (float8 decoded in registers); more rows widen both operands to float32 and run OpenBLAS
 // sgemm. The scales, bias and rounding are one epilogue over the float32 dots; block scales of
-// the weight act inside the dots (per block of k) or on the widened weight.
+// the weight act inside the dots (per block of k) or on the widened weight, those of a (scaled_mm's
+// block-wise recipes) on its widened rows.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/scaled_mm.cpp"
 #include <hwy/foreach_target.h>  // NOLINT: must precede highway.h
@@ -133,19 +134,37 @@ void widen(const void* src, DType t, int64_t rows, int64_t cols, int64_t s_row, 
         for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = static_cast<float>(s[r * s_row + c * s_col]);
         if (block.scale) {
           const float* srow = block.scale + r / block.block_n * block.stride_row;
-          for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] *= srow[c / block.block_k];
+          for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] *= srow[c / block.block_k * block.stride_col];
         }
       }
     }
   });
 }
 
+// The grid of `b` for `rows` rows and k columns with unit stride along the blocks of k (the
+// dots' layout): b itself when it has it, else a copy in `store`.
+BlockScale unit_col_blocks(const BlockScale& b, int64_t rows, int64_t k, std::vector<float>& store) {
+  if (!b.scale || b.stride_col == 1) return b;
+  const int64_t rb = (rows + b.block_n - 1) / b.block_n, kb = (k + b.block_k - 1) / b.block_k;
+  store.resize(static_cast<size_t>(rb * kb));
+  for (int64_t r = 0; r < rb; ++r)
+    for (int64_t c = 0; c < kb; ++c) store[static_cast<size_t>(r * kb + c)] = b.scale[r * b.stride_row + c * b.stride_col];
+  BlockScale u = b;
+  u.scale = store.data();
+  u.stride_row = kb;
+  u.stride_col = 1;
+  return u;
+}
+
 }  // namespace
 
 void scaled_mm(const ScaledMmParams& p) {
   const int64_t m = p.m, n = p.n, k = p.k;
-  std::vector<float> a32(static_cast<size_t>(m * k)), dots(static_cast<size_t>(m * n));
-  widen(p.a, p.a_dtype, m, k, p.stride_a_row, p.stride_a_col, a32.data());
+  std::vector<float> a32(static_cast<size_t>(m * k)), dots(static_cast<size_t>(m * n)), w_grid;
+  // a's block scales (scaled_mm's block-wise recipes) act on the widened rows: each element
+  // times its block's scale in float32, so the dots carry both scales of a block.
+  widen(p.a, p.a_dtype, m, k, p.stride_a_row, p.stride_a_col, a32.data(), p.a_block);
+  const BlockScale w_block = unit_col_blocks(p.w_block, n, k, w_grid);
   if (m <= kGemvMaxRows && (p.stride_w_col == 1 || k == 1) && has_simd_dots(p.w_dtype)) {
     // Contiguous weight-row ranges, multiples of 4 rows, one per thread.
 #pragma omp parallel if (n * k >= kParallelElements)
@@ -155,12 +174,13 @@ void scaled_mm(const ScaledMmParams& p) {
       const int64_t j0 = std::min(n, blocks * t / nt * 4), j1 = std::min(n, blocks * (t + 1) / nt * 4);
       if (j0 < j1)
         simd::gemv_dots(p.w_dtype, p.w, p.stride_w_row, a32.data(), m, k, dots.data(), n, j0, j1,
-                        p.a_dtype == DType::BFloat16 || is_float8(p.a_dtype),  // float8 values are bfloat16 values
-                        p.w_block.scale ? &p.w_block : nullptr);
+                        // float8 values are bfloat16 values (not once times a block scale)
+                        (p.a_dtype == DType::BFloat16 || is_float8(p.a_dtype)) && !p.a_block.scale,
+                        w_block.scale ? &w_block : nullptr);
     }
   } else {
     std::vector<float> w32(static_cast<size_t>(n * k));
-    widen(p.w, p.w_dtype, n, k, p.stride_w_row, p.stride_w_col, w32.data(), p.w_block);
+    widen(p.w, p.w_dtype, n, k, p.stride_w_row, p.stride_w_col, w32.data(), w_block);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), 1.f, a32.data(), static_cast<int>(k), w32.data(), static_cast<int>(k), 0.f,
                 dots.data(), static_cast<int>(n));

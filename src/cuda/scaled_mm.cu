@@ -15,11 +15,14 @@
 //            k = 256), as PyTorch's CUDA scaled_mm does.
 //  tiled     everything else: 64 x 64 output tiles, operands decoded into shared memory as
 //            float32, FMA.
-// Block scales of the weight (w_block): the gemv applies each block's scale to the chunk sums
-// of that block (the blocks fp8_blocks_in_dot takes, core/fp8_blocks.h); the tiled kernel to each
-// weight element.
+// Block scales of the weight (w_block, scaled_linear): the gemv applies each block's scale to the
+// chunk sums of that block (the blocks fp8_blocks_in_dot takes, core/fp8_blocks.h); the tiled
+// kernel to each weight element. scaled_mm's block-wise recipes (a_block and w_block): the gemv
+// multiplies each lane's chunk sums by the product of their two scales (e4m3 x e4m3); cuBLASLt's
+// VEC128 / BLK128x128 scale modes for more rows (sm_90); the tiled kernel otherwise.
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -178,13 +181,22 @@ __device__ __forceinline__ void act_pairs(const uint4 (&raw)[sizeof(A)],
   }
 }
 
+// Where the GEMV applies block scales: nowhere (none, or scales in the epilogue); Uniform, the
+// weight's blocks with one scale per chunk and 8-row tile, the same for the whole warp
+// (fp8_blocks_in_dot, unit stride along k's blocks: scaled_linear); PerLane, a's and / or w's
+// blocks of any rows and strides, each lane's two outputs with their own product of scales
+// (scaled_mm's block-wise recipes).
+enum class GemvScales { None, Uniform, PerLane };
+
 // acc += one step of U 64-column chunks of R 8-row tiles: the lane's 16 columns of each chunk,
-// decoded and fed to 4 mma.sync per tile and activation term. Blocked: each chunk's products are
-// summed apart and added times sc[u][r], the block scale of chunk u in tile r (a chunk and a tile
-// lie inside one block: block_k % 64 == 0, block_n % 8 == 0).
-template <typename A, typename W, int U, int R, bool Blocked = false>
+// decoded and fed to 4 mma.sync per tile and activation term. With block scales each chunk's
+// products are summed apart and added times sc[u][r][e], the scale of chunk u for the lane's
+// output e of tile r (Uniform: sc[u][r][0] for both; a chunk lies inside one block of k:
+// block_k % 64 == 0).
+template <typename A, typename W, int U, int R, GemvScales S = GemvScales::None>
 __device__ __forceinline__ void gemv_step(float (&acc)[R][4], const uint4 (&wv)[U][R],
-                                          const uint4 (&xv)[U][sizeof(A)], const float (*sc)[R] = nullptr) {
+                                          const uint4 (&xv)[U][sizeof(A)], const float (*sc)[R][2] = nullptr) {
+  constexpr bool Blocked = S != GemvScales::None;
   using M = typename GemvAct<A>::Mma;
   constexpr int T = GemvAct<A>::kTerms;
 #pragma unroll
@@ -203,8 +215,8 @@ __device__ __forceinline__ void gemv_step(float (&acc)[R][4], const uint4 (&wv)[
         for (int s = 0; s < 4; ++s) mma_16816<M>(d, xh[term][2 * s], xh[term][2 * s + 1], wh[2 * s], wh[2 * s + 1]);
       }
       if constexpr (Blocked) {
-        acc[r][0] = fmaf(part[0], sc[u][r], acc[r][0]);
-        acc[r][1] = fmaf(part[1], sc[u][r], acc[r][1]);
+        acc[r][0] = fmaf(part[0], sc[u][r][0], acc[r][0]);
+        acc[r][1] = fmaf(part[1], sc[u][r][S == GemvScales::PerLane ? 1 : 0], acc[r][1]);
       }
     }
   }
@@ -215,13 +227,50 @@ __device__ __forceinline__ void gemv_step(float (&acc)[R][4], const uint4 (&wv)[
 // their chunks lie past k and load zeros).
 template <int U, int R>
 __device__ __forceinline__ void load_block_scales(const float* const (&srow)[R], int64_t c, int warps, int shift,
-                                                  int64_t last, bool shared, float (&sc)[U][R]) {
+                                                  int64_t last, bool shared, float (&sc)[U][R][2]) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int64_t kb = std::min((c + u * warps) >> shift, last);
-    sc[u][0] = __ldg(srow[0] + kb);
+    sc[u][0][0] = __ldg(srow[0] + kb);
 #pragma unroll
-    for (int r = 1; r < R; ++r) sc[u][r] = shared ? sc[u][0] : __ldg(srow[r] + kb);
+    for (int r = 1; r < R; ++r) sc[u][r][0] = shared ? sc[u][0][0] : __ldg(srow[r] + kb);
+  }
+}
+
+// PerLane: the lane's scale rows, found once. a_row: a's grid row of the lane's activation row
+// (null without a_block); w_row[r][e]: w's grid row of its output e in tile r (null without
+// w_block).
+template <int R>
+struct LaneScales {
+  const float* a_row = nullptr;
+  const float* w_row[R][2] = {};
+};
+template <int R>
+__device__ __forceinline__ LaneScales<R> lane_scales(const ScaledMmParams& p, int64_t row0, int g, int t) {
+  LaneScales<R> ls;
+  if (p.a_block.scale) ls.a_row = p.a_block.scale + std::min<int64_t>(g, p.m - 1) / p.a_block.block_n * p.a_block.stride_row;
+  if (p.w_block.scale) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        ls.w_row[r][e] = p.w_block.scale +
+                         std::min(row0 + 8 * r + 2 * t + e, p.n - 1) / p.w_block.block_n * p.w_block.stride_row;
+  }
+  return ls;
+}
+template <int U, int R>
+__device__ __forceinline__ void load_lane_scales(const ScaledMmParams& p, const LaneScales<R>& ls, int64_t c,
+                                                 int warps, int shift, int64_t last, float (&sc)[U][R][2]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t kb = std::min((c + u * warps) >> shift, last);
+    const float sa = ls.a_row ? __ldg(ls.a_row + kb * p.a_block.stride_col) : 1.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        sc[u][r][e] = ls.w_row[r][e] ? sa * __ldg(ls.w_row[r][e] + kb * p.w_block.stride_col) : sa;
   }
 }
 
@@ -270,18 +319,34 @@ __device__ __forceinline__ void store_tile(const ScaledMmParams& p, const float 
 // A block per 8 * R weight rows; warps split k in 64-column chunks (4 lanes x 16 columns); lane
 // (g, t) holds columns [16t, 16t + 16) of weight row g and of x row g (rows past m read row
 // m - 1, rows past n read row n - 1; both only reach dropped outputs).
-template <typename A, typename W, typename Out, int R, bool Blocked>
+template <typename A, typename W, typename Out, int R, GemvScales S>
 __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const __grid_constant__ ScaledMmParams p,
                                                                          const GemvArgs args) {
   constexpr int U = GemvAct<A>::kUnroll;
+  constexpr bool Blocked = S != GemvScales::None;
   __shared__ float partial[R][kGemvMaxWarps][32][2];
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 8 * R;
 
   pdl_launch_dependents();
-  // Only the weight is touched before pdl_wait, and only through L2.
+  // Only the weight and its scales are touched before pdl_wait (never written by the previous
+  // kernel), the weight only through L2.
   if (args.prefetch) cuda_device::prefetch_rows_l2(p.w, p.stride_w_row, row0, 8 * R, p.n, p.k);
+  const float* srow[R] = {};
+  int64_t last_block = 0;
+  if constexpr (Blocked) last_block = (p.k - 1) / (p.w_block.scale ? p.w_block.block_k : p.a_block.block_k);
+  float sc[Blocked ? GemvAct<A>::kUnroll : 1][R][2];
+  auto load_scales = [&](int64_t c0) {
+    if constexpr (S == GemvScales::Uniform)
+      load_block_scales<U, R>(srow, c0, warps, args.block_shift, last_block, args.block_shared, sc);
+  };
+  if constexpr (S == GemvScales::Uniform) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      srow[r] = p.w_block.scale + std::min(row0 + r * 8, p.n - 1) / p.w_block.block_n * p.w_block.stride_row;
+    load_scales(warp);  // the first step's, their latency under the previous kernel's drain
+  }
   pdl_wait();
   const TileOut out = threadIdx.x < 64 * R ? tile_out<Out>(p, row0 + 8 * (threadIdx.x / 64), threadIdx.x % 64) : TileOut{};
 
@@ -289,15 +354,16 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
 #pragma unroll
   for (int r = 0; r < R; ++r) w[r] = static_cast<const uint8_t*>(p.w) + std::min(row0 + r * 8 + g, p.n - 1) * p.stride_w_row;
   const A* x = static_cast<const A*>(p.a) + std::min<int64_t>(g, p.m - 1) * p.stride_a_row;
-  const float* srow[R] = {};
-  int64_t last_block = 0;
-  if constexpr (Blocked) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      srow[r] = p.w_block.scale + std::min(row0 + r * 8, p.n - 1) / p.w_block.block_n * p.w_block.stride_row;
-    last_block = (p.k - 1) / p.w_block.block_k;
-  }
-  float sc[Blocked ? GemvAct<A>::kUnroll : 1][R];
+  // PerLane scales include a's (the previous kernel's output): after pdl_wait.
+  LaneScales<S == GemvScales::PerLane ? R : 1> lanes;
+  if constexpr (S == GemvScales::PerLane) lanes = lane_scales<R>(p, row0, g, t);
+  auto step_scales = [&](int64_t c0) {
+    if constexpr (S == GemvScales::Uniform) {
+      if (c0 != warp) load_scales(c0);
+    } else if constexpr (S == GemvScales::PerLane) {
+      load_lane_scales<U, R>(p, lanes, c0, warps, args.block_shift, last_block, sc);
+    }
+  };
   float acc[R][4] = {};
   const int64_t chunks = (p.k + 63) / 64, step = static_cast<int64_t>(warps) * U;
 
@@ -322,8 +388,8 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
           gather16(x, k0, p.k, p.stride_a_col, xv[u]);
         }
       }
-      if constexpr (Blocked) load_block_scales<U, R>(srow, c, warps, args.block_shift, last_block, args.block_shared, sc);
-      gemv_step<A, W, U, R, Blocked>(acc, wv, xv, sc);
+      step_scales(c);
+      gemv_step<A, W, U, R, S>(acc, wv, xv, sc);
     }
   }
   // The last step, or every step of a misaligned weight: chunks past k load zeros.
@@ -345,9 +411,9 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
         gather16(x, k0, p.k, p.stride_a_col, xv[u]);
       }
     }
-    if constexpr (Blocked) load_block_scales<U, R>(srow, c, warps, args.block_shift, last_block, args.block_shared, sc);
+    step_scales(c);
     __syncwarp();  // mma.sync is warp-collective: reconverge after the per-lane loads
-    gemv_step<A, W, U, R, Blocked>(acc, wv, xv, sc);
+    gemv_step<A, W, U, R, S>(acc, wv, xv, sc);
   }
 
 #pragma unroll
@@ -368,13 +434,28 @@ bool rows_aligned(const void* ptr, int64_t rows, int64_t stride_row, size_t elem
 
 bool use_gemv(const ScaledMmParams& p) { return p.m <= kGemvMaxRows && p.stride_w_col == 1; }
 
-// Block scales inside the GEMV's dots (fp8_blocks_in_dot): one scale per chunk and tile,
-// uniform across the warp. Instances for e4m3 weights against 16-bit, float32 or e4m3 activations.
+// Which block scales the GEMV applies in its dots; false when it has no instance for them.
+// Uniform (fp8_blocks_in_dot, unit stride along k's blocks): instances for e4m3 weights against
+// 16-bit, float32 or e4m3 activations. PerLane (scaled_mm's block-wise recipes): e4m3 x e4m3
+// with block_k = 64 x 2^i, the same for both operands.
 template <typename A, typename W>
 inline constexpr bool kHasBlockedGemv = std::is_same_v<W, Float8_e4m3fn> && !std::is_same_v<A, Float8_e5m2>;
-bool use_blocked_gemv(const ScaledMmParams& p) {
-  return p.w_block.scale && fp8_blocks_in_dot(p.w_dtype, p.w_block.block_n, p.w_block.block_k) &&
-         p.a_dtype != kFloat8_e5m2;
+template <typename A, typename W>
+inline constexpr bool kHasPerLaneGemv = std::is_same_v<W, Float8_e4m3fn> && std::is_same_v<A, Float8_e4m3fn>;
+bool gemv_scales(const ScaledMmParams& p, GemvScales& s) {
+  if (!p.w_block.scale && !p.a_block.scale) {
+    s = GemvScales::None;
+    return true;
+  }
+  if (!p.a_block.scale && p.w_block.stride_col == 1 &&
+      fp8_blocks_in_dot(p.w_dtype, p.w_block.block_n, p.w_block.block_k) && p.a_dtype != kFloat8_e5m2) {
+    s = GemvScales::Uniform;
+    return true;
+  }
+  const int64_t bk = p.w_block.scale ? p.w_block.block_k : p.a_block.block_k;
+  s = GemvScales::PerLane;
+  return p.a_dtype == kFloat8_e4m3fn && p.w_dtype == kFloat8_e4m3fn && fp8_blocks_in_dot(p.w_dtype, 8, bk) &&
+         (!p.a_block.scale || p.a_block.block_k == bk);
 }
 
 // Block shape by waves. A warp step covers `unroll` 64-column chunks, so `full` warps cover k in
@@ -403,19 +484,17 @@ GemvConfig gemv_config(const ScaledMmParams& p, int unroll, int64_t sm_count, Re
   return {16, 4, prefetch};
 }
 
-template <typename A, typename W, typename Out, bool Blocked>
+template <typename A, typename W, typename Out, GemvScales S>
 void launch_gemv(const ScaledMmParams& p, const KernelLaunch& launch) {
   auto kernel_of = [](int rows) {
-    return rows == 16 ? scaled_gemv_kernel<A, W, Out, 2, Blocked> : scaled_gemv_kernel<A, W, Out, 1, Blocked>;
+    return rows == 16 ? scaled_gemv_kernel<A, W, Out, 2, S> : scaled_gemv_kernel<A, W, Out, 1, S>;
   };
   auto resident = [&](int rows, int warps) { return resident_blocks(kernel_of(rows), warps * 32, 0); };
   const GemvConfig c = gemv_config(p, GemvAct<A>::kUnroll, launch.sm_count(), resident);
   const bool w_vec = rows_aligned(p.w, p.n, p.stride_w_row, 1);
   GemvArgs args{w_vec, p.stride_a_col == 1 && rows_aligned(p.a, p.m, p.stride_a_row, sizeof(A)), c.prefetch && w_vec};
-  if (Blocked) {
-    args.block_shift = fp8_block_shift(p.w_block.block_k);
-    args.block_shared = p.w_block.block_n % 16 == 0;
-  }
+  if (S != GemvScales::None) args.block_shift = fp8_block_shift(p.w_block.scale ? p.w_block.block_k : p.a_block.block_k);
+  if (S == GemvScales::Uniform) args.block_shared = p.w_block.block_n % 16 == 0;
   const int64_t tiles = (p.n + c.rows_per_block - 1) / c.rows_per_block;
   ANVIL_CHECK(tiles <= 0x7FFFFFFF, ShapeError, kOp, " n = ", p.n, " is too large for the CUDA gemv");
   launch_pdl(kOp, kernel_of(c.rows_per_block), dim3(static_cast<unsigned>(tiles)), dim3(c.warps * 32), 0,
@@ -441,13 +520,17 @@ __global__ void __launch_bounds__(kTiledThreads) scaled_mm_tiled_kernel(const __
       int r = a_q_fast ? e / kTileK : e % kTile, c = a_q_fast ? e % kTileK : e / kTile;
       int64_t i = i0 + r, q = q0 + c;
       as[c][r] = i < p.m && q < p.k ? static_cast<float>(a[i * p.stride_a_row + q * p.stride_a_col]) : 0.f;
+      if (p.a_block.scale && i < p.m && q < p.k)
+        as[c][r] *= p.a_block.scale[i / p.a_block.block_n * p.a_block.stride_row +
+                                    q / p.a_block.block_k * p.a_block.stride_col];
       r = w_q_fast ? e / kTileK : e % kTile;
       c = w_q_fast ? e % kTileK : e / kTile;
       const int64_t j = j0 + r;
       q = q0 + c;
       ws[c][r] = j < p.n && q < p.k ? static_cast<float>(w[j * p.stride_w_row + q * p.stride_w_col]) : 0.f;
       if (p.w_block.scale && j < p.n && q < p.k)
-        ws[c][r] *= p.w_block.scale[j / p.w_block.block_n * p.w_block.stride_row + q / p.w_block.block_k];
+        ws[c][r] *= p.w_block.scale[j / p.w_block.block_n * p.w_block.stride_row +
+                                    q / p.w_block.block_k * p.w_block.stride_col];
     }
     __syncthreads();
 #pragma unroll
@@ -495,9 +578,32 @@ __global__ void __launch_bounds__(256) scale_bias_kernel(const __grid_constant__
     store_scaled<Out>(p, e / p.n, e % p.n, prod[e]);
 }
 
+// Block-wise recipes (scaled_mm's 1x128 / 128x128 scales of both operands) map onto cuBLASLt's
+// VEC128_32F (one scale per 128 k of a row: the grid [rows, L] with the row index at unit stride,
+// as the front end checks) and BLK128x128_32F (the grid [ceil(rows / 128), L] with L at unit
+// stride and the row-block stride rounded up to 4 floats: a grid with another stride is copied
+// into that layout). cuBLASLt's A is w, its B is a (see make_fp8_plan). e4m3 x e4m3 only.
+enum class LtBlocks { None, Vec128, Blk128 };
+LtBlocks lt_blocks(const BlockScale& b, int64_t rows, int64_t k) {
+  if (!b.scale || b.block_k != 128 || (b.block_n != 1 && b.block_n != 128) || !aligned16(b.scale))
+    return LtBlocks::None;
+  const int64_t l = (k + 127) / 128;
+  if (b.block_n == 1)
+    return (rows == 1 || b.stride_row == 1) && (l == 1 || b.stride_col == rows) ? LtBlocks::Vec128 : LtBlocks::None;
+  return l == 1 || b.stride_col == 1 ? LtBlocks::Blk128 : LtBlocks::None;
+}
+bool lt_block_pair(const ScaledMmParams& p) {
+  const LtBlocks a = lt_blocks(p.a_block, p.m, p.k), w = lt_blocks(p.w_block, p.n, p.k);
+  return p.a_dtype == kFloat8_e4m3fn && p.w_dtype == kFloat8_e4m3fn && a != LtBlocks::None && w != LtBlocks::None &&
+         !(a == LtBlocks::Blk128 && w == LtBlocks::Blk128);
+}
+// The row-block stride cuBLASLt's BLK128x128 grids need.
+int64_t blk_stride(int64_t k) { return ((k + 127) / 128 + 3) / 4 * 4; }
+
 bool use_cublaslt(const ScaledMmParams& p) {
   const int64_t out_bytes = static_cast<int64_t>(element_size(p.out_dtype));
-  return p.m > kGemvMaxRows && !p.w_block.scale && is_float8(p.a_dtype) && is_float8(p.w_dtype) &&
+  const bool blocks = p.w_block.scale || p.a_block.scale;
+  return p.m > kGemvMaxRows && (!blocks || lt_block_pair(p)) && is_float8(p.a_dtype) && is_float8(p.w_dtype) &&
          !(p.a_dtype == kFloat8_e5m2 && p.w_dtype == kFloat8_e5m2) && p.stride_a_col == 1 && p.stride_w_col == 1 &&
          p.k % 16 == 0 && p.n % 16 == 0 && aligned16(p.a) && aligned16(p.w) && aligned16(p.out) &&
          p.stride_a_row % 16 == 0 && p.stride_a_row >= p.k && p.stride_w_row % 16 == 0 && p.stride_w_row >= p.k &&
@@ -518,7 +624,10 @@ cudaDataType_t cuda_type(DType t) {
 }
 
 // fused: scales and bias inside cuBLASLt, out written directly; otherwise a float32 product.
-cublasLtMatmulDesc_t make_fp8_desc(const ScaledMmParams& p, bool fused) {
+// a_scale / w_scale: the block grids as cuBLASLt reads them when they were copied into its
+// layout (null: the params' own).
+cublasLtMatmulDesc_t make_fp8_desc(const ScaledMmParams& p, bool fused, const float* a_scale = nullptr,
+                                   const float* w_scale = nullptr) {
   cublasLtMatmulDesc_t d = nullptr;
   lt::check(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F), kOp);
   auto set = [&](cublasLtMatmulDescAttributes_t attr, const auto& v) {
@@ -527,13 +636,24 @@ cublasLtMatmulDesc_t make_fp8_desc(const ScaledMmParams& p, bool fused) {
   set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
   set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{0});  // torch._scaled_mm's default
+  if (p.w_block.scale) {
+    // Block scales act inside the K reduction, so both forms carry them; `fused` adds the bias.
+    auto mode = [&](const BlockScale& b, int64_t rows) {
+      return static_cast<int32_t>(lt_blocks(b, rows, p.k) == LtBlocks::Vec128 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                                                                : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
+    };
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scale ? w_scale : p.w_block.scale));
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode(p.w_block, p.n));
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(a_scale ? a_scale : p.a_block.scale));
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode(p.a_block, p.m));
+  }
   if (!fused) return d;
   const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-  if (p.scale_w) {
+  if (p.scale_w && !p.w_block.scale) {
     set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.scale_w));
     if (p.scale_w_per_row) set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, outer);
   }
-  if (p.scale_a) {
+  if (p.scale_a && !p.a_block.scale) {
     set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.scale_a));
     if (p.scale_a_per_row) set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, outer);
   }
@@ -562,11 +682,15 @@ lt::Plan make_fp8_plan(cublasLtHandle_t handle, const ScaledMmParams& p, bool fu
 // Returns false (nothing launched) when cuBLASLt takes neither form.
 bool run_cublaslt(const ScaledMmParams& p, int device, cudaStream_t stream) {
   const std::array<uint32_t, 3> align = {lt::alignment_of(p.w), lt::alignment_of(p.a), lt::alignment_of(p.out)};
-  auto scale_mode = [](const float* s, bool per_row) { return s == nullptr ? 0 : per_row ? 2 : 1; };
+  auto scale_mode = [&](const float* s, bool per_row, const BlockScale& b, int64_t rows) {
+    if (b.scale) return lt_blocks(b, rows, p.k) == LtBlocks::Vec128 ? 3 : 4;
+    return s == nullptr ? 0 : per_row ? 2 : 1;
+  };
   lt::PlanKey key = {lt::kKeyScaledMm, device, static_cast<int64_t>(p.a_dtype), static_cast<int64_t>(p.w_dtype),
                      static_cast<int64_t>(p.out_dtype), p.bias ? 1 : 0, p.m, p.n, p.k, p.stride_a_row,
-                     p.stride_w_row, p.stride_out_row, scale_mode(p.scale_a, p.scale_a_per_row),
-                     scale_mode(p.scale_w, p.scale_w_per_row), align[0], align[1], align[2], /*fused=*/1};
+                     p.stride_w_row, p.stride_out_row, scale_mode(p.scale_a, p.scale_a_per_row, p.a_block, p.m),
+                     scale_mode(p.scale_w, p.scale_w_per_row, p.w_block, p.n), align[0], align[1], align[2],
+                     /*fused=*/1};
   const lt::Plan* plan =
       &lt::plan(device, key, [&](cublasLtHandle_t h) { return make_fp8_plan(h, p, true, align); });
   const bool fused = plan->found;
@@ -576,8 +700,22 @@ bool run_cublaslt(const ScaledMmParams& p, int device, cudaStream_t stream) {
     if (!plan->found) return false;
   }
   const lt::Context ctx = lt::context(device, stream);
+  // BLK128x128 grids whose row-block stride is not cuBLASLt's: copied into its layout.
+  auto relaid = [&](const BlockScale& b, int64_t rows, std::optional<allocator::Scratch>& store) -> const float* {
+    const int64_t row_blocks = (rows + 127) / 128, l = (p.k + 127) / 128, want = blk_stride(p.k);
+    if (!b.scale || b.block_n != 128 || row_blocks == 1 || b.stride_row == want) return nullptr;
+    store.emplace(device, static_cast<size_t>(row_blocks * want) * sizeof(float), stream);
+    ANVIL_CUDA_CHECK(kOp, cudaMemcpy2DAsync(store->get(), static_cast<size_t>(want) * sizeof(float), b.scale,
+                                            static_cast<size_t>(b.stride_row) * sizeof(float),
+                                            static_cast<size_t>(l) * sizeof(float), static_cast<size_t>(row_blocks),
+                                            cudaMemcpyDeviceToDevice, stream));
+    return static_cast<const float*>(store->get());
+  };
+  std::optional<allocator::Scratch> a_grid, w_grid;
+  const float* a_scale = relaid(p.a_block, p.m, a_grid);
+  const float* w_scale = relaid(p.w_block, p.n, w_grid);
   // The descriptor carries this call's scale and bias pointers, so it is made per call.
-  cublasLtMatmulDesc_t desc = make_fp8_desc(p, fused);
+  cublasLtMatmulDesc_t desc = make_fp8_desc(p, fused, a_scale, w_scale);
   allocator::Scratch prod(device, fused ? 0 : static_cast<size_t>(p.m * p.n) * sizeof(float), stream);
   void* d = fused ? p.out : prod.get();
   const float alpha = 1.f, beta = 0.f;
@@ -610,11 +748,16 @@ void scaled_mm(const ScaledMmParams& p) {
       using A = typename decltype(a)::type;
       using W = typename decltype(w)::type;
       using Out = typename decltype(o)::type;
-      if (p.k > 0 && use_gemv(p) && !p.w_block.scale) {
-        launch_gemv<A, W, Out, false>(p, launch);
-      } else if (p.k > 0 && use_gemv(p) && use_blocked_gemv(p)) {
-        if constexpr (kHasBlockedGemv<A, W>) launch_gemv<A, W, Out, true>(p, launch);
+      GemvScales scales = GemvScales::None;
+      const bool gemv = p.k > 0 && use_gemv(p) && gemv_scales(p, scales);
+      if (gemv && scales == GemvScales::None) {
+        launch_gemv<A, W, Out, GemvScales::None>(p, launch);
+      } else if (gemv && scales == GemvScales::Uniform) {
+        if constexpr (kHasBlockedGemv<A, W>) launch_gemv<A, W, Out, GemvScales::Uniform>(p, launch);
         else throw DTypeError(detail::cat_message(kOp, " no block-scaled GEMV for ", dtype_name(p.w_dtype)));
+      } else if (gemv) {
+        if constexpr (kHasPerLaneGemv<A, W>) launch_gemv<A, W, Out, GemvScales::PerLane>(p, launch);
+        else throw DTypeError(detail::cat_message(kOp, " no block-scaled GEMV for ", dtype_name(p.a_dtype)));
       } else {
         launch_tiled<A, W, Out>(p, launch.stream());
       }

@@ -51,6 +51,71 @@ void check_bias(const char* op, const Tensor& bias, const Tensor& like, DType ou
               " elements (one per output column), got ", describe(bias));
 }
 
+bool is_block_recipe(ScalingType r) { return r == ScalingType::BlockWise1x128 || r == ScalingType::BlockWise128x128; }
+
+// torch._scaled_mm's text for scales that fit no recipe (ScaledBlas.cpp, get_joint_scaling).
+std::string invalid_scaling(const Tensor& a, const Tensor& sa, const Tensor& b, const Tensor& sb) {
+  auto dt = [](const Tensor& t) { return t.defined() ? std::string(dtype_name(t.dtype())) : std::string("undefined"); };
+  auto sz = [](const Tensor& t) { return t.defined() ? shape_str(t.sizes()) : std::string("[]"); };
+  auto st = [](const Tensor& t) { return t.defined() ? shape_str(t.strides()) : std::string("[]"); };
+  return detail::cat_message(
+      "Invalid scaling configuration.\n"
+      "- For BlockWise 1x128 scaling, a and b should be float8, scales should be float, scale_a should be (M, L) and "
+      "scale_b should be (L, N), and both should be outer-dim-major.\n"
+      "- For BlockWise 128x128 scaling, a and b should be float8, scales should be float, scale_a should be "
+      "(ceil(M/128), L) and scale_b should be (ceil(K/128), ceil(N/128)), and both should be near-inner-dim-major "
+      "(with 16-byte aligned strides).\n"
+      "Got a.dtype()=",
+      dt(a), ", scale_a.dtype()=", dt(sa), ", scale_a.size()=", sz(sa), ", scale_a.stride()=", st(sa),
+      ", b.dtype()=", dt(b), ", scale_b.dtype()=", dt(sb), ", scale_b.size()=", sz(sb),
+      " and scale_b.stride()=", st(sb));
+}
+
+// size (rows, cols) with strides (s0, s1), a stride of a size-1 dim not checked (PyTorch's
+// check_size_stride).
+bool size_stride(const Tensor& t, int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
+  return t.dim() == 2 && t.size(0) == rows && t.size(1) == cols &&
+         (t.numel() == 0 || ((rows == 1 || t.stride(0) == s0) && (cols == 1 || t.stride(1) == s1)));
+}
+
+// The block-wise recipes of torch._scaled_mm (the layouts its DeepSeek-style kernels take), for
+// a [M, K], b [K, N], L = ceil(K / 128): BlockWise1x128 scale_a (M, L) strides (1, M), scale_b
+// (L, N) strides (N, 1) (both outer-dim-major: the M / N index has stride 1); BlockWise128x128
+// scale_a (ceil(M / 128), L) strides (L, 1), scale_b (L, ceil(N / 128)) strides (1, L). The
+// pairs 1x128 x 1x128, 1x128 x 128x128 and 128x128 x 1x128. Fills p's a_block / w_block (w is
+// b's transpose: w_block's row index is b's column block).
+void block_recipes(const Tensor& a, const Tensor& sa, ScalingType ra, const Tensor& b, const Tensor& sb,
+                   ScalingType rb, ScaledMmParams& p) {
+  const char* op = "[scaled_mm]";
+  constexpr int64_t kB = 128;
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1), l = (k + kB - 1) / kB;
+  const bool a_rows = ra == ScalingType::BlockWise1x128, b_rows = rb == ScalingType::BlockWise1x128;
+  ANVIL_CHECK(is_block_recipe(ra) && is_block_recipe(rb) && (a_rows || b_rows), Error, op, " ",
+              invalid_scaling(a, sa, b, sb));
+  ANVIL_CHECK(!(a.dtype() == kFloat8_e5m2 && b.dtype() == kFloat8_e5m2), DTypeError, op,
+              " Multiplication of two Float8_e5m2 matrices is not supported");
+  ANVIL_CHECK(sa.defined() && sb.defined(), Error, op, " ", invalid_scaling(a, sa, b, sb));
+  check_same_device(op, a, sa);
+  check_same_device(op, a, sb);
+  const int64_t mb = (m + kB - 1) / kB, nb = (n + kB - 1) / kB;
+  ANVIL_CHECK(sa.dtype() == kFloat32 && sb.dtype() == kFloat32, DTypeError, op, " ", invalid_scaling(a, sa, b, sb));
+  const bool a_ok = a_rows ? size_stride(sa, m, l, 1, m) : size_stride(sa, mb, l, l, 1);
+  const bool b_ok = b_rows ? size_stride(sb, l, n, n, 1) : size_stride(sb, l, nb, 1, l);
+  ANVIL_CHECK(a_ok && b_ok, ShapeError, op, " ", invalid_scaling(a, sa, b, sb));
+  // The kernels' views: a's grid [rows / block, L], w's grid [n / block, L] = scale_b^T. The
+  // strides of size-1 dims are the layout's (a size-1 dim's stride may be anything).
+  p.a_block.scale = static_cast<const float*>(sa.raw_data_ptr());
+  p.a_block.block_n = a_rows ? 1 : kB;
+  p.a_block.block_k = kB;
+  p.a_block.stride_row = a_rows ? 1 : l;
+  p.a_block.stride_col = a_rows ? m : 1;
+  p.w_block.scale = static_cast<const float*>(sb.raw_data_ptr());
+  p.w_block.block_n = b_rows ? 1 : kB;
+  p.w_block.block_k = kB;
+  p.w_block.stride_row = b_rows ? 1 : l;
+  p.w_block.stride_col = b_rows ? n : 1;
+}
+
 }  // namespace
 
 Tensor scaled_mm(const Tensor& mat_a, const Tensor& mat_b, const Tensor& scale_a, ScalingType recipe_a,
@@ -70,15 +135,22 @@ Tensor scaled_mm(const Tensor& mat_a, const Tensor& mat_b, const Tensor& scale_a
               " supports Float, Half and BFloat16 outputs, got ", dtype_name(output_dtype));
   const bool tensor_wise = recipe_a == ScalingType::TensorWise && recipe_b == ScalingType::TensorWise;
   const bool row_wise = recipe_a == ScalingType::RowWise && recipe_b == ScalingType::RowWise;
-  ANVIL_CHECK(tensor_wise || row_wise, Error, op,
-              " only supports TensorWise or RowWise scaling with one Float scale per operand, got recipe_a=[",
+  const bool block_wise = is_block_recipe(recipe_a) || is_block_recipe(recipe_b);
+  ANVIL_CHECK(tensor_wise || row_wise || block_wise, Error, op,
+              " supports TensorWise or RowWise scaling with one Float scale per operand, or the BlockWise1x128 / "
+              "BlockWise128x128 pairs, got recipe_a=[",
               recipe_name(recipe_a), "] and recipe_b=[", recipe_name(recipe_b), "]");
-  check_scale(op, scale_a, "scale_a", mat_a);
-  check_scale(op, scale_b, "scale_b", mat_a);
+  ScaledMmParams p;
+  if (block_wise) {
+    block_recipes(mat_a, scale_a, recipe_a, mat_b, scale_b, recipe_b, p);
+  } else {
+    check_scale(op, scale_a, "scale_a", mat_a);
+    check_scale(op, scale_b, "scale_b", mat_a);
+  }
   if (tensor_wise) {
     ANVIL_CHECK(scale_a.numel() == 1, ShapeError, op, " scale_a must have 1 Float element, got ", describe(scale_a));
     ANVIL_CHECK(scale_b.numel() == 1, ShapeError, op, " scale_b must have 1 Float element, got ", describe(scale_b));
-  } else {
+  } else if (row_wise) {
     ANVIL_CHECK(scale_a.dim() == 2 && scale_b.dim() == 2 && scale_a.size(0) == m && scale_a.size(1) == 1 &&
                     scale_b.size(0) == 1 && scale_b.size(1) == n,
                 ShapeError, op, " scale_a must be (M, 1) and scale_b (1, N), got ", shape_str(scale_a.sizes()),
@@ -98,13 +170,14 @@ Tensor scaled_mm(const Tensor& mat_a, const Tensor& mat_b, const Tensor& scale_a
   }
   Tensor out = empty({m, n}, opts);
   const Tensor b = bias.defined() ? bias.reshape({n}).contiguous() : Tensor();
-  const Tensor sa = scale_a.contiguous(), sb = scale_b.contiguous();
-  ScaledMmParams p;
   p.a = mat_a.raw_data_ptr();
   p.w = mat_b.raw_data_ptr();
-  p.scale_a = static_cast<const float*>(sa.raw_data_ptr());
-  p.scale_w = static_cast<const float*>(sb.raw_data_ptr());
-  p.scale_a_per_row = p.scale_w_per_row = row_wise;
+  const Tensor sa = block_wise ? Tensor() : scale_a.contiguous(), sb = block_wise ? Tensor() : scale_b.contiguous();
+  if (!block_wise) {
+    p.scale_a = static_cast<const float*>(sa.raw_data_ptr());
+    p.scale_w = static_cast<const float*>(sb.raw_data_ptr());
+    p.scale_a_per_row = p.scale_w_per_row = row_wise;
+  }
   p.bias = b.defined() ? b.raw_data_ptr() : nullptr;
   p.bias_dtype = b.defined() ? b.dtype() : output_dtype;
   p.out = out.raw_data_ptr();
@@ -241,11 +314,13 @@ std::tuple<Tensor, Tensor> quantize_fp8(const Tensor& x, ScalingType recipe, DTy
   ANVIL_CHECK(x.dtype() == kFloat32 || x.dtype() == kBFloat16 || x.dtype() == kFloat16 || x.dtype() == kFloat64,
               DTypeError, op, " input must be a floating dtype, got ", describe(x));
   ANVIL_CHECK(is_float8(dtype), DTypeError, op, " dtype must be float8_e4m3fn or float8_e5m2, got ", dtype_name(dtype));
-  const bool blocks = recipe == ScalingType::BlockWise128x128;
-  ANVIL_CHECK(recipe == ScalingType::RowWise || recipe == ScalingType::TensorWise || blocks, Error, op,
-              " only RowWise, TensorWise and BlockWise128x128 quantisation exist, got ", recipe_name(recipe));
+  const bool blocks = recipe == ScalingType::BlockWise128x128, rows = recipe == ScalingType::BlockWise1x128;
+  ANVIL_CHECK(recipe == ScalingType::RowWise || recipe == ScalingType::TensorWise || blocks || rows, Error, op,
+              " only RowWise, TensorWise, BlockWise1x128 and BlockWise128x128 quantisation exist, got ",
+              recipe_name(recipe));
   ANVIL_CHECK(recipe == ScalingType::TensorWise || x.dim() >= (blocks ? 2 : 1), ShapeError, op, " ",
               recipe_name(recipe), " needs at least ", blocks ? 2 : 1, " dims, got ", describe(x));
+  ANVIL_CHECK(!rows || x.dim() == 2, ShapeError, op, " BlockWise1x128 quantises a matrix [m, k], got ", describe(x));
   const double fp8_max = dtype == kFloat8_e4m3fn ? 448.0 : 57344.0;
   const TensorOptions f32 = TensorOptions(kFloat32).device(x.device());
   // An all-zero row (block) keeps scale 1 (any scale decodes zeros back to zeros).
@@ -253,6 +328,17 @@ std::tuple<Tensor, Tensor> quantize_fp8(const Tensor& x, ScalingType recipe, DTy
     const Tensor s = div(amax_abs, fp8_max);
     return where(eq(s, 0.0), full({}, 1.0, f32), s);
   };
+  if (rows) {
+    // x [m, k] zero-padded to whole 128-column blocks: scale [m, ceil(k / 128)] with strides
+    // (1, m), the outer-dim-major layout scaled_mm's BlockWise1x128 takes.
+    constexpr int64_t kB = 128;
+    const int64_t m = x.size(0), k = x.size(1), kb = ceil_div(k, kB);
+    Tensor xp = zeros({m, kb * kB}, f32);
+    xp.narrow(-1, 0, k).copy_(x);
+    const Tensor scale = scale_of(amax(abs(xp.view({m, kb, kB})), {2}, /*keepdim=*/true));  // [m, kb, 1]
+    const Tensor q = div(xp.view({m, kb, kB}), scale).to(dtype).view({m, kb * kB}).narrow(-1, 0, k).contiguous();
+    return {q, scale.reshape({m, kb}).t().contiguous().t()};
+  }
   if (blocks) {
     // x [..., n, k] zero-padded to whole 128 x 128 blocks: scale [..., ceil(n / 128), ceil(k / 128)].
     constexpr int64_t kB = 128;

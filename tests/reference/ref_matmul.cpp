@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "reference/ref_elementwise.h"
 
@@ -96,6 +97,32 @@ Array scaled_mm(const Array& a, const Array& b, const std::vector<double>& sa, c
       v *= sa[sa.size() == 1 ? 0 : static_cast<size_t>(i)] * sb[sb.size() == 1 ? 0 : static_cast<size_t>(j)];
       if (bias) v += bias->v[static_cast<size_t>(j)];
     }
+  return c;
+}
+
+Array scaled_mm_blocks(const Array& a, const Array& b, const Array& sa, int64_t a_rows, const Array& sb,
+                       int64_t b_cols, const Array* bias) {
+  const int64_t m = a.sizes[0], k = a.sizes[1], n = b.sizes[1], l = (k + 127) / 128;
+  const int64_t sa_cols = sa.sizes[1], sb_cols = sb.sizes[1];
+  Array c({m, n});
+  std::vector<double> bt(static_cast<size_t>(n * k));  // b^T: unit stride along q
+  for (int64_t q = 0; q < k; ++q)
+    for (int64_t j = 0; j < n; ++j) bt[static_cast<size_t>(j * k + q)] = b.v[static_cast<size_t>(q * n + j)];
+  for (int64_t i = 0; i < m; ++i) {
+    const double* ar = a.v.data() + i * k;
+    for (int64_t j = 0; j < n; ++j) {
+      const double* br = bt.data() + j * k;
+      double v = 0;
+      for (int64_t blk = 0; blk < l; ++blk) {
+        double dot = 0;
+        for (int64_t q = blk * 128; q < std::min(k, (blk + 1) * 128); ++q) dot += ar[q] * br[q];
+        v += dot * sa.v[static_cast<size_t>(i / a_rows * sa_cols + blk)] *
+             sb.v[static_cast<size_t>(blk * sb_cols + j / b_cols)];
+      }
+      if (bias) v += bias->v[static_cast<size_t>(j)];
+      c.v[static_cast<size_t>(i * n + j)] = v;
+    }
+  }
   return c;
 }
 
