@@ -30,6 +30,7 @@
 #include "core/kernels.h"
 #include "cuda/allocator.h"
 #include "cuda/cublaslt.h"
+#include "cuda/device/blocks.cuh"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/mma.cuh"
 #include "cuda/device/pdl.cuh"
@@ -237,26 +238,28 @@ __device__ __forceinline__ void load_block_scales(const float* const (&srow)[R],
   }
 }
 
-// PerLane: the lane's scale rows, found once. a_row: a's grid row of the lane's activation row
-// (null without a_block); w_row[r][e]: w's grid row of its output e in tile r (null without
-// w_block).
+// PerLane (both a_block and w_block): the lane's scale rows, found once. a_row: a's grid row of
+// the lane's activation row; w_row[r][e]: w's grid row of its output e in tile r; w_tile: an
+// 8-row tile lies in one block of w's rows (block_n % 8 == 0), so e = 0 serves both outputs.
 template <int R>
 struct LaneScales {
   const float* a_row = nullptr;
   const float* w_row[R][2] = {};
+  bool w_tile = false;
 };
 template <int R>
 __device__ __forceinline__ LaneScales<R> lane_scales(const ScaledMmParams& p, int64_t row0, int g, int t) {
   LaneScales<R> ls;
-  if (p.a_block.scale) ls.a_row = p.a_block.scale + std::min<int64_t>(g, p.m - 1) / p.a_block.block_n * p.a_block.stride_row;
-  if (p.w_block.scale) {
+  ls.a_row = p.a_block.scale + cuda_device::block_of_row(std::min<int64_t>(g, p.m - 1), p.a_block.block_n) *
+                                  p.a_block.stride_row;
+  ls.w_tile = p.w_block.block_n % 8 == 0;
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int e = 0; e < 2; ++e)
-        ls.w_row[r][e] = p.w_block.scale +
-                         std::min(row0 + 8 * r + 2 * t + e, p.n - 1) / p.w_block.block_n * p.w_block.stride_row;
-  }
+    for (int e = 0; e < 2; ++e)
+      ls.w_row[r][e] = p.w_block.scale +
+                       cuda_device::block_of_row(std::min(row0 + 8 * r + 2 * t + e, p.n - 1), p.w_block.block_n) *
+                           p.w_block.stride_row;
   return ls;
 }
 template <int U, int R>
@@ -265,12 +268,14 @@ __device__ __forceinline__ void load_lane_scales(const ScaledMmParams& p, const 
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int64_t kb = std::min((c + u * warps) >> shift, last);
-    const float sa = ls.a_row ? __ldg(ls.a_row + kb * p.a_block.stride_col) : 1.f;
+    const float sa = __ldg(ls.a_row + kb * p.a_block.stride_col);
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        sc[u][r][e] = ls.w_row[r][e] ? sa * __ldg(ls.w_row[r][e] + kb * p.w_block.stride_col) : sa;
+    for (int r = 0; r < R; ++r) {
+      const float w0 = __ldg(ls.w_row[r][0] + kb * p.w_block.stride_col);
+      const float w1 = ls.w_tile ? w0 : __ldg(ls.w_row[r][1] + kb * p.w_block.stride_col);
+      sc[u][r][0] = sa * w0;
+      sc[u][r][1] = sa * w1;
+    }
   }
 }
 
@@ -335,7 +340,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
   if (args.prefetch) cuda_device::prefetch_rows_l2(p.w, p.stride_w_row, row0, 8 * R, p.n, p.k);
   const float* srow[R] = {};
   int64_t last_block = 0;
-  if constexpr (Blocked) last_block = (p.k - 1) / (p.w_block.scale ? p.w_block.block_k : p.a_block.block_k);
+  if constexpr (Blocked) last_block = cuda_device::last_chunk_block(p.k, args.block_shift);
   float sc[Blocked ? GemvAct<A>::kUnroll : 1][R][2];
   auto load_scales = [&](int64_t c0) {
     if constexpr (S == GemvScales::Uniform)
@@ -344,7 +349,8 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
   if constexpr (S == GemvScales::Uniform) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      srow[r] = p.w_block.scale + std::min(row0 + r * 8, p.n - 1) / p.w_block.block_n * p.w_block.stride_row;
+      srow[r] = p.w_block.scale +
+                cuda_device::block_of_row(std::min(row0 + r * 8, p.n - 1), p.w_block.block_n) * p.w_block.stride_row;
     load_scales(warp);  // the first step's, their latency under the previous kernel's drain
   }
   pdl_wait();
@@ -436,8 +442,8 @@ bool use_gemv(const ScaledMmParams& p) { return p.m <= kGemvMaxRows && p.stride_
 
 // Which block scales the GEMV applies in its dots; false when it has no instance for them.
 // Uniform (fp8_blocks_in_dot, unit stride along k's blocks): instances for e4m3 weights against
-// 16-bit, float32 or e4m3 activations. PerLane (scaled_mm's block-wise recipes): e4m3 x e4m3
-// with block_k = 64 x 2^i, the same for both operands.
+// 16-bit, float32 or e4m3 activations. PerLane (scaled_mm's block-wise recipes, both operands
+// block-scaled): e4m3 x e4m3 with block_k = 64 x 2^i, the same for both.
 template <typename A, typename W>
 inline constexpr bool kHasBlockedGemv = std::is_same_v<W, Float8_e4m3fn> && !std::is_same_v<A, Float8_e5m2>;
 template <typename A, typename W>
@@ -452,10 +458,9 @@ bool gemv_scales(const ScaledMmParams& p, GemvScales& s) {
     s = GemvScales::Uniform;
     return true;
   }
-  const int64_t bk = p.w_block.scale ? p.w_block.block_k : p.a_block.block_k;
   s = GemvScales::PerLane;
-  return p.a_dtype == kFloat8_e4m3fn && p.w_dtype == kFloat8_e4m3fn && fp8_blocks_in_dot(p.w_dtype, 8, bk) &&
-         (!p.a_block.scale || p.a_block.block_k == bk);
+  return p.a_block.scale && p.w_block.scale && p.a_dtype == kFloat8_e4m3fn && p.w_dtype == kFloat8_e4m3fn &&
+         fp8_blocks_in_dot(p.w_dtype, 8, p.w_block.block_k) && p.a_block.block_k == p.w_block.block_k;
 }
 
 // Block shape by waves. A warp step covers `unroll` 64-column chunks, so `full` warps cover k in
