@@ -483,8 +483,9 @@ TEST_P(ScaledMm, BlockWiseErrors) {
   EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a, b, sa1.to(kBFloat16), r1, sb1, r1));
   EXPECT_THROWS_OP(DTypeError, "scaled_mm", scaled_mm(a.to(kFloat8_e5m2), b.to(kFloat8_e5m2), sa1, r1, sb1, r1));
   EXPECT_THROWS_OP(Error, "scaled_mm", scaled_mm(a, b, Tensor(), r1, sb1, r1));
-  if (dev().is_cuda())
+  if (dev().is_cuda()) {
     EXPECT_THROWS_OP(DeviceError, "scaled_mm", scaled_mm(a, b, ones({3, 4}, kFloat32).t(), r1, sb1, r1));
+  }
 }
 
 // quantize_fp8's 1x128 rows: layout, values within one e4m3 rounding, the scale of each block.
