@@ -293,20 +293,24 @@ constexpr int64_t kDecodeKeys = 128;  // keys per block: the block's V rows stay
 constexpr int64_t kSplitKeys = 512;   // fewest keys per split of one kv head
 
 void scores(DType t, const void* k, int64_t sk, const float* q, int64_t E, int64_t keys, float* s, int64_t lds) {
-  switch (t) {
-    case DType::BFloat16: return HWY_DYNAMIC_DISPATCH(simd::ScoresBF16)(k, sk, q, E, keys, s, lds);
-    case DType::Float16: return HWY_DYNAMIC_DISPATCH(simd::ScoresF16)(k, sk, q, E, keys, s, lds);
-    default: return HWY_DYNAMIC_DISPATCH(simd::ScoresF32)(k, sk, q, E, keys, s, lds);
-  }
+  dispatch_float_types(t, "[attention]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, BFloat16>) HWY_DYNAMIC_DISPATCH(simd::ScoresBF16)(k, sk, q, E, keys, s, lds);
+    else if constexpr (std::is_same_v<T, Half>) HWY_DYNAMIC_DISPATCH(simd::ScoresF16)(k, sk, q, E, keys, s, lds);
+    else if constexpr (std::is_same_v<T, float>) HWY_DYNAMIC_DISPATCH(simd::ScoresF32)(k, sk, q, E, keys, s, lds);
+    else throw DTypeError("[attention] the decode kernels take bfloat16, float16 or float32");  // (use_decode)
+  });
 }
 
 void pv_accumulate(DType t, const void* v, int64_t sv, const float* p, int64_t ldp, int64_t rows, int64_t keys,
                    int64_t cols, float* o) {
-  switch (t) {
-    case DType::BFloat16: return HWY_DYNAMIC_DISPATCH(simd::PvBF16)(v, sv, p, ldp, rows, keys, cols, o);
-    case DType::Float16: return HWY_DYNAMIC_DISPATCH(simd::PvF16)(v, sv, p, ldp, rows, keys, cols, o);
-    default: return HWY_DYNAMIC_DISPATCH(simd::PvF32)(v, sv, p, ldp, rows, keys, cols, o);
-  }
+  dispatch_float_types(t, "[attention]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, BFloat16>) HWY_DYNAMIC_DISPATCH(simd::PvBF16)(v, sv, p, ldp, rows, keys, cols, o);
+    else if constexpr (std::is_same_v<T, Half>) HWY_DYNAMIC_DISPATCH(simd::PvF16)(v, sv, p, ldp, rows, keys, cols, o);
+    else if constexpr (std::is_same_v<T, float>) HWY_DYNAMIC_DISPATCH(simd::PvF32)(v, sv, p, ldp, rows, keys, cols, o);
+    else throw DTypeError("[attention] the decode kernels take bfloat16, float16 or float32");  // (use_decode)
+  });
 }
 
 bool use_decode(const AttentionParams& p) {

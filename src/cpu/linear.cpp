@@ -122,22 +122,20 @@ void gemv(const GemvParams& p) {
   }
   auto run = [&](int64_t j0, int64_t j1) {
     if (j0 >= j1) return;
-    switch (p.dtype) {
-      case DType::Float32:
+    dispatch_float_types(p.dtype, "[linear]", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, float>) {
         HWY_DYNAMIC_DISPATCH(simd::GemvF32)(p.w, p.stride_w_row, x32.data(), p.m, p.k, p.bias, p.y, p.stride_y_row, j0, j1);
-        break;
-      case DType::BFloat16:
+      } else if constexpr (std::is_same_v<T, BFloat16>) {
         if (!gemv_bf16_dots(p, x32.data(), j0, j1))
           HWY_DYNAMIC_DISPATCH(simd::GemvBF16)(p.w, p.stride_w_row, x32.data(), p.m, p.k, p.bias, p.y, p.stride_y_row, j0,
                                                j1);
-        break;
-      case DType::Float16:
+      } else if constexpr (std::is_same_v<T, Half>) {
         HWY_DYNAMIC_DISPATCH(simd::GemvF16)(p.w, p.stride_w_row, x32.data(), p.m, p.k, p.bias, p.y, p.stride_y_row, j0, j1);
-        break;
-      default:
-        gemv_f64(p, j0, j1);
-        break;
-    }
+      } else {
+        gemv_f64(p, j0, j1);  // double (dispatch_float_types throws on every other dtype)
+      }
+    });
   };
   // Row ranges of multiples of 4 rows, ~16 per thread, taken dynamically: a thread slowed by
   // the machine (another process, a page fault) leaves its ranges to the other threads instead

@@ -101,13 +101,15 @@ void gemv_dots(DType t, const void* w, int64_t sw, const float* x, int64_t m, in
     }
     return;
   }
-  switch (t) {
-    case DType::Float32: return HWY_DYNAMIC_DISPATCH(DotsF32)(w, sw, x, m, k, d, sd, j0, j1);
-    case DType::BFloat16: return HWY_DYNAMIC_DISPATCH(DotsBF16)(w, sw, x, m, k, d, sd, j0, j1);
-    case DType::Float16: return HWY_DYNAMIC_DISPATCH(DotsF16)(w, sw, x, m, k, d, sd, j0, j1);
-    case DType::Float8_e4m3fn: return HWY_DYNAMIC_DISPATCH(DotsE4M3)(w, sw, x, m, k, d, sd, j0, j1);
-    default: return HWY_DYNAMIC_DISPATCH(DotsE5M2)(w, sw, x, m, k, d, sd, j0, j1);
-  }
+  dispatch_all_types(t, "[scaled_mm]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) HWY_DYNAMIC_DISPATCH(DotsF32)(w, sw, x, m, k, d, sd, j0, j1);
+    else if constexpr (std::is_same_v<T, BFloat16>) HWY_DYNAMIC_DISPATCH(DotsBF16)(w, sw, x, m, k, d, sd, j0, j1);
+    else if constexpr (std::is_same_v<T, Half>) HWY_DYNAMIC_DISPATCH(DotsF16)(w, sw, x, m, k, d, sd, j0, j1);
+    else if constexpr (std::is_same_v<T, Float8_e4m3fn>) HWY_DYNAMIC_DISPATCH(DotsE4M3)(w, sw, x, m, k, d, sd, j0, j1);
+    else if constexpr (std::is_same_v<T, Float8_e5m2>) HWY_DYNAMIC_DISPATCH(DotsE5M2)(w, sw, x, m, k, d, sd, j0, j1);
+    else throw DTypeError(detail::cat_message("[scaled_mm] no GEMV dots for ", dtype_name(t), " weights"));
+  });
 }
 
 }  // namespace simd
