@@ -772,20 +772,27 @@ void moe_experts(const MoeExpertsParams& p) {
                 ShapeError, name, " the fused CUDA kernels take e4m3 experts with block_n % 8 == 0, block_k = 64 x 2^i"
                 " and inter % 4 == 0, got ", dtype_name(p.w_dtype), " in ", p.gate_up_block.block_n, " x ",
                 p.gate_up_block.block_k, " blocks");
-    switch (p.w_dtype) {
-      case kFloat8_e4m3fn:
-        return blocked ? launch_experts<A, Float8_e4m3fn, true>(p, launch) : launch_experts<A, Float8_e4m3fn, false>(p, launch);
-      case kFloat8_e5m2: return launch_experts<A, Float8_e5m2, false>(p, launch);
-      default:
-        ANVIL_CHECK(p.w_dtype == p.dtype, DTypeError, name, " no fused CUDA kernel for ", dtype_name(p.dtype),
-                    " activations with ", dtype_name(p.w_dtype), " weights");
-        return launch_experts<A, A, false>(p, launch);
-    }
+    dispatch_all_types(p.w_dtype, name, [&](auto w_tag) {
+      using W = typename decltype(w_tag)::type;
+      if constexpr (std::is_same_v<W, Float8_e4m3fn>) {
+        if (blocked) launch_experts<A, W, true>(p, launch);
+        else launch_experts<A, W, false>(p, launch);
+      } else if constexpr (std::is_same_v<W, Float8_e5m2> || std::is_same_v<W, A>) {
+        launch_experts<A, W, false>(p, launch);
+      } else {
+        throw DTypeError(detail::cat_message(name, " no fused CUDA kernel for ", dtype_name(p.dtype),
+                                             " activations with ", dtype_name(p.w_dtype), " weights"));
+      }
+    });
   };
-  if (p.dtype == kBFloat16) with_weights(TypeTag<BFloat16>{});
-  else if (p.dtype == kFloat16) with_weights(TypeTag<Half>{});
-  else throw DTypeError(detail::cat_message(name, " the fused CUDA kernels take bfloat16 or float16 activations, got ",
-                                            dtype_name(p.dtype)));
+  dispatch_float_types(p.dtype, name, [&](auto a_tag) {
+    using A = typename decltype(a_tag)::type;
+    if constexpr (std::is_same_v<A, BFloat16> || std::is_same_v<A, Half>)
+      with_weights(a_tag);
+    else
+      throw DTypeError(detail::cat_message(name, " the fused CUDA kernels take bfloat16 or float16 activations, got ",
+                                           dtype_name(p.dtype)));
+  });
   launch.check(name);
 }
 
