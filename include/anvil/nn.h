@@ -264,17 +264,18 @@ ANVIL_API Tensor scaled_dot_product_attention(const Tensor& query, const Tensor&
                                               bool is_causal = false, std::optional<double> scale = std::nullopt,
                                               bool enable_gqa = false);
 
+// Appends new keys or values to a preallocated cache in place: cache [B, H, S_max, D] gets
+// values [B, H, L, D] at rows [positions[b], positions[b] + L) of batch b, positions int32 [B]
+// read on the device (a captured CUDA graph writes wherever the positions point at replay);
+// rows that would fall outside [0, S_max) are dropped. Returns cache.
+ANVIL_API Tensor& cache_write(Tensor& cache, const Tensor& values, const Tensor& positions);
+
 // Attention of new queries over a preallocated KV cache whose valid lengths live on the device
 // (a captured CUDA graph replays for every position). query [B, Hq, L, E] (L = 1 for decode);
 // k_cache [B, H, S_max, E], v_cache [B, H, S_max, Ev] with Hq % H == 0 (grouped-query heads);
 // cache_lens int32 [B]: keys [0, cache_lens[b]) are valid (clamped to S_max) and already hold
 // the new tokens' keys, so query i sits at position cache_lens[b] - L + i and attends keys up to
 // it (causal, bottom-right aligned). Returns [B, Hq, L, Ev]; float32 accumulation.
-// Appends new keys or values to a preallocated cache in place: cache [B, H, S_max, D] gets
-// values [B, H, L, D] at rows [positions[b], positions[b] + L) of batch b, positions int32 [B]
-// read on the device (a captured CUDA graph writes wherever the positions point at replay);
-// rows that would fall outside [0, S_max) are dropped. Returns cache.
-ANVIL_API Tensor& cache_write(Tensor& cache, const Tensor& values, const Tensor& positions);
 ANVIL_API Tensor decode_attention(const Tensor& query, const Tensor& k_cache, const Tensor& v_cache,
                                   const Tensor& cache_lens, std::optional<double> scale = std::nullopt);
 

@@ -153,9 +153,6 @@ Tensor moe_combine(const Tensor& expert_out, const Tensor& topk_weights, const T
 
 namespace {
 
-// The fused experts kernels run for at most this many (token, slot) pairs (decode): they read
-// each pair's expert rows once, so many tokens sharing experts go through the grouped products.
-
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data_ptr()) % 16 == 0; }
 
 // What the CUDA kernels need beyond the op's rules (see MoeExpertsParams).
@@ -236,6 +233,8 @@ Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor
   if (K == 0 || I == 0) return zeros({T, H}, o);
   const Tensor gu = unit_rows(gate_up), dn = unit_rows(down);
   const Tensor h = as_rows(hidden, T, H);
+  // The fused kernels read each (token, slot) pair's expert rows once: they take decode's few
+  // pairs; many tokens sharing experts go through the grouped products.
   const bool fused = T * K <= kMoeExpertsMaxPairs && K <= kMoeExpertsMaxTopK &&
                      (!hidden.device().is_cuda() || cuda_fusable(h, gu, dn));
   if (!fused) {
