@@ -5,6 +5,7 @@
 // long row, so the common case does no index division.
 #include <algorithm>
 
+#include "core/align.h"
 #include "core/dispatch.h"
 #include "core/kernels.h"
 #include "cuda/device/convert.cuh"
@@ -58,7 +59,6 @@ __global__ void __launch_bounds__(256) silu_mul_kernel(const __grid_constant__ S
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 template <typename T>
 void launch_silu_mul(const SiluMulParams& p_in, const KernelLaunch& launch) {

@@ -20,6 +20,7 @@
 #include <climits>
 #include <type_traits>
 
+#include "core/align.h"
 #include "core/dispatch.h"
 #include "core/kernels.h"
 #include "cuda/device/convert.cuh"
@@ -563,7 +564,7 @@ bool use_decode(const GroupedMmParams& p) {
   if (p.a_dtype == kFloat32 || p.stride_b_row != 1 || p.stride_a_col != 1) return false;
   const int64_t as = operand_bytes(p.a_dtype), bs = operand_bytes(p.b_dtype);
   const int64_t per_load = 16 / bs;
-  auto aligned = [](const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && bytes % 16 == 0; };
+  auto aligned = [](const void* ptr, int64_t bytes) { return aligned16(ptr) && bytes % 16 == 0; };
   return p.k % per_load == 0 && aligned(p.b, p.stride_b_col * bs) && aligned(p.b, p.stride_b_batch * bs) &&
          aligned(p.a, p.m > 1 ? p.stride_a_row * as : 0);
 }

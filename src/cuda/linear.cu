@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "core/align.h"
 #include "core/dispatch.h"
 #include "core/kernels.h"
 #include "cuda/allocator.h"
@@ -38,7 +39,6 @@ using cuda_device::mma_16816;
 using cuda_device::Pack;
 using cuda_device::to_compute;
 
-constexpr int kMaxRows = 8;  // GemvParams::m limit, set by the front end
 
 // ---- loads
 
@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(256) gemv_simt_kernel(const __grid_constant__ 
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32; j < p.n;
        j += static_cast<int64_t>(gridDim.x) * warps) {
     const P* wr = reinterpret_cast<const P*>(static_cast<const T*>(p.w) + j * p.stride_w_row);
-    A acc[kMaxRows] = {};
+    A acc[kGemvMaxRows] = {};
     for (int64_t q0 = lane; q0 < packs; q0 += 32 * U) {
       P wv[U];
 #pragma unroll
@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(256) gemv_simt_kernel(const __grid_constant__ 
         const int64_t q = q0 + 32 * u;
         if (q >= packs) break;
 #pragma unroll
-        for (int i = 0; i < kMaxRows; ++i) {
+        for (int i = 0; i < kGemvMaxRows; ++i) {
           if (i >= p.m) break;
           const P xv = reinterpret_cast<const P*>(xs + i * p.stride_x_row)[q];
 #pragma unroll
@@ -380,12 +380,12 @@ __global__ void __launch_bounds__(256) gemv_simt_kernel(const __grid_constant__ 
     for (int64_t q = packs * V + lane; q < p.k; q += 32) {  // the k % V columns past the packs
       const A wq = to_compute(wt[q]);
 #pragma unroll
-      for (int i = 0; i < kMaxRows; ++i) {
+      for (int i = 0; i < kGemvMaxRows; ++i) {
         if (i < p.m) acc[i] += to_compute(xs[i * p.stride_x_row + q]) * wq;
       }
     }
 #pragma unroll
-    for (int i = 0; i < kMaxRows; ++i) {
+    for (int i = 0; i < kGemvMaxRows; ++i) {
       if (i >= p.m) break;
       A s = acc[i];
 #pragma unroll
@@ -400,11 +400,6 @@ __global__ void __launch_bounds__(256) gemv_simt_kernel(const __grid_constant__ 
 
 // ---- launch
 
-// 16-byte loads need a 16-byte aligned base and, when a second row is read, row stride.
-bool rows_aligned(const void* ptr, int64_t rows, int64_t stride_row, size_t elem) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 &&
-         (rows <= 1 || (stride_row * static_cast<int64_t>(elem)) % 16 == 0);
-}
 
 // Kernel choice (H200, graph replay): the bulk kernel streams at ~3.8 TB/s once running but
 // costs ~4 us more to start and drain than the regs kernel, so it takes only weights of many
@@ -417,7 +412,7 @@ bool use_bulk(const GemvParams& p, bool aligned, int sm_count) {
 template <typename T>
 void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
   const bool vec =
-      rows_aligned(p.w, p.n, p.stride_w_row, sizeof(T)) && rows_aligned(p.x, p.m, p.stride_x_row, sizeof(T));
+      rows_aligned16(p.w, p.n, p.stride_w_row, sizeof(T)) && rows_aligned16(p.x, p.m, p.stride_x_row, sizeof(T));
   const bool norm = p.residual != nullptr;  // the front end checked m = 1, k % 8 == 0, k <= 8192
   if (!norm && use_bulk(p, vec, launch.sm_count())) {
     static const bool configured = [] {
@@ -476,8 +471,8 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
     auto norm_kernel = warps > 8 ? gemv_regs_kernel<T, 1, true, kMaxWarps * 32, 1, true>
                        : four    ? gemv_regs_kernel<T, 1, true, 256, 4, true>
                                  : gemv_regs_kernel<T, 1, true, 256, 3, true>;
-    auto aligned16 = [](const void* ptr) { return ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-    const bool rows16 = vec && aligned16(p.residual) && aligned16(p.norm_weight) && aligned16(p.sum_out);
+    auto null_or_aligned = [](const void* ptr) { return ptr == nullptr || aligned16(ptr); };
+    const bool rows16 = vec && null_or_aligned(p.residual) && null_or_aligned(p.norm_weight) && null_or_aligned(p.sum_out);
     if (rows16 && blocks <= resident_blocks(norm_kernel, warps * 32, smem) * sms) return go(norm_kernel);
     // Every block pays the prologue (an L2 round trip and two barriers) on its wave's path: past
     // one wave that costs more than the add_rms_norm kernel it saves (H200, Qwen3-30B-A3B q/k/v
@@ -510,7 +505,7 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
 template <typename T>
 void launch_gemv_simt(const GemvParams& p, const KernelLaunch& launch) {
   const bool vec =
-      rows_aligned(p.w, p.n, p.stride_w_row, sizeof(T)) && rows_aligned(p.x, p.m, p.stride_x_row, sizeof(T));
+      rows_aligned16(p.w, p.n, p.stride_w_row, sizeof(T)) && rows_aligned16(p.x, p.m, p.stride_x_row, sizeof(T));
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>((p.n + 7) / 8, launch.max_blocks()));
   if (vec) gemv_simt_kernel<T, true><<<grid, 256, 0, launch.stream()>>>(p);
   else gemv_simt_kernel<T, false><<<grid, 256, 0, launch.stream()>>>(p);
@@ -520,7 +515,7 @@ void launch_gemv_simt(const GemvParams& p, const KernelLaunch& launch) {
 
 void gemv(const GemvParams& p) {
   if (p.m == 0 || p.n == 0) return;
-  ANVIL_CHECK(p.m <= kMaxRows, ShapeError, "[linear] the CUDA gemv takes at most ", kMaxRows, " rows, got ", p.m);
+  ANVIL_CHECK(p.m <= kGemvMaxRows, ShapeError, "[linear] the CUDA gemv takes at most ", kGemvMaxRows, " rows, got ", p.m);
   KernelLaunch launch(p.y);
   dispatch_float_types(p.dtype, "[linear]", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/align.h"
 #include "core/dispatch.h"
 #include "core/kernels.h"
 #include "core/fp8_blocks.h"
@@ -748,9 +749,8 @@ void moe_combine(const MoeCombineParams& p) {
   dispatch_float_types(p.dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int V = 16 / sizeof(T);
-    auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-    const bool vec = p.hidden % V == 0 && p.stride_in_row % V == 0 && p.stride_out_row % V == 0 && aligned(p.in) &&
-                     aligned(p.out);
+    const bool vec = p.hidden % V == 0 && p.stride_in_row % V == 0 && p.stride_out_row % V == 0 && aligned16(p.in) &&
+                     aligned16(p.out);
     const int v = vec ? V : 1;
     const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.hidden + 256 * v - 1) / (256 * v)));
     if (vec) launch_pdl(name, combine_kernel<T, V>, grid, dim3(256), 0, launch.stream(), p);

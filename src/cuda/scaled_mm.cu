@@ -25,6 +25,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "core/align.h"
 #include "core/dispatch.h"
 #include "core/fp8_blocks.h"
 #include "core/kernels.h"
@@ -431,12 +432,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32) scaled_gemv_kernel(const _
   if (threadIdx.x < 64 * R) store_tile<Out>(p, partial[threadIdx.x / 64], warps, threadIdx.x % 64, out);
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-// 16-byte loads need a 16-byte aligned base and, when a second row is read, row stride.
-bool rows_aligned(const void* ptr, int64_t rows, int64_t stride_row, size_t elem) {
-  return aligned16(ptr) && (rows <= 1 || (stride_row * static_cast<int64_t>(elem)) % 16 == 0);
-}
 
 bool use_gemv(const ScaledMmParams& p) { return p.m <= kGemvMaxRows && p.stride_w_col == 1; }
 
@@ -496,8 +492,8 @@ void launch_gemv(const ScaledMmParams& p, const KernelLaunch& launch) {
   };
   auto resident = [&](int rows, int warps) { return resident_blocks(kernel_of(rows), warps * 32, 0); };
   const GemvConfig c = gemv_config(p, GemvAct<A>::kUnroll, launch.sm_count(), resident);
-  const bool w_vec = rows_aligned(p.w, p.n, p.stride_w_row, 1);
-  GemvArgs args{w_vec, p.stride_a_col == 1 && rows_aligned(p.a, p.m, p.stride_a_row, sizeof(A)), c.prefetch && w_vec};
+  const bool w_vec = rows_aligned16(p.w, p.n, p.stride_w_row, 1);
+  GemvArgs args{w_vec, p.stride_a_col == 1 && rows_aligned16(p.a, p.m, p.stride_a_row, sizeof(A)), c.prefetch && w_vec};
   if (S != GemvScales::None) args.block_shift = fp8_block_shift(p.w_block.scale ? p.w_block.block_k : p.a_block.block_k);
   if (S == GemvScales::Uniform) args.block_shared = p.w_block.block_n % 16 == 0;
   const int64_t tiles = (p.n + c.rows_per_block - 1) / c.rows_per_block;

@@ -4,6 +4,7 @@
 
 #include "anvil/nn.h"
 #include "anvil/ops.h"
+#include "core/align.h"
 #include "core/kernels.h"
 #include "core/fp8_blocks.h"
 #include "core/util.h"
@@ -54,9 +55,8 @@ bool router_kernel_applies(const Tensor& hidden, const Tensor& w) {
   const int64_t H = hidden.size(1);
   if (hidden.size(0) != 1 || H == 0 || (H > 1 && (hidden.stride(1) != 1 || w.stride(1) != 1))) return false;
   if (hidden.is_cpu()) return true;
-  auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data_ptr()) % 16 == 0; };
   return (hidden.dtype() == kBFloat16 || hidden.dtype() == kFloat16) && H % 8 == 0 && w.size(0) <= 1024 &&
-         (w.size(0) <= 1 || w.stride(0) % 8 == 0) && aligned(hidden) && aligned(w);
+         (w.size(0) <= 1 || w.stride(0) % 8 == 0) && aligned16(hidden.raw_data_ptr()) && aligned16(w.raw_data_ptr());
 }
 
 }  // namespace
@@ -153,15 +153,14 @@ Tensor moe_combine(const Tensor& expert_out, const Tensor& topk_weights, const T
 
 namespace {
 
-bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data_ptr()) % 16 == 0; }
-
 // What the CUDA kernels need beyond the op's rules (see MoeExpertsParams).
 bool cuda_fusable(const Tensor& h, const Tensor& gate_up, const Tensor& down) {
   if (h.dtype() != kBFloat16 && h.dtype() != kFloat16) return false;
   const int64_t w = static_cast<int64_t>(element_size(gate_up.dtype()));
   const int64_t per_load = 16 / w, a = static_cast<int64_t>(element_size(h.dtype()));
   const int64_t H = h.size(1), I = down.size(2);
-  return H % per_load == 0 && I % per_load == 0 && aligned16(h) && aligned16(gate_up) && aligned16(down) &&
+  return H % per_load == 0 && I % per_load == 0 && aligned16(h.raw_data_ptr()) && aligned16(gate_up.raw_data_ptr()) &&
+         aligned16(down.raw_data_ptr()) &&
          (row_stride(h) * a) % 16 == 0 && (gate_up.stride(0) * w) % 16 == 0 && (gate_up.stride(1) * w) % 16 == 0 &&
          (down.stride(0) * w) % 16 == 0 && (down.stride(1) * w) % 16 == 0;
 }
