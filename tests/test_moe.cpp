@@ -591,7 +591,10 @@ TEST_P(Moe, ExpertsErrors) {
   EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r, gq, dq, gs, ones({E + 1, H}, f)));
   MoeRouting r1 = r;
   r1.topk_ids = r.topk_ids.to(kInt32);
-  EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r1, gu, dn));
+  EXPECT_THROWS_OP(DTypeError, "moe_experts", moe_experts(h, r1, gu, dn));
+  r1 = r;
+  r1.topk_weights = r.topk_weights.to(kBFloat16);
+  EXPECT_THROWS_OP(DTypeError, "moe_experts", moe_experts(h, r1, gu, dn));
   r1 = r;
   r1.topk_weights = r.topk_weights.narrow(1, 0, 1);
   EXPECT_THROWS_OP(ShapeError, "moe_experts", moe_experts(h, r1, gu, dn));

@@ -216,11 +216,14 @@ Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor
                 " scales are for float8 experts only, got ", describe(gate_up), " with a scale");
   }
   const Tensor& ids = routing.topk_ids;
-  ANVIL_CHECK(ids.dtype() == kInt64 && ids.dim() == 2 && ids.size(0) == T, ShapeError, op,
-              " routing.topk_ids must be int64 [", T, ", top_k], got ", describe(ids));
+  ANVIL_CHECK(ids.dtype() == kInt64, DTypeError, op, " routing.topk_ids must be int64, got ", describe(ids));
+  ANVIL_CHECK(ids.dim() == 2 && ids.size(0) == T, ShapeError, op, " routing.topk_ids must be [", T,
+              ", top_k], got ", describe(ids));
   const int64_t K = ids.size(1);
-  ANVIL_CHECK(routing.topk_weights.dtype() == kFloat32 && routing.topk_weights.sizes() == ids.sizes(), ShapeError,
-              op, " routing.topk_weights must be float32 [", T, ", ", K, "], got ", describe(routing.topk_weights));
+  ANVIL_CHECK(routing.topk_weights.dtype() == kFloat32, DTypeError, op, " routing.topk_weights must be float32, got ",
+              describe(routing.topk_weights));
+  ANVIL_CHECK(routing.topk_weights.sizes() == ids.sizes(), ShapeError, op, " routing.topk_weights must be [", T, ", ",
+              K, "], got ", describe(routing.topk_weights));
 
   // The fused CUDA kernels apply the Hub's 128 x 128 blocks and others moe_experts_block_ok
   // takes; other block shapes run on the layer's dequantised experts.
