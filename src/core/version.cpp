@@ -4,13 +4,10 @@
 
 #include "anvil/cuda.h"
 #include "core/util.h"
-#include "cpu/simd.h"
 
 namespace anvil {
 
 const char* version() { return "0.1.0"; }
-
-std::string cpu_simd_target() { return cpu::simd::target_name(); }
 
 int get_num_threads() { return omp_get_max_threads(); }
 

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
+#include "anvil/version.h"
 #include "core/element.h"
 #include "cpu/simd.h"
 #include "cpu/simd-inl.h"
@@ -424,4 +426,11 @@ const char* target_name() {
 }
 
 }  // namespace anvil::cpu::simd
+
+namespace anvil {
+
+// anvil/version.h's query, answered by the backend that knows (core includes no backend header).
+std::string cpu_simd_target() { return cpu::simd::target_name(); }
+
+}  // namespace anvil
 #endif  // HWY_ONCE
