@@ -429,18 +429,12 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
   const int rows_per_block = wide ? 16 : 8;
   const int64_t blocks = (p.n + rows_per_block - 1) / rows_per_block;
   ANVIL_CHECK(blocks <= 0x7FFFFFFF, ShapeError, "[linear] n = ", p.n, " is too large for the CUDA gemv");
-  // Block shape by waves (H200, graph replay). k <= 2048 (one load step of 8 warps): k / 256
-  // warps (at least 2), each with one full step, whatever the block count (16 warps leave half
-  // of them on the clamped tail path: router 2048 -> 128 3.18 -> 1.88 us, k_proj 2048 -> 512
-  // 3.26 -> 2.21). Longer k: up to one block per SM, up to 16 warps split k (k / 256 when fewer
-  // cover it in full steps: gpt-oss router 2880 -> 32 takes 11); more blocks take 8 warps at 3
-  // per SM (one wave up to 3 blocks per SM) unless k needs more than two load steps of 8 warps
-  // while 16-warp blocks would still fit in two waves. 3-4 blocks per SM with one step of k run
-  // at 4 per SM (64 registers, a few spilled). Against 16 warps below 2 blocks per SM and 3 per
-  // SM above: decode-linear geomean 0.445 -> 0.467 of copy (expert gate_up 2048 -> 1536 6.51 ->
-  // 3.17 us, q_proj 2048 -> 4096 7.04 -> 5.86 us), then 0.479 with the k <= 2048 rule; 8 warps
-  // at k = 8192, 256 blocks: 12.0 -> 14.5 us, hence the k limit. At least 2 warps: the tile
-  // store takes 64 threads (k <= 2048 never takes two tiles).
+  // Block shape by waves. k <= 2048 (one load step of 8 warps): k / 256 warps, each with one
+  // full step, whatever the block count. Longer k: up to 16 warps split k while the blocks fit
+  // one per SM (or two waves when k needs more than two 8-warp steps), else 8 warps at 3 per SM.
+  // 3-4 blocks per SM with one step of k run at 4 per SM. At least 2 warps: the tile store takes
+  // 64 threads. H200: decode-linear suite 0.479 of copy (the measurements behind each branch:
+  // docs/PERFORMANCE.md, "CUDA linear GEMV: block shape and register rules").
   const int64_t sms = launch.sm_count();
   const int full_step_warps = static_cast<int>(std::clamp<int64_t>(p.k / 256, 2, kMaxWarps));  // <= 8 at k <= 2048
   const int warps =
@@ -453,11 +447,9 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
   const size_t smem = norm ? static_cast<size_t>(p.k) * sizeof(T) : 0;
   auto go = [&](auto kernel) { launch_pdl("[linear]", kernel, grid, block, smem, launch.stream(), p, prefetch); };
   const bool kvec = vec && p.k >= 8;
-  // 8-warp blocks of one 8-row tile are held to 80 registers (3 blocks per SM, no spills)
-  // rather than 128 (2 per SM): H200, decode-linear suite geomean 0.433 -> 0.445 of copy, mostly
-  // on 40-130 MB weights (Gemma-2-2B up 20.9 -> 15.9 us; Llama-3.1-8B up 34.0 -> 32.3 us); 64
-  // registers for all of them spill and lose it again (0.434). Two tiles (R = 2) spill at 80,
-  // so they keep 128.
+  // 8-warp blocks of one 8-row tile are held to 80 registers (3 blocks per SM, no spills); two
+  // tiles (R = 2) spill at 80 and keep 128. H200: decode-linear suite 0.433 -> 0.445 of copy
+  // against 128 for all (docs/PERFORMANCE.md, the same section).
   auto pick = [&](auto r_tag, auto vec_tag) {
     constexpr int R = decltype(r_tag)::value;
     constexpr bool V = decltype(vec_tag)::value;
