@@ -50,6 +50,26 @@ Tensor make_b(const ref::Array& b, DType t, Device dev, Layout l) {
 
 std::vector<double> values(const ref::Array& a) { return a.v; }
 
+// The transpose of a matrix.
+ref::Array transposed(const ref::Array& m) {
+  const int64_t rows = m.sizes[0], cols = m.sizes[1];
+  ref::Array t({cols, rows});
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) t.v[static_cast<size_t>(j * rows + i)] = m.v[static_cast<size_t>(i * cols + j)];
+  return t;
+}
+
+// Cosine similarity of two arrays of the same size (PyTorch's FP8 tests bound it by 0.999).
+double cosine(const ref::Array& a, const ref::Array& b) {
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.v.size(); ++i) {
+    dot += a.v[i] * b.v[i];
+    na += a.v[i] * a.v[i];
+    nb += b.v[i] * b.v[i];
+  }
+  return dot / std::sqrt(na * nb);
+}
+
 // float32 dots (2 k u32 |a| |b| |sa sb|), the scale product and the bias in float32 (4 u32 of
 // the result's parts), one rounding to the output. On CUDA the FP8 tensor cores (cuBLASLt's path
 // for more than 8 rows, as PyTorch's _scaled_mm) add their partial sums in fewer bits than
@@ -178,21 +198,11 @@ TEST_P(ScaledMm, MatchesEmulatedLikePyTorch) {
         Tensor y = scaled_mm(xq, wq.t(), xs, r, sb, r, {}, out);
         // Emulated: the dequantised operands' float64 product.
         ref::Array xd = th::to_array(mul(xq.to(kFloat32), xs)), wd = th::to_array(mul(wq.to(kFloat32), ws));
-        ref::Array wt({16, 32});
-        for (int64_t q = 0; q < 16; ++q)
-          for (int64_t j = 0; j < 32; ++j) wt.at({q, j}) = wd.at({j, q});
-        ref::Array want = ref::mm(xd, wt);
+        ref::Array want = ref::mm(xd, transposed(wd));
         const double tol = out == kFloat32 ? (row_wise ? 2e-3 : 3e-3) : 7e-2;
         EXPECT_TRUE(th::expect_close(y, want, th::Tol{tol, tol}));
         if (row_wise) {
-          ref::Array got = th::to_array(y);
-          double dot = 0, ng = 0, nw = 0;
-          for (size_t i = 0; i < got.v.size(); ++i) {
-            dot += got.v[i] * want.v[i];
-            ng += got.v[i] * got.v[i];
-            nw += want.v[i] * want.v[i];
-          }
-          EXPECT_GE(dot / std::sqrt(ng * nw), 0.999);
+          EXPECT_GE(cosine(th::to_array(y), want), 0.999);
         }
         // And the quantisation itself is within e4m3's half-ulp of the input (relative 2^-4).
         ref::Array xr = th::to_array(mul(xq.to(kFloat32), xs));
@@ -422,18 +432,7 @@ TEST_P(ScaledMm, BlockWiseMatchesEmulatedLikePyTorch) {
         EXPECT_EQ(xs.stride(1), c.m);
       }
       Tensor out = scaled_mm(xq, yq.t(), xs, ScalingType::BlockWise1x128, ys.t(), rb, {}, kBFloat16);
-      const ref::Array got = th::to_array(out.to(kFloat32));
-      ref::Array yt({c.k, c.n});
-      for (int64_t j = 0; j < c.n; ++j)
-        for (int64_t q = 0; q < c.k; ++q) yt.at({q, j}) = y.a.at({j, q});
-      const ref::Array want = ref::mm(x.a, yt);
-      double dot = 0, ng = 0, nw = 0;
-      for (size_t i = 0; i < got.v.size(); ++i) {
-        dot += got.v[i] * want.v[i];
-        ng += got.v[i] * got.v[i];
-        nw += want.v[i] * want.v[i];
-      }
-      EXPECT_GE(dot / std::sqrt(ng * nw), 0.999);
+      EXPECT_GE(cosine(th::to_array(out.to(kFloat32)), ref::mm(x.a, transposed(y.a))), 0.999);
       // Against the emulated product (the quantised operands times their scales, float64).
       const BlockScales s{{xs, th::to_array(xs)}, {ys.t(), th::to_array(ys.t())}, 1, y_blocks ? 128 : 1};
       EXPECT_TRUE(check_blocks(out, th::to_array(xq), th::to_array(yq.t()), s, nullptr, kBFloat16));
@@ -549,10 +548,9 @@ TEST_P(ScaledMm, ScaledLinearTable) {
           ASSERT_TRUE(th::expect_shape(y, out_shape, t));
           // Reference on [m, k] x [k, n] with the per-row scale as a column scale.
           const int64_t m = ref::numel_of(Shape(c.x.begin(), c.x.end() - 1));
-          ref::Array x2 = x.a, wt({k, c.n});
+          ref::Array x2 = x.a;
           x2.sizes = {m, k};
-          for (int64_t j = 0; j < c.n; ++j)
-            for (int64_t q = 0; q < k; ++q) wt.at({q, j}) = w.a.at({j, q});
+          const ref::Array wt = transposed(w.a);
           ref::Array want = ref::scaled_mm(x2, wt, {1.0}, s.a.v, with_bias ? &b.a : nullptr);
           std::vector<double> abs_s(s.a.v.size());
           for (size_t i = 0; i < abs_s.size(); ++i) abs_s[i] = std::fabs(s.a.v[i]);
