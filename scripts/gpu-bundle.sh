@@ -25,7 +25,7 @@ out_dir="$(cd "$out_dir" && pwd)"
 bins=()
 while IFS= read -r -d '' f; do
   bins+=("$f")
-done < <(find "$build_dir/tests" -maxdepth 2 -type f -perm -u+x ! -name '*.so*' ! -name '*.sh' -print0 2>/dev/null || true)
+done < <(find "$build_dir/tests" -maxdepth 2 -type f -perm -u+x ! -name '*.so*' ! -name '*.sh' ! -name '*_shared' -print0 2>/dev/null || true)
 [[ -x "$build_dir/tools/anvil/anvil" ]] && bins+=("$build_dir/tools/anvil/anvil")
 if [[ ${#bins[@]} -eq 0 ]]; then
   echo "[gpu-bundle] no test or tool binaries under $build_dir (configure with -DANVIL_TESTS=ON -DANVIL_BENCH=ON)" >&2
