@@ -242,15 +242,15 @@ Case grouped_case(Device dev, const std::string& label, int64_t tokens, int64_t 
           "", spec};
 }
 
-// Decode attention of one token, 32 query heads over `kv_heads` cached heads of `ctx` keys:
+// Decode attention of one token, 32 query heads over `n_kv_heads` cached heads of `ctx` keys:
 // decode_attention with device-side cache lengths, or scaled_dot_product_attention with
 // enable_gqa over the same keys. Bytes are the K / V read (plus q and out); caches rotate.
-Case attention_decode_case(Device dev, int64_t kv_heads, int64_t ctx, int64_t head_dim, bool sdpa) {
+Case attention_decode_case(Device dev, int64_t n_kv_heads, int64_t ctx, int64_t head_dim, bool sdpa) {
   constexpr int64_t kHeads = 32;
-  const double kv_bytes = 2.0 * 2.0 * kv_heads * ctx * head_dim, bytes = kv_bytes + 4.0 * kHeads * head_dim;
-  std::string name = "attention decode bf16 " + std::to_string(kHeads) + "q/" + std::to_string(kv_heads) + "kv hd" +
+  const double kv_bytes = 2.0 * 2.0 * n_kv_heads * ctx * head_dim, bytes = kv_bytes + 4.0 * kHeads * head_dim;
+  std::string name = "attention decode bf16 " + std::to_string(kHeads) + "q/" + std::to_string(n_kv_heads) + "kv hd" +
                      std::to_string(head_dim) + " ctx " + std::to_string(ctx) + (sdpa ? " sdpa gqa" : " cache_lens");
-  nlohmann::json spec{{"op", "attention"}, {"batch", 1},      {"heads_q", kHeads}, {"heads_kv", kv_heads},
+  nlohmann::json spec{{"op", "attention"}, {"batch", 1},      {"n_heads", kHeads}, {"n_kv_heads", n_kv_heads},
                       {"q_len", 1},         {"kv_len", ctx},  {"head_dim", head_dim}, {"causal", false},
                       {"dtype", "bfloat16"}};
   return {name, bytes, ceiling_for(dev), [=]() -> Runner {
@@ -258,8 +258,8 @@ Case attention_decode_case(Device dev, int64_t kv_heads, int64_t ctx, int64_t he
             const TensorOptions o = TensorOptions(kBFloat16).device(dev);
             std::vector<Tensor> k, v;
             for (int i = 0; i < rot; ++i) {
-              k.push_back(randn({1, kv_heads, ctx, head_dim}, o));
-              v.push_back(randn({1, kv_heads, ctx, head_dim}, o));
+              k.push_back(randn({1, n_kv_heads, ctx, head_dim}, o));
+              v.push_back(randn({1, n_kv_heads, ctx, head_dim}, o));
             }
             Tensor q = randn({1, kHeads, 1, head_dim}, o);
             Tensor lens = full({1}, ctx, TensorOptions(kInt32).device(dev));
@@ -278,7 +278,7 @@ Case attention_prefill_case(Device dev, int64_t heads, int64_t seq, int64_t head
   const double elems = static_cast<double>(heads) * seq * head_dim, bytes = 4.0 * 2.0 * elems;
   std::string name = "attention prefill bf16 " + std::to_string(heads) + "h " + std::to_string(seq) + "x" +
                      std::to_string(seq) + " hd" + std::to_string(head_dim) + (causal ? " causal" : "");
-  nlohmann::json spec{{"op", "attention"}, {"batch", 1},     {"heads_q", heads},     {"heads_kv", heads},
+  nlohmann::json spec{{"op", "attention"}, {"batch", 1},     {"n_heads", heads},     {"n_kv_heads", heads},
                       {"q_len", seq},       {"kv_len", seq}, {"head_dim", head_dim}, {"causal", causal},
                       {"dtype", "bfloat16"}, {"flops", 4.0 * elems * seq * (causal ? 0.5 : 1.0)}};
   return {name, bytes, ceiling_for(dev), [=]() -> Runner {

@@ -202,7 +202,7 @@ def build(spec, dev):
     if op == "attention":
         # F.scaled_dot_product_attention on [B, H, N, D]; grouped-query heads through enable_gqa
         # (the KV cache unexpanded); decode caches rotate like anvil's.
-        b, hq, hk, lq, s = spec["batch"], spec["heads_q"], spec["heads_kv"], spec["q_len"], spec["kv_len"]
+        b, hq, hk, lq, s = spec["batch"], spec["n_heads"], spec["n_kv_heads"], spec["q_len"], spec["kv_len"]
         d = spec["head_dim"]
         rot = rotations(dev, 2 * b * hk * s * d * 2) if lq == 1 else 1
         ks = [torch.randn(b, hk, s, d, device=dev, dtype=t) for _ in range(rot)]

@@ -498,6 +498,50 @@ TEST_P(Moe, ExpertsBlockScaled) {
                    moe_experts(h.t, r, w.gate_up, w.down, w.gate_up_scale, w.down_scale, {32}));
 }
 
+// Which path moe_router and moe_experts take (their *_plan queries, the question the ops ask):
+// the fused kernels for decode's shapes on both devices; the composition for several tokens (the
+// router) or more than 64 (token, slot) pairs (the experts), and on CUDA for what its kernels do
+// not take: float32, rows that are not whole 16-byte packs or not 16-byte aligned, more than 1024
+// experts, float8 blocks off the kernels' grid (block_k not 64 x 2^i: those experts are
+// dequantised and run fused).
+TEST_P(Moe, Plans) {
+  th::Gen g(7070);
+  const FusedPlan cuda_composes = dev().is_cuda() ? FusedPlan::Composed : FusedPlan::Fused;
+  const TensorOptions bf = TensorOptions(kBFloat16).device(dev()), f32 = TensorOptions(kFloat32).device(dev());
+  const Tensor h = randn({1, 2048}, bf), w = randn({128, 2048}, bf);  // Qwen3-30B-A3B's router
+  EXPECT_EQ(moe_router_plan(h, w, 8), FusedPlan::Fused);
+  EXPECT_EQ(moe_router_plan(randn({3, 2048}, bf), w, 8), FusedPlan::Composed);
+  EXPECT_EQ(moe_router_plan(h.to(kFloat32), w.to(kFloat32), 8), cuda_composes);
+  EXPECT_EQ(moe_router_plan(randn({1, 100}, bf), randn({32, 100}, bf), 2), cuda_composes);
+  EXPECT_EQ(moe_router_plan(randn({1, 2049}, bf).narrow(1, 1, 2048), w, 8), cuda_composes);
+  EXPECT_EQ(moe_router_plan(randn({1, 64}, bf), randn({1100, 64}, bf), 2), cuda_composes);
+
+  const int64_t E = 8, H = 256, I = 192;
+  auto routing = [&](int64_t T, int64_t k) { return moe_route(randn({T, E}, f32), k, true); };
+  const ExpertWeights b16 = make_expert_weights(E, H, I, kBFloat16, kBFloat16, dev(), g);
+  const Tensor x1 = randn({1, H}, bf);
+  EXPECT_EQ(moe_experts_plan(x1, routing(1, 4), b16.gate_up, b16.down), FusedPlan::Fused);
+  EXPECT_EQ(moe_experts_plan(randn({16, H}, bf), routing(16, 4), b16.gate_up, b16.down), FusedPlan::Fused);  // 64 pairs
+  EXPECT_EQ(moe_experts_plan(randn({17, H}, bf), routing(17, 4), b16.gate_up, b16.down), FusedPlan::Composed);
+  EXPECT_EQ(moe_experts_plan(randn({1, H + 1}, bf).narrow(1, 1, H), routing(1, 4), b16.gate_up, b16.down), cuda_composes);
+  const ExpertWeights f = make_expert_weights(E, H, I, kFloat32, kFloat32, dev(), g);
+  EXPECT_EQ(moe_experts_plan(x1.to(kFloat32), routing(1, 4), f.gate_up, f.down), cuda_composes);
+  const ExpertWeights hub = make_expert_weights(E, H, I, kBFloat16, kFloat8_e4m3fn, dev(), g, {128, 128});
+  EXPECT_EQ(moe_experts_plan(x1, routing(1, 4), hub.gate_up, hub.down, hub.gate_up_scale, hub.down_scale, hub.block),
+            FusedPlan::Fused);
+  const ExpertWeights odd = make_expert_weights(E, H, I, kBFloat16, kFloat8_e4m3fn, dev(), g, {32, 96});
+  const MoeRouting r = routing(1, 4);
+  EXPECT_EQ(moe_experts_plan(x1, r, odd.gate_up, odd.down, odd.gate_up_scale, odd.down_scale, odd.block), cuda_composes);
+  // A composed block shape runs the dequantised experts: bit for bit those.
+  const Tensor dq_gu = dequantize_fp8(odd.gate_up, odd.gate_up_scale, odd.block, kBFloat16);
+  const Tensor dq_dn = dequantize_fp8(odd.down, odd.down_scale, odd.block, kBFloat16);
+  EXPECT_EQ(moe_experts_plan(x1, r, dq_gu, dq_dn), FusedPlan::Fused);
+  if (dev().is_cuda()) {
+    EXPECT_EQ(th::to_bits(moe_experts(x1, r, odd.gate_up, odd.down, odd.gate_up_scale, odd.down_scale, odd.block)),
+              th::to_bits(moe_experts(x1, r, dq_gu, dq_dn)));
+  }
+}
+
 // The Qwen3-30B-A3B layer's expert shapes (hidden 2048, top 8, inter 768; 8 experts rather than
 // 128 keep the float64 weights small): the decode kernels at full size, bf16, row-scaled and
 // 128 x 128 block-scaled float8 weights, one and four tokens.

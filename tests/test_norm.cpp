@@ -165,8 +165,8 @@ TEST_P(Norm, AddRmsNormTable) {
 // the float64 normalised row, within the product's summation bound plus the normalised row's
 // rounding to the dtype (rtol of norm_tol per element of h, times |h| |w| summed); and against the
 // composition add_rms_norm then linear within the same bound. One row of a 16-bit dtype with
-// k % 8 == 0 takes the fused CUDA kernel (or, past one wave or with misaligned rows, add_rms_norm's
-// kernel and the GEMV); the other cases take the composition. Inputs rotate over layouts
+// k % 8 == 0, aligned rows and a one-wave grid takes the fused CUDA kernel; the other cases take
+// the composition (AddRmsNormLinearPlan asserts which). Inputs rotate over layouts
 // (offset views misalign the rows; strided and transposed ones are copied or composed).
 TEST_P(Norm, AddRmsNormLinearTable) {
   th::CaseLoop loop;
@@ -239,6 +239,43 @@ TEST_P(Norm, AddRmsNormLinearErrors) {
   EXPECT_THROWS_OP(DTypeError, "add_rms_norm_linear",
                    add_rms_norm_linear(x, zeros({1, 64}, TensorOptions(kFloat16).device(dev())), nw, 1e-6, w));
   EXPECT_THROWS_OP(Error, "add_rms_norm_linear", add_rms_norm_linear(Tensor{}, x, nw, 1e-6, w));
+}
+
+// Which path add_rms_norm_linear takes (add_rms_norm_linear_plan, the question the op asks):
+// fused on CUDA for a decode row whose GEMV grid is one wave (Qwen3-0.6B-like 1024 -> 1024),
+// composed on CUDA past one wave, for float32, two rows, weight scales and misaligned rows, and
+// always composed on the CPU. A composed call is bit for bit its composition.
+TEST_P(Norm, AddRmsNormLinearPlan) {
+  const bool cuda = dev().is_cuda();
+  const TensorOptions bf = TensorOptions(kBFloat16).device(dev());
+  const Tensor x = randn({1, 1024}, bf), r = randn({1, 1024}, bf), nw = randn({1024}, bf), w = randn({1024, 1024}, bf);
+  EXPECT_EQ(add_rms_norm_linear_plan(x, r, nw, 1e-6, w), cuda ? FusedPlan::Fused : FusedPlan::Composed);
+  EXPECT_EQ(add_rms_norm_linear_plan(x, r, Tensor{}, std::nullopt, w), cuda ? FusedPlan::Fused : FusedPlan::Composed);
+  EXPECT_EQ(add_rms_norm_linear_plan(x, r, nw, 1e-6, randn({32768, 1024}, bf)), FusedPlan::Composed);  // 4096 blocks
+  struct Composed {
+    const char* what;
+    Tensor x, r, nw, w;
+  };
+  const Tensor x2 = randn({1, 1032}, bf).narrow(1, 8, 1024) /* 16-byte aligned */, xo = randn({1, 1025}, bf).narrow(1, 1, 1024);
+  const std::vector<Composed> composed = {
+      {"float32", x.to(kFloat32), r.to(kFloat32), nw.to(kFloat32), w.to(kFloat32)},
+      {"two rows", randn({2, 1024}, bf), randn({2, 1024}, bf), nw, w},
+      {"x misaligned by one element", xo, r, nw, w},
+      {"norm weight float32", x, r, nw.to(kFloat32), w},
+  };
+  for (const Composed& c : composed) {
+    SCOPED_TRACE(c.what);
+    ASSERT_EQ(add_rms_norm_linear_plan(c.x, c.r, c.nw, 1e-6, c.w), FusedPlan::Composed);
+    auto [y, sum] = add_rms_norm_linear(c.x, c.r, c.nw, 1e-6, c.w);
+    auto [h, sc] = add_rms_norm(c.x, c.r, {1024}, c.nw, 1e-6);
+    EXPECT_EQ(th::to_bits(y), th::to_bits(linear(h, c.w)));
+    EXPECT_EQ(th::to_bits(sum), th::to_bits(sc));
+  }
+  EXPECT_EQ(add_rms_norm_linear_plan(x2, r, nw, 1e-6, w), cuda ? FusedPlan::Fused : FusedPlan::Composed);
+  const Tensor w8 = w.to(kFloat8_e4m3fn), ws = ones({1024}, TensorOptions(kFloat32).device(dev()));
+  EXPECT_EQ(add_rms_norm_linear_plan(x, r, nw, 1e-6, w8, ws), FusedPlan::Composed);
+  EXPECT_STREQ(plan_name(FusedPlan::Fused), "fused");
+  EXPECT_STREQ(plan_name(FusedPlan::Composed), "composed");
 }
 
 // Cancellation in the residual add: h is exactly 0 in some columns and rows, tiny in others.

@@ -5,6 +5,7 @@
 #include <optional>
 #include <tuple>
 
+#include "anvil/plan.h"
 #include "anvil/tensor.h"
 
 namespace anvil {
@@ -31,18 +32,21 @@ ANVIL_API std::tuple<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor&
                                                   const Tensor& weight = {}, std::optional<double> eps = std::nullopt);
 // The decode step's residual add, rms_norm and the projection after it: returns
 // (linear(h, weight) or scaled_linear(h, weight, weight_scale), s) where (h, s) =
-// add_rms_norm(x, residual, {K}, norm_weight, eps); x, residual [..., K], weight [N, K]. One row
-// on CUDA (bfloat16 / float16, no weight_scale, norm_weight of x's dtype or undefined, K % 8 == 0,
-// K <= 8192, 16-byte aligned rows) whose GEMV grid is one wave is one kernel: each GEMV block
-// normalises the row into shared memory before its weight stream, so h is never written; its sum
-// of squares is reduced in another order than add_rms_norm's, so an element of h may differ by
-// one rounding. Past one wave that prologue costs more than it saves, and add_rms_norm's kernel
-// runs first (into scratch). Anything else runs the composition.
-// weight_scale / block as scaled_linear's.
+// add_rms_norm(x, residual, {K}, norm_weight, eps); x, residual [..., K], weight [N, K]; that
+// composition is what runs unless the backend fuses it. CUDA fuses one row (bfloat16 / float16,
+// no weight_scale, norm_weight of x's dtype or undefined, K % 8 == 0, K <= 8192, 16-byte aligned
+// rows) whose GEMV grid is one wave: each GEMV block normalises the row into shared memory before
+// its weight stream, so h is never written; its sum of squares is reduced in another order than
+// add_rms_norm's, so an element of h may differ by one rounding. Past one wave that prologue costs
+// more than the add_rms_norm kernel it saves, so the composition runs. The CPU always composes.
+// weight_scale / block as scaled_linear's. add_rms_norm_linear_plan says which runs (anvil/plan.h).
 ANVIL_API std::tuple<Tensor, Tensor> add_rms_norm_linear(const Tensor& x, const Tensor& residual,
                                                          const Tensor& norm_weight, std::optional<double> eps,
                                                          const Tensor& weight, const Tensor& weight_scale = {},
                                                          const Shape& block = {});
+ANVIL_API FusedPlan add_rms_norm_linear_plan(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
+                                             std::optional<double> eps, const Tensor& weight,
+                                             const Tensor& weight_scale = {}, const Shape& block = {});
 
 // SwiGLU's gate: silu(gate) * up with one rounding (the composition rounds twice). Same shapes;
 // gate and up may be strided views such as the two halves of a fused gate_up projection.
@@ -55,17 +59,17 @@ ANVIL_API Tensor silu_mul(const Tensor& gate, const Tensor& up);
 // inv_freq float32 [rotary_dim / 2] on x's device (see rope_inv_freq).
 ANVIL_API Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq);
 // What Qwen3 / Llama / Mistral attention computes between the stacked qkv projection and
-// attention over a KV cache, as one kernel. qkv [B, L, (num_heads + 2 num_kv_heads) * D]: the q
+// attention over a KV cache, as one kernel. qkv [B, L, (n_heads + 2 n_kv_heads) * D]: the q
 // heads, then the k heads, then the v heads of each token (D = the caches' head_dim); start int32
 // [B] on the device: token l of batch b sits at position start[b] + l.
-//   q = rope(rms_norm(q, {D}, q_norm_weight, eps), positions, inv_freq), returned [B, num_heads, L, D]
+//   q = rope(rms_norm(q, {D}, q_norm_weight, eps), positions, inv_freq), returned [B, n_heads, L, D]
 //   k = rope(rms_norm(k, {D}, k_norm_weight, eps), positions, inv_freq) -> k_cache [B, Hk, S_max, D]
 //   v -> v_cache [B, Hk, S_max, D]
 // at cache rows start[b] + l (rows outside [0, S_max) are dropped, as cache_write). An undefined
 // norm weight means no norm (Llama). The normed values are rounded to the dtype before the
 // rotation, as the composition rounds them. Reference composition: rms_norm, rope, cache_write.
 // CUDA: rotary_dim <= 1024 and head_dim - rotary_dim <= 512.
-ANVIL_API Tensor qk_norm_rope_cache(const Tensor& qkv, int64_t num_heads, int64_t num_kv_heads, const Tensor& q_norm_weight,
+ANVIL_API Tensor qk_norm_rope_cache(const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, const Tensor& q_norm_weight,
                                     const Tensor& k_norm_weight, double eps, const Tensor& inv_freq, Tensor& k_cache,
                                     Tensor& v_cache, const Tensor& start);
 // inv_freq[i] = 1 / theta^(2i / rotary_dim) in float32, bit-equal to Hugging Face's
@@ -218,12 +222,14 @@ struct MoeRouting {
 ANVIL_API MoeRouting moe_route(const Tensor& router_logits, int64_t top_k, bool norm_topk_prob);
 // The router of an MoE block and its routing: logits = linear(hidden, router_weight) in hidden's
 // dtype (as transformers computes them), then moe_route(logits, top_k, norm_topk_prob). Returns
-// (logits [T, E], routing). hidden [T, H], router_weight [E, H], one float dtype. One token on
-// CUDA (decode, bfloat16 / float16, H % 8 == 0, E <= 1024) is one kernel: an 8-block cluster
-// computes the logits, one warp routes them; anything else runs the reference composition,
-// linear then moe_route. The routing always equals moe_route of the returned logits.
+// (logits [T, E], routing). hidden [T, H], router_weight [E, H], one float dtype. One token with
+// unit-stride rows is one kernel on the CPU and on CUDA (there: bfloat16 / float16, H % 8 == 0,
+// E <= 1024, 16-byte aligned rows; an 8-block cluster computes the logits, one warp routes
+// them); anything else runs the reference composition, linear then moe_route. The routing always
+// equals moe_route of the returned logits. moe_router_plan says which runs.
 ANVIL_API std::tuple<Tensor, MoeRouting> moe_router(const Tensor& hidden, const Tensor& router_weight, int64_t top_k,
                                                     bool norm_topk_prob);
+ANVIL_API FusedPlan moe_router_plan(const Tensor& hidden, const Tensor& router_weight, int64_t top_k);
 // out[t, :] = sum_s topk_weights[t, s] * expert_out[sorted_pos[t, s], :] in float32 (slots in
 // order), one rounding to expert_out's dtype. expert_out [T * top_k, H] in expert-sorted order;
 // sorted_pos values outside [0, T * top_k) are clamped (never read out of bounds).
@@ -243,10 +249,16 @@ ANVIL_API Tensor moe_combine(const Tensor& expert_out, const Tensor& topk_weight
 // materialise the gathered or sorted rows (only routing.topk_ids / topk_weights are read).
 // block = {bn, bk}: float8 experts with block scales gate_up_scale [E, ceil(2I / bn), ceil(H / bk)]
 // and down_scale [E, ceil(H / bn), ceil(I / bk)] (see scaled_linear); the fused kernels apply
-// them inside the dots, the grouped path multiplies each layer's dequantised experts.
+// them inside the dots (CUDA: e4m3, bn % 8 == 0, bk = 64 x 2^i, I % 4 == 0); otherwise the
+// layer's experts are dequantised to hidden's dtype and those run. CUDA fuses bfloat16 / float16
+// hidden with 16-byte aligned rows whose H and I fill whole 16-byte loads. moe_experts_plan says
+// whether the fused kernels run for these arguments (for dequantised experts: for those).
 ANVIL_API Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up,
                              const Tensor& down, const Tensor& gate_up_scale = {}, const Tensor& down_scale = {},
                              const Shape& block = {});
+ANVIL_API FusedPlan moe_experts_plan(const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up,
+                                     const Tensor& down, const Tensor& gate_up_scale = {},
+                                     const Tensor& down_scale = {}, const Shape& block = {});
 
 // ---- attention
 

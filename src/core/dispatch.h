@@ -15,25 +15,33 @@ template <typename T> struct TypeTag { using type = T; };
   case enum_value:                                \
     return f(TypeTag<cpp_type>{});
 
+// The dtype lists, shared with the device-side twins (cuda/device/dispatch.cuh).
+#define ANVIL_HALF_DTYPES(X)          \
+  X(DType::Float16, Half)             \
+  X(DType::BFloat16, BFloat16)
+#define ANVIL_FLOAT_DTYPES(X)         \
+  ANVIL_HALF_DTYPES(X)                \
+  X(DType::Float32, float)            \
+  X(DType::Float64, double)
+#define ANVIL_ALL_DTYPES(X)           \
+  X(DType::Bool, bool)                \
+  X(DType::UInt8, uint8_t)            \
+  X(DType::Int8, int8_t)              \
+  X(DType::UInt16, uint16_t)          \
+  X(DType::Int16, int16_t)            \
+  X(DType::UInt32, uint32_t)          \
+  X(DType::Int32, int32_t)            \
+  X(DType::UInt64, uint64_t)          \
+  X(DType::Int64, int64_t)            \
+  ANVIL_FLOAT_DTYPES(X)               \
+  X(DType::Float8_e4m3fn, Float8_e4m3fn) \
+  X(DType::Float8_e5m2, Float8_e5m2)  \
+  X(DType::Complex64, Complex64)
+
 template <typename F>
 decltype(auto) dispatch_all_types(DType t, const char* op, F&& f) {
   switch (t) {
-    ANVIL_DISPATCH_CASE(DType::Bool, bool)
-    ANVIL_DISPATCH_CASE(DType::UInt8, uint8_t)
-    ANVIL_DISPATCH_CASE(DType::Int8, int8_t)
-    ANVIL_DISPATCH_CASE(DType::UInt16, uint16_t)
-    ANVIL_DISPATCH_CASE(DType::Int16, int16_t)
-    ANVIL_DISPATCH_CASE(DType::UInt32, uint32_t)
-    ANVIL_DISPATCH_CASE(DType::Int32, int32_t)
-    ANVIL_DISPATCH_CASE(DType::UInt64, uint64_t)
-    ANVIL_DISPATCH_CASE(DType::Int64, int64_t)
-    ANVIL_DISPATCH_CASE(DType::Float16, Half)
-    ANVIL_DISPATCH_CASE(DType::BFloat16, BFloat16)
-    ANVIL_DISPATCH_CASE(DType::Float32, float)
-    ANVIL_DISPATCH_CASE(DType::Float64, double)
-    ANVIL_DISPATCH_CASE(DType::Float8_e4m3fn, Float8_e4m3fn)
-    ANVIL_DISPATCH_CASE(DType::Float8_e5m2, Float8_e5m2)
-    ANVIL_DISPATCH_CASE(DType::Complex64, Complex64)
+    ANVIL_ALL_DTYPES(ANVIL_DISPATCH_CASE)  // no default: -Wswitch names a dtype missing here
   }
   throw DTypeError(detail::cat_message(op, " unknown dtype ", static_cast<int>(t)));
 }
@@ -56,14 +64,22 @@ decltype(auto) dispatch_real_types(DType t, const char* op, F&& f) {
 template <typename F>
 decltype(auto) dispatch_float_types(DType t, const char* op, F&& f) {
   switch (t) {
-    ANVIL_DISPATCH_CASE(DType::Float16, Half)
-    ANVIL_DISPATCH_CASE(DType::BFloat16, BFloat16)
-    ANVIL_DISPATCH_CASE(DType::Float32, float)
-    ANVIL_DISPATCH_CASE(DType::Float64, double)
+    ANVIL_FLOAT_DTYPES(ANVIL_DISPATCH_CASE)
     default:
       break;
   }
   throw DTypeError(detail::cat_message(op, " not implemented for '", dtype_name(t), "'"));
+}
+
+// float16, bfloat16: the 16-bit float kernels (mma.sync operands, packed 16-byte rows).
+template <typename F>
+decltype(auto) dispatch_half_types(DType t, const char* op, F&& f) {
+  switch (t) {
+    ANVIL_HALF_DTYPES(ANVIL_DISPATCH_CASE)
+    default:
+      break;
+  }
+  throw DTypeError(detail::cat_message(op, " not implemented for '", dtype_name(t), "' (float16 / bfloat16 only)"));
 }
 
 #undef ANVIL_DISPATCH_CASE

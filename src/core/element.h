@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "anvil/numeric.h"
-#include "core/params.h"
+#include "core/kernels/elementwise.h"
 
 namespace anvil {
 

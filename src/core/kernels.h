@@ -1,58 +1,45 @@
 #pragma once
-// The backend boundary: the entry points every backend implements, listed once.
-// src/cpu implements anvil::cpu::*, src/cuda implements anvil::cuda_backend::*; a build without
-// CUDA gets throwing definitions of the latter from src/cuda/stub.cpp.
+// The backend boundary. Each op family declares its POD params and kernel entry points in
+// core/kernels/<family>.h (a list macro ANVIL_<FAMILY>_KERNELS, declared for both backends by
+// ANVIL_DECLARE_KERNELS), so a family's change recompiles only what uses it; src/cpu implements
+// anvil::cpu::*, src/cuda anvil::cuda_backend::*, and a build without CUDA gets throwing
+// definitions of the latter from src/cuda/stub.cpp (core/kernels/all.h lists the families).
+// Fused ops (ANVIL_DECLARE_FUSED) also declare NAME_plan(params): whether the backend runs those
+// params as its fused kernel or the op must run its composition (anvil/plan.h). A backend's
+// fused kernel is called only for params its plan answered Fused for.
+// This header holds what every family shares: those macros, ANVIL_KERNEL / ANVIL_PLAN, and the
+// CUDA runtime entry points behind memory, streams and events.
 #include <cstddef>
 #include <memory>
-
 #include <string>
 
 #include "anvil/cuda.h"
 #include "anvil/memory.h"
+#include "anvil/plan.h"
 #include "anvil/stream.h"
 #include "anvil/tensor.h"
 #include "core/params.h"
 
-#define ANVIL_BACKEND_KERNELS(X)                       \
-  X(copy, const ElementwiseParams&)                  \
-  X(fill, const ElementwiseParams&)                  \
-  X(unary, const ElementwiseParams&)                 \
-  X(binary, const ElementwiseParams&)                \
-  X(where, const ElementwiseParams&)                 \
-  X(clamp, const ElementwiseParams&)                 \
-  X(reduce, const ReduceParams&)                     \
-  X(index_select, const IndexSelectParams&)          \
-  X(gather, const GatherParams&)                     \
-  X(scatter, const GatherParams&)                    \
-  X(bmm, const BmmParams&)                           \
-  X(random, const RandomParams&)                     \
-  X(gemv, const GemvParams&)                         \
-  X(softmax, const SoftmaxParams&)                   \
-  X(rms_norm, const RmsNormParams&)                  \
-  X(silu_mul, const SiluMulParams&)                  \
-  X(rope, const RopeParams&)                         \
-  X(qk_norm_rope_cache, const QkNormRopeCacheParams&) \
-  X(topk, const TopkParams&)                         \
-  X(sample, const SampleParams&)                     \
-  X(scaled_mm, const ScaledMmParams&)                \
-  X(grouped_mm, const GroupedMmParams&)              \
-  X(moe_route, const MoeRouteParams&)                \
-  X(moe_router, const MoeRouterParams&)              \
-  X(moe_combine, const MoeCombineParams&)            \
-  X(moe_experts, const MoeExpertsParams&)            \
-  X(attention, const AttentionParams&)                \
-  X(cache_write, const CacheWriteParams&)            \
-  X(cache_prefetch, const PrefetchParams&)
+#define ANVIL_DECLARE_KERNEL_(name, arg) void name(arg);
+#define ANVIL_DECLARE_PLAN_(name, arg) ::anvil::FusedPlan name##_plan(arg);
+#define ANVIL_DECLARE_KERNELS(LIST)               \
+  namespace cpu {                                 \
+  LIST(ANVIL_DECLARE_KERNEL_)                     \
+  }                                               \
+  namespace cuda_backend {                        \
+  LIST(ANVIL_DECLARE_KERNEL_)                     \
+  }
+#define ANVIL_DECLARE_FUSED(LIST)                 \
+  ANVIL_DECLARE_KERNELS(LIST)                     \
+  namespace cpu {                                 \
+  LIST(ANVIL_DECLARE_PLAN_)                       \
+  }                                               \
+  namespace cuda_backend {                        \
+  LIST(ANVIL_DECLARE_PLAN_)                       \
+  }
 
 namespace anvil {
-
-#define ANVIL_DECLARE_KERNEL(name, arg) void name(arg);
-namespace cpu {
-ANVIL_BACKEND_KERNELS(ANVIL_DECLARE_KERNEL)
-}
 namespace cuda_backend {
-ANVIL_BACKEND_KERNELS(ANVIL_DECLARE_KERNEL)
-
 // Memory and copies between host and device. Device memory comes from the caching allocator
 // on the current stream. memcpy_* are asynchronous on the current stream except where the
 // host needs the bytes: memcpy_to_host waits for them.
@@ -86,10 +73,12 @@ MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 void empty_cache(int device);
 }  // namespace cuda_backend
-#undef ANVIL_DECLARE_KERNEL
 
 // Calls the backend of `device`: ANVIL_KERNEL(dev, reduce, params).
 #define ANVIL_KERNEL(device, name, arg) \
   ((device).is_cpu() ? ::anvil::cpu::name(arg) : ::anvil::cuda_backend::name(arg))
+// Asks the backend of `device` for a fused op's plan: ANVIL_PLAN(dev, moe_experts, params).
+#define ANVIL_PLAN(device, name, arg) \
+  ((device).is_cpu() ? ::anvil::cpu::name##_plan(arg) : ::anvil::cuda_backend::name##_plan(arg))
 
 }  // namespace anvil

@@ -13,7 +13,7 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/activation.h"
 #include "cpu/loop.h"
 #include "cpu/simd.h"
 

@@ -27,7 +27,7 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/attention.h"
 #include "cpu/simd.h"
 #include "cpu/simd-inl.h"
 
@@ -178,11 +178,11 @@ HWY_EXPORT(PvF16);
 
 namespace {
 
-// The query heads [h0, h1) that read kv head hk: those with h * heads_kv / heads_q == hk, a
+// The query heads [h0, h1) that read kv head hk: those with h * n_kv_heads / n_heads == hk, a
 // contiguous range.
 void kv_group(const AttentionParams& p, int64_t hk, int64_t& h0, int64_t& h1) {
-  h0 = (hk * p.heads_q + p.heads_kv - 1) / p.heads_kv;
-  h1 = std::min(p.heads_q, ((hk + 1) * p.heads_q + p.heads_kv - 1) / p.heads_kv);
+  h0 = (hk * p.n_heads + p.n_kv_heads - 1) / p.n_kv_heads;
+  h1 = std::min(p.n_heads, ((hk + 1) * p.n_heads + p.n_kv_heads - 1) / p.n_kv_heads);
 }
 
 constexpr int64_t kChunkRows = 64;  // query rows per product: scores stay at 64 x S values
@@ -221,7 +221,7 @@ void attention_typed(const AttentionParams& p) {
   std::vector<A> sum(kChunkRows);
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t len = p.kv_lens ? std::clamp<int64_t>(p.kv_lens[b], 0, p.kv_len) : p.kv_len;
-    for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+    for (int64_t hk = 0; hk < p.n_kv_heads; ++hk) {
       int64_t h0, h1;
       kv_group(p, hk, h0, h1);
       if (h0 >= h1) continue;
@@ -315,7 +315,7 @@ void pv_accumulate(DType t, const void* v, int64_t sv, const float* p, int64_t l
 
 bool use_decode(const AttentionParams& p) {
   if (p.mask || p.head_dim < 1 || p.v_head_dim < 1 || p.dtype == DType::Float64) return false;
-  const int64_t group = (p.heads_q + p.heads_kv - 1) / p.heads_kv;
+  const int64_t group = (p.n_heads + p.n_kv_heads - 1) / p.n_kv_heads;
   return group * p.q_len <= kDecodeRows;
 }
 
@@ -391,28 +391,28 @@ void decode_part(const AttentionParams& p, int64_t b, int64_t hk, int64_t k0, in
 template <typename T>
 void attention_decode(const AttentionParams& p) {
   const int64_t Ev = p.v_head_dim;
-  const int64_t heads = p.batch * p.heads_kv;
+  const int64_t heads = p.batch * p.n_kv_heads;
   const int64_t threads = omp_get_max_threads();
   // Splits of one kv head's keys while the heads leave threads idle, each >= kSplitKeys keys.
   const int64_t splits =
       std::clamp<int64_t>((2 * threads + heads - 1) / heads, 1, std::max<int64_t>(1, p.kv_len / kSplitKeys));
   const int64_t chunk = (p.kv_len + splits - 1) / splits;
   std::vector<DecodePart> parts(static_cast<size_t>(heads * splits));
-  const int64_t max_rows = (p.heads_q + p.heads_kv - 1) / p.heads_kv * p.q_len;  // <= kDecodeRows
+  const int64_t max_rows = (p.n_heads + p.n_kv_heads - 1) / p.n_kv_heads * p.q_len;  // <= kDecodeRows
   std::vector<float> outs(static_cast<size_t>(heads * splits * max_rows * Ev));
   for (size_t u = 0; u < parts.size(); ++u) parts[u].o = outs.data() + u * static_cast<size_t>(max_rows * Ev);
 #pragma omp parallel for schedule(dynamic, 1) if (heads * splits > 1 && heads * p.kv_len >= 2 * kSplitKeys)
   for (int64_t u = 0; u < heads * splits; ++u) {
-    const int64_t b = u / (p.heads_kv * splits), hk = u / splits % p.heads_kv, sp = u % splits;
+    const int64_t b = u / (p.n_kv_heads * splits), hk = u / splits % p.n_kv_heads, sp = u % splits;
     decode_part<T>(p, b, hk, sp * chunk, (sp + 1) * chunk, parts[static_cast<size_t>(u)]);
   }
   // Combine the splits of each (batch, kv head) in order; one division and rounding per output.
   std::vector<float> acc(static_cast<size_t>(Ev));
   for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+    for (int64_t hk = 0; hk < p.n_kv_heads; ++hk) {
       int64_t h0, h1;
       kv_group(p, hk, h0, h1);
-      const DecodePart* ps = parts.data() + (b * p.heads_kv + hk) * splits;
+      const DecodePart* ps = parts.data() + (b * p.n_kv_heads + hk) * splits;
       for (int64_t r = 0; r < (h1 - h0) * p.q_len; ++r) {
         float m = -INFINITY;
         for (int64_t sp = 0; sp < splits; ++sp) m = std::max(m, ps[sp].m[r]);

@@ -6,7 +6,9 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/elementwise.h"
+#include "core/kernels/random.h"
+#include "core/kernels/attention.h"
 #include "core/philox.h"
 #include "cpu/loop.h"
 #include "cpu/simd.h"

@@ -3,7 +3,7 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/elementwise.h"
 #include "cpu/loop.h"
 #include "cpu/simd.h"
 

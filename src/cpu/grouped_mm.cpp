@@ -5,7 +5,8 @@
 #include <cstring>
 
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/scaled_mm.h"
+#include "core/kernels/grouped_mm.h"
 
 namespace anvil::cpu {
 namespace {

@@ -5,7 +5,9 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/elementwise.h"
+#include "core/kernels/index.h"
+#include "core/kernels/attention.h"
 #include "cpu/loop.h"
 
 namespace anvil::cpu {
@@ -119,7 +121,7 @@ void cache_write(const CacheWriteParams& p) {
   const size_t row_bytes = static_cast<size_t>(p.cols * p.elem_size);
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t start = p.pos[b];
-    for (int64_t h = 0; h < p.heads; ++h)
+    for (int64_t h = 0; h < p.n_heads; ++h)
       for (int64_t l = 0; l < p.rows; ++l) {
         const int64_t row = start + l;
         if (row < 0 || row >= p.cache_rows) continue;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/linear.h"
 #include "cpu/simd-inl.h"
 #include "cpu/simd.h"
 #include "cpu/gemv-inl.h"
@@ -107,8 +107,14 @@ bool gemv_bf16_dots(const GemvParams& p, const float* x32, int64_t j0, int64_t j
 
 }  // namespace
 
+// The CPU has no fused add_rms_norm_linear: the op composes add_rms_norm's and the GEMV's kernels.
+FusedPlan add_rms_norm_linear_plan(const AddRmsNormLinearParams&) { return FusedPlan::Composed; }
+
+void add_rms_norm_linear(const AddRmsNormLinearParams&) {
+  throw Error("[add_rms_norm_linear] the CPU backend has no fused kernel (its plan is composed)");
+}
+
 void gemv(const GemvParams& p) {
-  ANVIL_CHECK(p.residual == nullptr, Error, "[add_rms_norm_linear] the fused kernel is CUDA's (the front end composes on CPU)");
   // x widened to float32 once ([m, k] contiguous); it stays in L1/L2 while the weight streams.
   std::vector<float> x32;
   if (p.dtype != DType::Float64) {

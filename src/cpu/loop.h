@@ -3,7 +3,7 @@
 // strided inner loop inside. f(o0, o1, o2, o3) gets each slot's element offset.
 #include <cstdint>
 
-#include "core/params.h"
+#include "core/kernels/elementwise.h"
 
 namespace anvil::cpu {
 

@@ -8,7 +8,7 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/matmul.h"
 #include "cpu/loop.h"
 #include "cpu/simd.h"
 

@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/linear.h"
+#include "core/kernels/moe.h"
 #include "cpu/simd.h"
 
 namespace anvil::cpu {
@@ -128,6 +129,14 @@ void split_rows(int64_t pairs, int64_t rows, int64_t k, const F& f) {
 
 }  // namespace
 
+// The CPU kernels read each (token, slot) pair's expert rows once: they take decode's few pairs
+// (any dtypes, strides and block shapes the op admits); many tokens sharing experts run the
+// grouped products.
+FusedPlan moe_experts_plan(const MoeExpertsParams& p) {
+  return p.tokens * p.top_k <= kMoeExpertsMaxPairs && p.top_k <= kMoeExpertsMaxTopK ? FusedPlan::Fused
+                                                                                     : FusedPlan::Composed;
+}
+
 void moe_experts(const MoeExpertsParams& p) {
   dispatch_float_types(p.dtype, "[moe_experts]", [&](auto tag) {
     using S = typename decltype(tag)::type;
@@ -188,7 +197,9 @@ void moe_experts(const MoeExpertsParams& p) {
   });
 }
 
-// The router GEMV (one token), then its routing, with the CPU's own kernels.
+// The router GEMV (one token), then its routing, with the CPU's own kernels: any params.
+FusedPlan moe_router_plan(const MoeRouterParams&) { return FusedPlan::Fused; }
+
 void moe_router(const MoeRouterParams& p) {
   GemvParams g;
   g.x = p.hidden;

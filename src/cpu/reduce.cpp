@@ -6,7 +6,7 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/reduce.h"
 #include "cpu/loop.h"
 #include "cpu/simd.h"
 

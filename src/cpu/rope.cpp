@@ -9,7 +9,7 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/rope.h"
 #include "cpu/loop.h"
 #include "cpu/simd.h"
 
@@ -110,7 +110,7 @@ void rope_rows(const RopeParams& p) {
 // x * inv * weight), rounded to the dtype, and rotated as rope_rows.
 template <typename A>
 void qk_norm_rope_cache_rows(const QkNormRopeCacheParams& p) {
-  const int64_t D = p.head_dim, half = p.rotary_dim / 2, per_token = p.heads + 2 * p.kv_heads;
+  const int64_t D = p.head_dim, half = p.rotary_dim / 2, per_token = p.n_heads + 2 * p.n_kv_heads;
   const int64_t rows = p.batch * p.len * per_token;
   const size_t es = element_size(p.dtype);
   std::vector<A> qw(p.q_weight ? static_cast<size_t>(D) : 0), kw(p.k_weight ? static_cast<size_t>(D) : 0);
@@ -127,13 +127,13 @@ void qk_norm_rope_cache_rows(const QkNormRopeCacheParams& p) {
       const int64_t j = r % per_token, bl = r / per_token, l = bl % p.len, b = bl / p.len;
       const int64_t pos = static_cast<int64_t>(p.start[b]) + l;
       const char* x = static_cast<const char*>(p.qkv) + static_cast<size_t>(b * p.stride_qkv[0] + l * p.stride_qkv[1] + j * D) * es;
-      const bool is_q = j < p.heads, is_k = !is_q && j < p.heads + p.kv_heads;
+      const bool is_q = j < p.n_heads, is_k = !is_q && j < p.n_heads + p.n_kv_heads;
       char* dst;
       if (is_q) {
-        dst = static_cast<char*>(p.q_out) + static_cast<size_t>(((b * p.heads + j) * p.len + l) * D) * es;
+        dst = static_cast<char*>(p.q_out) + static_cast<size_t>(((b * p.n_heads + j) * p.len + l) * D) * es;
       } else {
         if (pos < 0 || pos >= p.cache_rows) continue;
-        const int64_t h = is_k ? j - p.heads : j - p.heads - p.kv_heads;
+        const int64_t h = is_k ? j - p.n_heads : j - p.n_heads - p.n_kv_heads;
         const int64_t* st = is_k ? p.stride_k : p.stride_v;
         dst = static_cast<char*>(is_k ? p.k_cache : p.v_cache) + static_cast<size_t>(b * st[0] + h * st[1] + pos * st[2]) * es;
         if (!is_k) {

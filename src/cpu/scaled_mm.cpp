@@ -18,7 +18,7 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/scaled_mm.h"
 #include "cpu/simd-inl.h"
 #include "cpu/simd.h"
 #include "cpu/gemv-inl.h"

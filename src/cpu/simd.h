@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/params.h"
+#include "core/kernels/elementwise.h"
 
 namespace anvil::cpu::simd {
 

@@ -16,7 +16,7 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/softmax.h"
 #include "cpu/simd.h"
 #include "cpu/simd-inl.h"
 

@@ -16,7 +16,7 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/topk.h"
 #include "cpu/simd.h"
 #include "core/philox.h"
 #include "core/sampling.h"

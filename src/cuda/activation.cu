@@ -7,7 +7,7 @@
 
 #include "core/align.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/activation.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
 #include "cuda/device/pdl.cuh"

@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   id /= plan.splits;
   const int64_t chunk = id % plan.chunks;
   id /= plan.chunks;
-  const int64_t hkv = id % p.heads_kv, b = id / p.heads_kv;
-  const int64_t group = p.heads_q / p.heads_kv;
+  const int64_t hkv = id % p.n_kv_heads, b = id / p.n_kv_heads;
+  const int64_t group = p.n_heads / p.n_kv_heads;
   const int64_t h0 = hkv * group + chunk * plan.heads_per_chunk;
   const int rows = static_cast<int>(std::min(plan.heads_per_chunk, group - chunk * plan.heads_per_chunk) * p.q_len);
   const int64_t len = valid_len(p, b), shift = p.causal_from_end ? len - p.q_len : 0;
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   if (tid < rows) {
     const int64_t h = h0 + tid / p.q_len, i = tid % p.q_len;
     row_s[tid] = {key_end(p, len, shift, i), p.mask ? mask_offset(p, b, h, i, 0) : 0,
-                  b * p.stride_out[0] + h * p.stride_out[1] + i * p.stride_out[2], (b * p.heads_q + h) * p.q_len + i};
+                  b * p.stride_out[0] + h * p.stride_out[1] + i * p.stride_out[2], (b * p.n_heads + h) * p.q_len + i};
   }
   if (tid < R) {
     m_s[tid] = -INFINITY;
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   if (g == 0) {
     for (int x = 1; x < groups; ++x) o += sums[x * dv + d];
     const uint32_t r = static_cast<uint32_t>(row), q_len = static_cast<uint32_t>(p.q_len);
-    const uint32_t heads = static_cast<uint32_t>(p.heads_q);
+    const uint32_t heads = static_cast<uint32_t>(p.n_heads);
     const int64_t i = r % q_len, h = (r / q_len) % heads, b = r / q_len / heads;
     store_out<T>(p, b * p.stride_out[0] + h * p.stride_out[1] + i * p.stride_out[2] + d, l == 0.f ? 0.f : o / l);
   }
@@ -388,13 +388,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   // 32-bit index math on the critical path (a 64-bit division is a ~200-cycle subroutine).
   uint32_t id = blockIdx.x;
   const uint32_t splits = static_cast<uint32_t>(plan.splits), chunks = static_cast<uint32_t>(plan.chunks);
-  const uint32_t heads_kv = static_cast<uint32_t>(p.heads_kv), q_len = static_cast<uint32_t>(p.q_len);
+  const uint32_t n_kv_heads = static_cast<uint32_t>(p.n_kv_heads), q_len = static_cast<uint32_t>(p.q_len);
   const int64_t split = id % splits;
   id /= splits;
   const uint32_t chunk = id % chunks;
   id /= chunks;
-  const int64_t hkv = id % heads_kv, b = id / heads_kv;
-  const int group = static_cast<int>(p.heads_q / p.heads_kv), per_chunk = static_cast<int>(plan.heads_per_chunk);
+  const int64_t hkv = id % n_kv_heads, b = id / n_kv_heads;
+  const int group = static_cast<int>(p.n_heads / p.n_kv_heads), per_chunk = static_cast<int>(plan.heads_per_chunk);
   const int64_t h0 = hkv * group + chunk * per_chunk;
   const int rows = std::min(per_chunk, group - static_cast<int>(chunk) * per_chunk) * static_cast<int>(q_len);
   const int64_t len = valid_len(p, b), shift = p.causal_from_end ? len - p.q_len : 0;
@@ -491,7 +491,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
     if (tid < rows) {
       const int64_t h = h0 + tid / q_len, i = tid % q_len;
       row = {key_end(p, len, shift, i), p.mask ? mask_offset(p, b, h, i, 0) : 0,
-             b * p.stride_out[0] + h * p.stride_out[1] + i * p.stride_out[2], (b * p.heads_q + h) * p.q_len + i};
+             b * p.stride_out[0] + h * p.stride_out[1] + i * p.stride_out[2], (b * p.n_heads + h) * p.q_len + i};
     }
     row_s[tid] = row;
   }
@@ -672,8 +672,8 @@ __global__ void __launch_bounds__(128)
   id /= col_blocks;
   const int64_t rb = id % row_blocks;
   id /= row_blocks;
-  const int64_t h = id % p.heads_q, b = id / p.heads_q;
-  const int64_t hkv = h * p.heads_kv / p.heads_q;
+  const int64_t h = id % p.n_heads, b = id / p.n_heads;
+  const int64_t hkv = h * p.n_kv_heads / p.n_heads;
   const int64_t c0 = cb * kSimpleCols, cols = std::min<int64_t>(kSimpleCols, p.v_head_dim - c0);
   const int64_t len = valid_len(p, b), shift = p.causal_from_end ? len - p.q_len : 0;
   const int64_t r0 = rb * kSimpleRows;
@@ -760,20 +760,20 @@ bool dispatch_decode_head_dim(int64_t d, F&& f) {
   }
 }
 
-// Decode: a handful of query rows per kv head, K / V rows 16-byte aligned for cp.async.
+// Decode: a handful of query rows per kv head, K / V rows 16-byte aligned for cp.async (and a
+// head_dim dispatch_decode_head_dim has).
 bool use_decode(const AttentionParams& p, size_t elem) {
-  return p.q_len <= kDecodeMaxRows && p.heads_q % p.heads_kv == 0 && p.head_dim == p.v_head_dim &&
-         (p.head_dim == 64 || p.head_dim == 80 || p.head_dim == 96 || p.head_dim == 128 || p.head_dim == 256) &&
+  return p.q_len <= kDecodeMaxRows && p.n_heads % p.n_kv_heads == 0 && p.head_dim == p.v_head_dim &&
          rows_aligned16(p.k, p.stride_k, elem) && rows_aligned16(p.v, p.stride_v, elem);
 }
 
 // The query heads of one kv head in chunks of at most max_rows rows (heads x q_len); returns
 // the (batch, kv head, chunk) units.
 int64_t chunk_heads(const AttentionParams& p, int64_t max_rows, DecodePlan& plan) {
-  const int64_t group = p.heads_q / p.heads_kv;
+  const int64_t group = p.n_heads / p.n_kv_heads;
   plan.heads_per_chunk = std::min<int64_t>(group, max_rows / p.q_len);
   plan.chunks = (group + plan.heads_per_chunk - 1) / plan.heads_per_chunk;
-  return p.batch * p.heads_kv * plan.chunks;
+  return p.batch * p.n_kv_heads * plan.chunks;
 }
 
 // A split-K decode kernel over units x plan.splits blocks, then (more than one split) the
@@ -781,7 +781,7 @@ int64_t chunk_heads(const AttentionParams& p, int64_t max_rows, DecodePlan& plan
 template <typename T, typename Kernel>
 void launch_split_decode(const AttentionParams& p, const KernelLaunch& launch, Kernel kernel, int64_t units,
                          int threads, int smem, const DecodePlan& plan, int64_t d) {
-  const int64_t rows = p.batch * p.heads_q * p.q_len;
+  const int64_t rows = p.batch * p.n_heads * p.q_len;
   const size_t part = plan.splits > 1 ? static_cast<size_t>(rows * plan.splits) : 0;
   allocator::Scratch ml(launch.device(), part * 2 * sizeof(float), launch.stream());
   allocator::Scratch acc(launch.device(), part * static_cast<size_t>(d) * sizeof(float), launch.stream());
@@ -866,15 +866,16 @@ void launch_simple(const AttentionParams& p, const KernelLaunch& launch) {
               " is too large for the CUDA kernel");
   const int64_t row_blocks = (p.q_len + kSimpleRows - 1) / kSimpleRows;
   const int64_t col_blocks = (p.v_head_dim + kSimpleCols - 1) / kSimpleCols;
-  kernel<<<grid_of(p.batch * p.heads_q * row_blocks * col_blocks), 128, static_cast<size_t>(smem), launch.stream()>>>(
+  kernel<<<grid_of(p.batch * p.n_heads * row_blocks * col_blocks), 128, static_cast<size_t>(smem), launch.stream()>>>(
       p, row_blocks, col_blocks);
 }
 
 }  // namespace
 
 void attention(const AttentionParams& p) {
-  if (p.batch == 0 || p.heads_q == 0 || p.q_len == 0 || p.v_head_dim == 0) return;
-  ANVIL_CHECK(p.heads_kv > 0, ShapeError, "[scaled_dot_product_attention] heads_kv must be positive");
+  if (p.batch == 0 || p.n_heads == 0 || p.q_len == 0 || p.v_head_dim == 0) return;
+  ANVIL_CHECK(p.n_kv_heads > 0, ShapeError, "[scaled_dot_product_attention] n_kv_heads must be positive");
+  check_mask_dtype(p, "[scaled_dot_product_attention]");
   KernelLaunch launch(p.out);
   dispatch_float_types(p.dtype, "[scaled_dot_product_attention]", [&](auto tag) {
     using T = typename decltype(tag)::type;

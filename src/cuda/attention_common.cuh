@@ -9,8 +9,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/kernels.h"
+#include "core/kernels/attention.h"
 #include "cuda/device/convert.cuh"
+#include "cuda/device/dispatch.cuh"
 #include "cuda/device/mma.cuh"
 #include "cuda/runtime.h"
 
@@ -46,16 +47,22 @@ __device__ __forceinline__ int64_t key_end(const AttentionParams& p, int64_t len
   return p.causal ? std::max<int64_t>(0, std::min(len, i + shift + 1)) : len;
 }
 
-// Additive mask value at element offset `off`, natural-log units; bool false is -inf.
+// Additive mask value at element offset `off`, natural-log units; bool false is -inf. A mask
+// that is not bool is of a float dtype (checked on the host: check_mask_dtype).
 template <typename A>
 __device__ __forceinline__ A mask_at(const AttentionParams& p, int64_t off) {
-  switch (p.mask_dtype) {
-    case DType::Bool: return static_cast<const bool*>(p.mask)[off] ? A(0) : A(-INFINITY);
-    case DType::BFloat16: return to_compute(static_cast<const BFloat16*>(p.mask)[off]);
-    case DType::Float16: return to_compute(static_cast<const Half*>(p.mask)[off]);
-    case DType::Float64: return static_cast<A>(static_cast<const double*>(p.mask)[off]);
-    default: return static_cast<const float*>(p.mask)[off];
-  }
+  if (p.mask_dtype == DType::Bool) return static_cast<const bool*>(p.mask)[off] ? A(0) : A(-INFINITY);
+  A r = A(0);
+  cuda_device::dispatch_float_types_device(p.mask_dtype, [&](auto tag) {
+    using M = typename decltype(tag)::type;
+    r = static_cast<A>(to_compute(static_cast<const M*>(p.mask)[off]));
+  });
+  return r;
+}
+
+// Throws DTypeError unless the mask (if any) is bool or of a float dtype, as mask_at reads it.
+inline void check_mask_dtype(const AttentionParams& p, const char* op) {
+  if (p.mask != nullptr && p.mask_dtype != DType::Bool) dispatch_float_types(p.mask_dtype, op, [](auto) {});
 }
 
 __device__ __forceinline__ int64_t mask_offset(const AttentionParams& p, int64_t b, int64_t h, int64_t i, int64_t j) {

@@ -32,9 +32,9 @@ __device__ __forceinline__ PrefillBlock prefill_block(const AttentionParams& p, 
   int64_t rb = id % row_blocks;
   id /= row_blocks;
   if (p.causal) rb = row_blocks - 1 - rb;
-  k.h = id % p.heads_q;
-  k.b = id / p.heads_q;
-  k.hkv = k.h * p.heads_kv / p.heads_q;
+  k.h = id % p.n_heads;
+  k.b = id / p.n_heads;
+  k.hkv = k.h * p.n_kv_heads / p.n_heads;
   k.len = valid_len(p, k.b);
   k.shift = p.causal_from_end ? k.len - p.q_len : 0;
   k.r0 = rb * rows;
@@ -630,7 +630,7 @@ void launch_prefill(const AttentionParams& p, const KernelLaunch& launch) {
   static const bool configured = (allow_smem(kernel, S::kSmem), true);
   (void)configured;
   const int64_t row_blocks = (p.q_len + S::kRows - 1) / S::kRows;
-  kernel<<<grid_of(p.batch * p.heads_q * row_blocks), kPrefillWarps * 32, S::kSmem, launch.stream()>>>(p, row_blocks);
+  kernel<<<grid_of(p.batch * p.n_heads * row_blocks), kPrefillWarps * 32, S::kSmem, launch.stream()>>>(p, row_blocks);
 }
 
 // A [batch, heads, rows, d] 16-bit operand (strides in elements, the last one 1) as a 4-D TMA
@@ -678,11 +678,11 @@ void launch_prefill_wgmma(const AttentionParams& p, const KernelLaunch& launch) 
   using S = WgPrefillShape<D>;
   PrefillMaps maps{};
   const bool tma =
-      encode_map(maps.q, p.dtype, p.q, p.head_dim, p.q_len, p.heads_q, p.batch, p.stride_q, S::kRows, S::kSw) &&
-      encode_map(maps.k, p.dtype, p.k, p.head_dim, p.kv_len, p.heads_kv, p.batch, p.stride_k, S::kKeys, S::kSw) &&
-      encode_map(maps.v, p.dtype, p.v, p.head_dim, p.kv_len, p.heads_kv, p.batch, p.stride_v, S::kKeys, S::kSw);
+      encode_map(maps.q, p.dtype, p.q, p.head_dim, p.q_len, p.n_heads, p.batch, p.stride_q, S::kRows, S::kSw) &&
+      encode_map(maps.k, p.dtype, p.k, p.head_dim, p.kv_len, p.n_kv_heads, p.batch, p.stride_k, S::kKeys, S::kSw) &&
+      encode_map(maps.v, p.dtype, p.v, p.head_dim, p.kv_len, p.n_kv_heads, p.batch, p.stride_v, S::kKeys, S::kSw);
   const int64_t row_blocks = (p.q_len + S::kRows - 1) / S::kRows;
-  const unsigned grid = grid_of(p.batch * p.heads_q * row_blocks);
+  const unsigned grid = grid_of(p.batch * p.n_heads * row_blocks);
   if (tma) {
     auto kernel = attention_prefill_wgmma_kernel<T, D, true>;
     static const bool configured = (allow_smem(kernel, S::kSmem), true);

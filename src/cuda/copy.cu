@@ -5,9 +5,12 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/elementwise.h"
+#include "core/kernels/random.h"
+#include "core/kernels/attention.h"
 #include "core/philox.h"
 #include "cuda/device/map.cuh"
+#include "cuda/map_launch.cuh"
 #include "cuda/device/mma.cuh"
 #include "cuda/runtime.h"
 

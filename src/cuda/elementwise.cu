@@ -5,8 +5,9 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/elementwise.h"
 #include "cuda/device/map.cuh"
+#include "cuda/map_launch.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {

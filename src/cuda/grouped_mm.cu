@@ -22,7 +22,7 @@
 
 #include "core/align.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/grouped_mm.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/mma.cuh"
 #include "cuda/device/pdl.cuh"

@@ -6,7 +6,9 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/elementwise.h"
+#include "core/kernels/index.h"
+#include "core/kernels/attention.h"
 #include "cuda/device/atomic.cuh"
 #include "cuda/device/map.cuh"
 #include "cuda/device/pdl.cuh"
@@ -219,12 +221,12 @@ __global__ void __launch_bounds__(kThreads) cache_write_kernel(const __grid_cons
                                                                int64_t units_per_row) {
   cuda_device::pdl_launch_dependents();
   cuda_device::pdl_wait();
-  const int64_t n = p.batch * p.heads * p.rows * units_per_row, stride = grid_threads();
+  const int64_t n = p.batch * p.n_heads * p.rows * units_per_row, stride = grid_threads();
   for (int64_t idx = global_thread(); idx < n; idx += stride) {
     int64_t r, c, bh, l, b, h;
     divmod(idx, units_per_row, r, c);
     divmod(r, p.rows, bh, l);
-    divmod(bh, p.heads, b, h);
+    divmod(bh, p.n_heads, b, h);
     const int64_t row = p.pos[b] + l;
     if (row < 0 || row >= p.cache_rows) continue;
     const int64_t dst = b * p.stride_cache[0] + h * p.stride_cache[1] + row * p.stride_cache[2];
@@ -237,7 +239,7 @@ __global__ void __launch_bounds__(kThreads) cache_write_kernel(const __grid_cons
 }  // namespace
 
 void cache_write(const CacheWriteParams& p) {
-  if (p.batch * p.heads * p.rows * p.cols == 0) return;
+  if (p.batch * p.n_heads * p.rows * p.cols == 0) return;
   KernelLaunch launch(p.cache);
   // The widest unit that divides every row start and the row length.
   const int64_t row_bytes = p.cols * p.elem_size;
@@ -249,7 +251,7 @@ void cache_write(const CacheWriteParams& p) {
     return row_bytes % u == 0 && ok(p.cache, p.stride_cache) && ok(p.src, p.stride_src);
   };
   const int64_t unit = fits(16) ? 16 : fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : 1;
-  const int64_t units = row_bytes / unit, n = p.batch * p.heads * p.rows * units;
+  const int64_t units = row_bytes / unit, n = p.batch * p.n_heads * p.rows * units;
   const unsigned blocks = launch.blocks(n);
   auto kernel = unit == 16 ? cache_write_kernel<uint4>
                 : unit == 8  ? cache_write_kernel<uint2>

@@ -20,10 +20,10 @@
 
 #include "core/align.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
-#include "cuda/allocator.h"
+#include "core/kernels/linear.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
+#include "cuda/device/mbarrier.cuh"
 #include "cuda/device/mma.cuh"
 #include "cuda/device/pdl.cuh"
 #include "cuda/runtime.h"
@@ -35,8 +35,15 @@ using cuda_device::compute_t;
 using cuda_device::from_compute;
 using cuda_device::load_cached16;
 using cuda_device::load_stream16;
+using cuda_device::bulk_copy_g2s;
+using cuda_device::mbar_arrive;
+using cuda_device::mbar_arrive_expect_tx;
+using cuda_device::mbar_init;
+using cuda_device::mbar_init_fence;
+using cuda_device::mbar_wait;
 using cuda_device::mma_16816;
 using cuda_device::Pack;
+using cuda_device::smem_u32;
 using cuda_device::to_compute;
 
 
@@ -88,33 +95,6 @@ constexpr int kStageBytes = 8 * kRowPitch;
 constexpr int kStages = 6;
 constexpr int kBulkSmem = kStages * kStageBytes;
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
 // Work unit u = (row tile, column chunk) in order; it fills stage u % kStages for the
 // (u / kStages)-th time.
 template <typename T>
@@ -126,10 +106,10 @@ __global__ void __launch_bounds__(kBulkThreads, 1) gemv_bulk_kernel(const __grid
   const int64_t tiles = (p.n + 7) / 8, chunks = (p.k + kStageCols - 1) / kStageCols;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(smem_addr(&full[s]), 1);
-      mbar_init(smem_addr(&empty[s]), kConsumers);
+      mbar_init(smem_u32(&full[s]), 1);
+      mbar_init(smem_u32(&empty[s]), kConsumers);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
 
@@ -141,14 +121,14 @@ __global__ void __launch_bounds__(kBulkThreads, 1) gemv_bulk_kernel(const __grid
       const int rows = static_cast<int>(std::min<int64_t>(8, p.n - tile * 8));
       for (int64_t ch = 0; ch < chunks; ++ch, ++u) {
         const int s = static_cast<int>(u % kStages);
-        if (u >= kStages) mbar_wait(smem_addr(&empty[s]), static_cast<uint32_t>((u / kStages - 1) & 1));
+        if (u >= kStages) mbar_wait(smem_u32(&empty[s]), static_cast<uint32_t>((u / kStages - 1) & 1));
         const int64_t c0 = ch * kStageCols;
         const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(kStageCols, p.k - c0) * sizeof(T));
-        mbar_expect_tx(smem_addr(&full[s]), bytes * rows);
+        mbar_arrive_expect_tx(smem_u32(&full[s]), bytes * rows);
         for (int r = 0; r < rows; ++r)
-          bulk_copy(smem_addr(stages + s * kStageBytes + r * kRowPitch),
+          bulk_copy_g2s(smem_u32(stages + s * kStageBytes + r * kRowPitch),
                     w + ((tile * 8 + r) * p.stride_w_row + c0) * static_cast<int64_t>(sizeof(T)), bytes,
-                    smem_addr(&full[s]));
+                    smem_u32(&full[s]));
       }
     }
     return;
@@ -173,7 +153,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1) gemv_bulk_kernel(const __grid
         const int kk = std::min((warp + kConsumers * i) * 32 + t * 8, cols - 8);
         xv[i] = load_cached16(x + c0 + kk);
       }
-      mbar_wait(smem_addr(&full[s]), static_cast<uint32_t>((u / kStages) & 1));
+      mbar_wait(smem_u32(&full[s]), static_cast<uint32_t>((u / kStages) & 1));
       __syncwarp();  // lanes leave the wait loop one by one; mma.sync needs the whole warp
 #pragma unroll
       for (int i = 0; i < kStageCols / 256; ++i) {
@@ -186,7 +166,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1) gemv_bulk_kernel(const __grid
         mma_tile<T>(acc, xv[i], wv[i]);
       }
       __syncwarp();
-      if (lane == 0) mbar_arrive(smem_addr(&empty[s]));
+      if (lane == 0) mbar_arrive(smem_u32(&empty[s]));
     }
     partial[par][warp][lane][0] = acc[0];
     partial[par][warp][lane][1] = acc[1];
@@ -202,13 +182,14 @@ __global__ void __launch_bounds__(kBulkThreads, 1) gemv_bulk_kernel(const __grid
 // writes round(x + residual) to sum_out. float32 math with one rounding per element, as
 // add_rms_norm's kernel; the sum of squares is reduced per thread, then over warps in order.
 template <typename T>
-__device__ __forceinline__ void norm_prologue(const GemvParams& p, uint16_t* xs) {
+__device__ __forceinline__ void norm_prologue(const AddRmsNormLinearParams& f, uint16_t* xs) {
   using P = Pack<T, 8>;
+  const GemvParams& p = f.gemv;
   __shared__ float red[32];
   const int packs = static_cast<int>(p.k / 8), warps = blockDim.x / 32;
   const P* x = static_cast<const P*>(p.x);
-  const P* res = static_cast<const P*>(p.residual);
-  P* sum_out = static_cast<P*>(p.sum_out);
+  const P* res = static_cast<const P*>(f.residual);
+  P* sum_out = static_cast<P*>(f.sum_out);
   P* h = reinterpret_cast<P*>(xs);
   float sumsq = 0.f;
   for (int q = threadIdx.x; q < packs; q += blockDim.x) {
@@ -231,8 +212,8 @@ __device__ __forceinline__ void norm_prologue(const GemvParams& p, uint16_t* xs)
   __syncthreads();
   float total = 0.f;
   for (int w = 0; w < warps; ++w) total += red[w];
-  const float rstd = 1.f / sqrtf(total / static_cast<float>(p.k) + static_cast<float>(p.eps));
-  const P* nw = static_cast<const P*>(p.norm_weight);
+  const float rstd = 1.f / sqrtf(total / static_cast<float>(p.k) + static_cast<float>(f.eps));
+  const P* nw = static_cast<const P*>(f.norm_weight);
   for (int q = threadIdx.x; q < packs; q += blockDim.x) {  // the packs this thread wrote above
     P v = h[q];
     const P w = nw ? nw[q] : P{};
@@ -252,10 +233,13 @@ constexpr int kMaxWarps = 16;
 
 // Launched with PDL: before pdl_wait it only asks L2 for its weight rows (`prefetch`, aligned
 // rows), which hides the previous kernel's drain.
-// kNorm (add_rms_norm_linear, kVec only): x is the normalised row in dynamic shared memory.
+// kNorm (add_rms_norm_linear, kVec only): x is the normalised row in dynamic shared memory;
+// otherwise f is a plain GEMV's params (f.gemv) and its prologue fields are unset.
 template <typename T, int R, bool kVec, int kThreads, int kMinBlocks, bool kNorm = false>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) gemv_regs_kernel(const __grid_constant__ GemvParams p, bool prefetch) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    gemv_regs_kernel(const __grid_constant__ AddRmsNormLinearParams f, bool prefetch) {
   static_assert(!kNorm || kVec);
+  const GemvParams& p = f.gemv;
   constexpr int U = kVec ? 8 / R : 2;  // 32-column tiles per lane per step
   __shared__ float partial[R][kThreads / 32][32][2];
   extern __shared__ uint4 norm_row[];  // kNorm: k 16-bit elements
@@ -265,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemv_regs_kernel(const _
   cuda_device::pdl_launch_dependents();
   if (prefetch) cuda_device::prefetch_rows_l2(p.w, p.stride_w_row * 2, row0, 8 * R, p.n, p.k * 2);
   cuda_device::pdl_wait();
-  if constexpr (kNorm) norm_prologue<T>(p, reinterpret_cast<uint16_t*>(norm_row));
+  if constexpr (kNorm) norm_prologue<T>(f, reinterpret_cast<uint16_t*>(norm_row));
   const uint16_t* w[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -409,11 +393,49 @@ bool use_bulk(const GemvParams& p, bool aligned, int sm_count) {
   return aligned && p.k % 8 == 0 && p.m <= 2 && (p.n + 7) / 8 >= int64_t{32} * sm_count;
 }
 
+// The regs kernel's grid and block shape. 16 weight rows per block (wide) halve the re-reads of
+// x from L2 once x no longer fits in L1. k <= 2048 (one load step of 8 warps): k / 256 warps,
+// each with one full step, whatever the block count. Longer k: up to 16 warps split k while the
+// blocks fit one per SM (or two waves when k needs more than two 8-warp steps), else 8 warps at 3
+// per SM. 3-4 blocks per SM with one step of k run at 4 per SM. At least 2 warps: the tile store
+// takes 64 threads. H200: decode-linear suite 0.479 of copy (the measurements behind each
+// branch: docs/PERFORMANCE.md, "CUDA linear GEMV: block shape and register rules").
+struct RegsShape {
+  bool wide = false, four = false;
+  int64_t blocks = 0;
+  int warps = 0;
+};
+
 template <typename T>
-void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
-  const bool vec =
-      rows_aligned16(p.w, p.n, p.stride_w_row, sizeof(T)) && rows_aligned16(p.x, p.m, p.stride_x_row, sizeof(T));
-  const bool norm = p.residual != nullptr;  // the front end checked m = 1, k % 8 == 0, k <= 8192
+RegsShape regs_shape(const GemvParams& p, int64_t sms) {
+  RegsShape s;
+  s.wide = p.m * p.k * static_cast<int64_t>(sizeof(T)) > (64 << 10);
+  const int rows_per_block = s.wide ? 16 : 8;
+  s.blocks = (p.n + rows_per_block - 1) / rows_per_block;
+  const int full_step_warps = static_cast<int>(std::clamp<int64_t>(p.k / 256, 2, kMaxWarps));  // <= 8 at k <= 2048
+  s.warps = p.k <= 8 * 256 || s.blocks <= sms || (s.blocks < 2 * sms && p.k > 2 * 8 * 256) ? full_step_warps : 8;
+  s.four = !s.wide && p.k <= 8 * 256 && s.blocks > 3 * sms && s.blocks <= 4 * sms;
+  return s;
+}
+
+// add_rms_norm_linear's kernel for a shape (m = 1, k <= 8192: never wide).
+template <typename T>
+auto norm_kernel(const RegsShape& s) {
+  return s.warps > 8 ? gemv_regs_kernel<T, 1, true, kMaxWarps * 32, 1, true>
+         : s.four    ? gemv_regs_kernel<T, 1, true, 256, 4, true>
+                     : gemv_regs_kernel<T, 1, true, 256, 3, true>;
+}
+
+bool gemv_rows_aligned(const GemvParams& p, size_t elem) {
+  return rows_aligned16(p.w, p.n, p.stride_w_row, elem) && rows_aligned16(p.x, p.m, p.stride_x_row, elem);
+}
+
+// The regs kernel (add_rms_norm_linear's when f.residual is set) or the bulk kernel.
+template <typename T>
+void launch_gemv_mma(const AddRmsNormLinearParams& f, const KernelLaunch& launch) {
+  const GemvParams& p = f.gemv;
+  const bool vec = gemv_rows_aligned(p, sizeof(T));
+  const bool norm = f.residual != nullptr;  // its plan checked the shape, alignment and one wave
   if (!norm && use_bulk(p, vec, launch.sm_count())) {
     static const bool configured = [] {
       return cudaFuncSetAttribute(gemv_bulk_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBulkSmem) ==
@@ -424,28 +446,17 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
     gemv_bulk_kernel<T><<<grid, kBulkThreads, kBulkSmem, launch.stream()>>>(p);
     return;
   }
-  // 16 weight rows per block halve the re-reads of x from L2 once x no longer fits in L1.
-  const bool wide = p.m * p.k * static_cast<int64_t>(sizeof(T)) > (64 << 10);
-  const int rows_per_block = wide ? 16 : 8;
-  const int64_t blocks = (p.n + rows_per_block - 1) / rows_per_block;
-  ANVIL_CHECK(blocks <= 0x7FFFFFFF, ShapeError, "[linear] n = ", p.n, " is too large for the CUDA gemv");
-  // Block shape by waves. k <= 2048 (one load step of 8 warps): k / 256 warps, each with one
-  // full step, whatever the block count. Longer k: up to 16 warps split k while the blocks fit
-  // one per SM (or two waves when k needs more than two 8-warp steps), else 8 warps at 3 per SM.
-  // 3-4 blocks per SM with one step of k run at 4 per SM. At least 2 warps: the tile store takes
-  // 64 threads. H200: decode-linear suite 0.479 of copy (the measurements behind each branch:
-  // docs/PERFORMANCE.md, "CUDA linear GEMV: block shape and register rules").
-  const int64_t sms = launch.sm_count();
-  const int full_step_warps = static_cast<int>(std::clamp<int64_t>(p.k / 256, 2, kMaxWarps));  // <= 8 at k <= 2048
-  const int warps =
-      p.k <= 8 * 256 || blocks <= sms || (blocks < 2 * sms && p.k > 2 * 8 * 256) ? full_step_warps : 8;
-  const bool four = !wide && p.k <= 8 * 256 && blocks > 3 * sms && blocks <= 4 * sms;
-  const dim3 grid(static_cast<unsigned>(blocks)), block(warps * 32);
+  const RegsShape shape = regs_shape<T>(p, launch.sm_count());
+  ANVIL_CHECK(shape.blocks <= 0x7FFFFFFF, ShapeError, "[linear] n = ", p.n, " is too large for the CUDA gemv");
+  const int warps = shape.warps;
+  const dim3 grid(static_cast<unsigned>(shape.blocks)), block(warps * 32);
   // The L2 prefetch pays on small weights; on large ones it competes with the previous kernel's
   // stream (scaled_mm's measurement: 3-6% slower past 32 MiB).
   const bool prefetch = vec && p.n * p.k * static_cast<int64_t>(sizeof(T)) <= (int64_t{32} << 20);
   const size_t smem = norm ? static_cast<size_t>(p.k) * sizeof(T) : 0;
-  auto go = [&](auto kernel) { launch_pdl("[linear]", kernel, grid, block, smem, launch.stream(), p, prefetch); };
+  const char* op = norm ? "[add_rms_norm_linear]" : "[linear]";
+  auto go = [&](auto kernel) { launch_pdl(op, kernel, grid, block, smem, launch.stream(), f, prefetch); };
+  if (norm) return go(norm_kernel<T>(shape));
   const bool kvec = vec && p.k >= 8;
   // 8-warp blocks of one 8-row tile are held to 80 registers (3 blocks per SM, no spills); two
   // tiles (R = 2) spill at 80 and keep 128. H200: decode-linear suite 0.433 -> 0.445 of copy
@@ -454,43 +465,12 @@ void launch_gemv_mma(const GemvParams& p, const KernelLaunch& launch) {
     constexpr int R = decltype(r_tag)::value;
     constexpr bool V = decltype(vec_tag)::value;
     if (warps > 8) return go(gemv_regs_kernel<T, R, V, kMaxWarps * 32, 1>);
-    if (R == 1 && four) return go(gemv_regs_kernel<T, R, V, 256, 4>);
+    if (R == 1 && shape.four) return go(gemv_regs_kernel<T, R, V, 256, 4>);
     return go(gemv_regs_kernel<T, R, V, 256, R == 1 ? 3 : 2>);
   };
   using One = std::integral_constant<int, 1>;
   using Two = std::integral_constant<int, 2>;
-  if (norm) {  // m = 1, k <= 8192: never wide
-    auto norm_kernel = warps > 8 ? gemv_regs_kernel<T, 1, true, kMaxWarps * 32, 1, true>
-                       : four    ? gemv_regs_kernel<T, 1, true, 256, 4, true>
-                                 : gemv_regs_kernel<T, 1, true, 256, 3, true>;
-    auto null_or_aligned = [](const void* ptr) { return ptr == nullptr || aligned16(ptr); };
-    const bool rows16 = vec && null_or_aligned(p.residual) && null_or_aligned(p.norm_weight) && null_or_aligned(p.sum_out);
-    if (rows16 && blocks <= resident_blocks(norm_kernel, warps * 32, smem) * sms) return go(norm_kernel);
-    // Every block pays the prologue (an L2 round trip and two barriers) on its wave's path: past
-    // one wave that costs more than the add_rms_norm kernel it saves (H200, Qwen3-30B-A3B q/k/v
-    // 2048 -> 5120 in 2 waves: tg128 319 -> 312 tok/s; Qwen3-0.6B's one-wave q/k/v and gate/up:
-    // 919 -> 966). So there, and for rows the prologue's 16-byte loads cannot take, the row is
-    // normalised once by that kernel into scratch, then a plain GEMV.
-    allocator::Scratch h(launch.device(), static_cast<size_t>(p.k) * sizeof(T), launch.stream());
-    RmsNormParams n;
-    n.x = p.x;
-    n.residual = p.residual;
-    n.weight = p.norm_weight;
-    n.out = h.get();
-    n.residual_out = p.sum_out;
-    n.dtype = n.weight_dtype = p.dtype;
-    n.rows = 1;
-    n.cols = p.k;
-    n.stride_x_row = n.stride_residual_row = n.stride_out_row = n.stride_residual_out_row = p.k;
-    n.eps = p.eps;
-    rms_norm(n);
-    GemvParams plain = p;
-    plain.x = h.get();
-    plain.residual = plain.norm_weight = nullptr;
-    plain.sum_out = nullptr;
-    return launch_gemv_mma<T>(plain, launch);
-  }
-  if (wide) kvec ? pick(Two{}, std::true_type{}) : pick(Two{}, std::false_type{});
+  if (shape.wide) kvec ? pick(Two{}, std::true_type{}) : pick(Two{}, std::false_type{});
   else kvec ? pick(One{}, std::true_type{}) : pick(One{}, std::false_type{});
 }
 
@@ -512,13 +492,52 @@ void gemv(const GemvParams& p) {
   dispatch_float_types(p.dtype, "[linear]", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
-      launch_gemv_mma<T>(p, launch);
+      AddRmsNormLinearParams f;
+      f.gemv = p;
+      launch_gemv_mma<T>(f, launch);
     } else {
-      ANVIL_CHECK(p.residual == nullptr, DTypeError, "[add_rms_norm_linear] the fused CUDA kernel takes 16-bit rows");
       launch_gemv_simt<T>(p, launch);
     }
   });
   launch.check("[linear]");
+}
+
+// Fused: one 16-bit row, k % 8 == 0 and k <= 8192 (the prologue's 16-byte packs and its row in
+// shared memory), 16-byte aligned rows, and a grid of one wave. Every block pays the prologue (an
+// L2 round trip and two barriers) on its wave's path: past one wave that costs more than the
+// add_rms_norm kernel it saves (H200, Qwen3-30B-A3B q/k/v 2048 -> 5120 in 2 waves: tg128 319 ->
+// 312 tok/s; Qwen3-0.6B's one-wave q/k/v and gate/up: 919 -> 966). Unset outputs (the plan
+// query's) count as aligned: the op allocates them.
+namespace {
+// What the fused kernel can compute (the wave rule is the plan's choice on top).
+bool fused_kernel_takes(const AddRmsNormLinearParams& f) {
+  const GemvParams& p = f.gemv;
+  auto null_or_aligned = [](const void* ptr) { return ptr == nullptr || aligned16(ptr); };
+  return (p.dtype == kBFloat16 || p.dtype == kFloat16) && p.m == 1 && p.n > 0 && p.k >= 8 && p.k % 8 == 0 &&
+         p.k <= 8192 && gemv_rows_aligned(p, 2) && null_or_aligned(f.residual) && null_or_aligned(f.norm_weight) &&
+         null_or_aligned(f.sum_out);
+}
+}  // namespace
+
+FusedPlan add_rms_norm_linear_plan(const AddRmsNormLinearParams& f) {
+  if (!fused_kernel_takes(f)) return FusedPlan::Composed;
+  const GemvParams& p = f.gemv;
+  const KernelLaunch launch(p.x);
+  const size_t smem = static_cast<size_t>(p.k) * 2;
+  const bool one_wave = dispatch_half_types(p.dtype, "[add_rms_norm_linear]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const RegsShape shape = regs_shape<T>(p, launch.sm_count());
+    return shape.blocks <= int64_t{resident_blocks(norm_kernel<T>(shape), shape.warps * 32, smem)} * launch.sm_count();
+  });
+  return one_wave ? FusedPlan::Fused : FusedPlan::Composed;
+}
+
+void add_rms_norm_linear(const AddRmsNormLinearParams& f) {
+  const char* op = "[add_rms_norm_linear]";
+  ANVIL_CHECK(fused_kernel_takes(f), Error, op, " the params are outside the fused CUDA kernel's plan (the op composes them)");
+  KernelLaunch launch(f.gemv.y);
+  dispatch_half_types(f.gemv.dtype, op, [&](auto tag) { launch_gemv_mma<typename decltype(tag)::type>(f, launch); });
+  launch.check(op);
 }
 
 }  // namespace anvil::cuda_backend

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/matmul.h"
 #include "cuda/cublaslt.h"
 #include "cuda/runtime.h"
 

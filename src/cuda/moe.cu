@@ -25,7 +25,7 @@
 
 #include "core/align.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/moe.h"
 #include "core/fp8_blocks.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/mma.cuh"
@@ -587,13 +587,11 @@ __global__ void __launch_bounds__(kExpertWarps * 32) experts_gate_up_kernel(cons
 // U (<= kDownLoads) k-chunks w % P, w % P + P, ... (P warps per slot, blockDim = 32 top_k P); each
 // slot's product is summed over its P warps in order and rounded, then the slots are combined in
 // order. The first warp of a slot copies the slot's routing weight and float8 scales into shared
-// memory (cp.async) before its weight stream, so the epilogue reads only shared memory (loaded
-// there, the chain of per-slot loads cost ~0.5 us per slot on the H200: fp8 down 14.7 -> 10.9 us
-// for 12.7 MB). Two blocks per SM of up to kDownThreads threads at 64 registers, each lane with
-// up to kDownLoads loads in flight per step (H200, Qwen3-30B-A3B's 8 experts, 768 -> 2048: bf16 25 MB
-// 13.4 us with 768 threads and 8 loads, 15.3 with 768 at 40 registers and 4 loads, 12.5 with 512
-// and 4; one block of 768 at 44 registers 18.8); one block of 1024 threads (one warp per slot)
-// past it.
+// memory (cp.async) before its weight stream, so the epilogue reads only shared memory. Two
+// blocks per SM of up to kDownThreads threads at 64 registers, each lane with up to kDownLoads
+// loads in flight per step (H200, Qwen3-30B-A3B's 8 experts 768 -> 2048, bf16 25 MB: 12.5 us);
+// one block of 1024 threads (one warp per slot) past it. (The measurements: docs/PERFORMANCE.md,
+// "CUDA scaled_mm GEMV and fused experts: launcher rules".)
 constexpr int kDownThreads = 512;
 constexpr int kDownLoads = 4;
 template <typename A, typename W, int kMaxThreads, int U, bool Blocked>
@@ -721,22 +719,26 @@ void moe_route(const MoeRouteParams& p) {
   launch.check(name);
 }
 
+// Fused: bfloat16 / float16 rows of 16-byte packs, 16-byte aligned, and at most 1024 experts (the
+// routing warp's registers).
+FusedPlan moe_router_plan(const MoeRouterParams& p) {
+  const DType t = p.route.dtype;
+  const bool takes = (t == kBFloat16 || t == kFloat16) && p.route.experts <= 32 * 32 && p.hidden_size % 8 == 0 &&
+                     p.stride_w_row % 8 == 0 && aligned16(p.hidden) && aligned16(p.weight);
+  return takes ? FusedPlan::Fused : FusedPlan::Composed;
+}
+
 void moe_router(const MoeRouterParams& p) {
   const char* name = "[moe_router]";
-  ANVIL_CHECK(p.route.experts <= 32 * 32 && p.hidden_size % 8 == 0 && p.stride_w_row % 8 == 0, ShapeError, name,
-              " the CUDA kernel takes up to 1024 experts and rows of 16-byte packs, got ", p.route.experts, " x ",
-              p.hidden_size);
+  ANVIL_CHECK(moe_router_plan(p) == FusedPlan::Fused, Error, name,
+              " the params are outside the fused CUDA kernel's plan (the op composes them)");
   KernelLaunch launch(p.logits);
-  dispatch_float_types(p.route.dtype, name, [&](auto tag) {
+  dispatch_half_types(p.route.dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (sizeof(T) != 2) {
-      throw DTypeError("[moe_router] the CUDA kernel takes bfloat16 / float16");
-    } else {
-      const int64_t E = p.route.experts;
-      auto kernel = E <= 32 * 4 ? router_kernel<T, 4> : E <= 32 * 8 ? router_kernel<T, 8>
-                                                  : E <= 32 * 16 ? router_kernel<T, 16> : router_kernel<T, 32>;
-      launch_pdl(name, kernel, dim3(kRouterBlocks), dim3(kRouterWarps * 32), 0, launch.stream(), p);
-    }
+    const int64_t E = p.route.experts;
+    auto kernel = E <= 32 * 4 ? router_kernel<T, 4> : E <= 32 * 8 ? router_kernel<T, 8>
+                                                : E <= 32 * 16 ? router_kernel<T, 16> : router_kernel<T, 32>;
+    launch_pdl(name, kernel, dim3(kRouterBlocks), dim3(kRouterWarps * 32), 0, launch.stream(), p);
   });
   launch.check(name);
 }
@@ -759,19 +761,32 @@ void moe_combine(const MoeCombineParams& p) {
   launch.check(name);
 }
 
+// Fused: decode's few pairs (kMoeExpertsMaxPairs, kMoeExpertsMaxTopK: the down kernel's per-slot
+// partials), bfloat16 / float16 activations with weights of their dtype or float8 (block scales
+// as moe_experts_block_ok takes), and rows of whole 16-byte loads, 16-byte aligned.
+FusedPlan moe_experts_plan(const MoeExpertsParams& p) {
+  const bool a16 = p.dtype == kBFloat16 || p.dtype == kFloat16;
+  const bool weights = p.w_dtype == p.dtype || p.w_dtype == kFloat8_e4m3fn || p.w_dtype == kFloat8_e5m2;
+  const BlockScale& b = p.gate_up_block;
+  const bool blocks = b.scale == nullptr || moe_experts_block_ok(p.w_dtype, b.block_n, b.block_k, p.inter);
+  const int64_t w = static_cast<int64_t>(element_size(p.w_dtype)), a = static_cast<int64_t>(element_size(p.dtype));
+  const int64_t per_load = 16 / w;
+  const bool rows16 = p.hidden_size % per_load == 0 && p.inter % per_load == 0 && aligned16(p.hidden) &&
+                      aligned16(p.gate_up) && aligned16(p.down) && (p.stride_hidden_row * a) % 16 == 0 &&
+                      (p.stride_gu_expert * w) % 16 == 0 && (p.stride_gu_row * w) % 16 == 0 &&
+                      (p.stride_down_expert * w) % 16 == 0 && (p.stride_down_row * w) % 16 == 0;
+  const bool few = p.tokens * p.top_k <= kMoeExpertsMaxPairs && p.top_k <= kMoeExpertsMaxTopK;
+  return a16 && weights && blocks && rows16 && few ? FusedPlan::Fused : FusedPlan::Composed;
+}
+
 void moe_experts(const MoeExpertsParams& p) {
   const char* name = "[moe_experts]";
-  ANVIL_CHECK(p.top_k <= kMoeExpertsMaxTopK && p.tokens * p.top_k <= kMoeExpertsMaxPairs, ShapeError, name,
-              " the fused CUDA kernels take top_k <= ", kMoeExpertsMaxTopK, " and tokens x top_k <= ",
-              kMoeExpertsMaxPairs, ", got ", p.tokens, " x ", p.top_k);
+  ANVIL_CHECK(moe_experts_plan(p) == FusedPlan::Fused, Error, name,
+              " the params are outside the fused CUDA kernels' plan (the op composes them)");
   KernelLaunch launch(p.out);
-  auto with_weights = [&](auto a_tag) {
+  dispatch_half_types(p.dtype, name, [&](auto a_tag) {
     using A = typename decltype(a_tag)::type;
     const bool blocked = p.gate_up_block.scale != nullptr;
-    ANVIL_CHECK(!blocked || moe_experts_block_ok(p.w_dtype, p.gate_up_block.block_n, p.gate_up_block.block_k, p.inter),
-                ShapeError, name, " the fused CUDA kernels take e4m3 experts with block_n % 8 == 0, block_k = 64 x 2^i"
-                " and inter % 4 == 0, got ", dtype_name(p.w_dtype), " in ", p.gate_up_block.block_n, " x ",
-                p.gate_up_block.block_k, " blocks");
     dispatch_all_types(p.w_dtype, name, [&](auto w_tag) {
       using W = typename decltype(w_tag)::type;
       if constexpr (std::is_same_v<W, Float8_e4m3fn>) {
@@ -784,14 +799,6 @@ void moe_experts(const MoeExpertsParams& p) {
                                              " activations with ", dtype_name(p.w_dtype), " weights"));
       }
     });
-  };
-  dispatch_float_types(p.dtype, name, [&](auto a_tag) {
-    using A = typename decltype(a_tag)::type;
-    if constexpr (std::is_same_v<A, BFloat16> || std::is_same_v<A, Half>)
-      with_weights(a_tag);
-    else
-      throw DTypeError(detail::cat_message(name, " the fused CUDA kernels take bfloat16 or float16 activations, got ",
-                                           dtype_name(p.dtype)));
   });
   launch.check(name);
 }

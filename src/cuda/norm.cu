@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/norm.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
 #include "cuda/device/pdl.cuh"

@@ -14,8 +14,9 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/reduce.h"
 #include "cuda/allocator.h"
+#include "cuda/device/dispatch.cuh"
 #include "cuda/device/map.cuh"
 #include "cuda/device/reduce.cuh"
 #include "cuda/device/strided.cuh"
@@ -28,28 +29,15 @@ using cuda_device::strided_offset;
 constexpr int kThreads = KernelLaunch::kThreads;
 constexpr int kColsX = 32, kColsY = kThreads / kColsX;
 
-// One switch per output element (not per input element) keeps the kernels per (input,
-// accumulator) pair instead of per (input, accumulator, output) triple.
+// One dispatch per output element (not per input element) keeps the kernels per (input,
+// accumulator) pair instead of per (input, accumulator, output) triple; the out dtype is checked
+// on the host.
 template <typename V>
 __device__ void store_converted(void* out, DType t, int64_t i, V v) {
-  switch (t) {
-    case DType::Bool: static_cast<bool*>(out)[i] = convert<bool>(v); break;
-    case DType::UInt8: static_cast<uint8_t*>(out)[i] = convert<uint8_t>(v); break;
-    case DType::Int8: static_cast<int8_t*>(out)[i] = convert<int8_t>(v); break;
-    case DType::UInt16: static_cast<uint16_t*>(out)[i] = convert<uint16_t>(v); break;
-    case DType::Int16: static_cast<int16_t*>(out)[i] = convert<int16_t>(v); break;
-    case DType::UInt32: static_cast<uint32_t*>(out)[i] = convert<uint32_t>(v); break;
-    case DType::Int32: static_cast<int32_t*>(out)[i] = convert<int32_t>(v); break;
-    case DType::UInt64: static_cast<uint64_t*>(out)[i] = convert<uint64_t>(v); break;
-    case DType::Int64: static_cast<int64_t*>(out)[i] = convert<int64_t>(v); break;
-    case DType::Float16: static_cast<Half*>(out)[i] = convert<Half>(v); break;
-    case DType::BFloat16: static_cast<BFloat16*>(out)[i] = convert<BFloat16>(v); break;
-    case DType::Float32: static_cast<float*>(out)[i] = convert<float>(v); break;
-    case DType::Float64: static_cast<double*>(out)[i] = convert<double>(v); break;
-    case DType::Float8_e4m3fn: static_cast<Float8_e4m3fn*>(out)[i] = convert<Float8_e4m3fn>(v); break;
-    case DType::Float8_e5m2: static_cast<Float8_e5m2*>(out)[i] = convert<Float8_e5m2>(v); break;
-    case DType::Complex64: static_cast<Complex64*>(out)[i] = convert<Complex64>(v); break;
-  }
+  cuda_device::dispatch_all_types_device(t, [&](auto tag) {
+    using O = typename decltype(tag)::type;
+    static_cast<O*>(out)[i] = convert<O>(v);
+  });
 }
 
 // ---- reducers: init / step (one input element and its reduced index) / combine / write
@@ -353,6 +341,7 @@ void reduce_moments(const ReduceParams& p, const KernelLaunch& launch) {
 
 void reduce(const ReduceParams& p) {
   if (p.n_out == 0) return;
+  dispatch_all_types(p.out_dtype, op_name(p.op), [](auto) {});  // store_converted's list
   KernelLaunch launch(p.out ? p.out : static_cast<void*>(p.out_index));
   switch (p.op) {
     case ReduceOp::Sum:

@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/rope.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
 #include "cuda/device/pdl.cuh"
@@ -172,13 +172,13 @@ __global__ void __launch_bounds__(kQkThreads) qk_norm_rope_cache_kernel(const __
   using A = compute_t<T>;
   cuda_device::pdl_launch_dependents();
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t per_token = p.heads + 2 * p.kv_heads;
+  const int64_t per_token = p.n_heads + 2 * p.n_kv_heads;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kQkThreads / 32) + threadIdx.x / 32;
   const bool live = r < p.batch * p.len * per_token;
   const int64_t rr = live ? r : 0;
   const int64_t j = rr % per_token, bl = rr / per_token, l = bl % p.len, b = bl / p.len, D = p.head_dim;
   const int64_t half = p.rotary_dim / 2, pass = D - p.rotary_dim;
-  const bool is_q = j < p.heads, is_k = !is_q && j < p.heads + p.kv_heads;
+  const bool is_q = j < p.n_heads, is_k = !is_q && j < p.n_heads + p.n_kv_heads;
   const W* w = static_cast<const W*>(is_q ? p.q_weight : is_k ? p.k_weight : nullptr);
   A wa[kPairs], wb[kPairs], wp[kPass];
   float freq[kPairs];
@@ -200,10 +200,10 @@ __global__ void __launch_bounds__(kQkThreads) qk_norm_rope_cache_kernel(const __
   const T* x = static_cast<const T*>(p.qkv) + b * p.stride_qkv[0] + l * p.stride_qkv[1] + j * D;
   T* dst;
   if (is_q) {
-    dst = static_cast<T*>(p.q_out) + ((b * p.heads + j) * p.len + l) * D;
+    dst = static_cast<T*>(p.q_out) + ((b * p.n_heads + j) * p.len + l) * D;
   } else {
     if (pos < 0 || pos >= p.cache_rows) return;
-    const int64_t h = is_k ? j - p.heads : j - p.heads - p.kv_heads;
+    const int64_t h = is_k ? j - p.n_heads : j - p.n_heads - p.n_kv_heads;
     const int64_t* st = is_k ? p.stride_k : p.stride_v;
     dst = static_cast<T*>(is_k ? p.k_cache : p.v_cache) + b * st[0] + h * st[1] + pos * st[2];
     if (!is_k) {
@@ -278,9 +278,9 @@ void rope(const RopeParams& p) {
 void qk_norm_rope_cache(const QkNormRopeCacheParams& p) {
   const char* op = "[qk_norm_rope_cache]";
   if (p.batch * p.len * p.head_dim == 0) return;
-  const int64_t rows = p.batch * p.len * (p.heads + 2 * p.kv_heads), per_block = kQkThreads / 32;
+  const int64_t rows = p.batch * p.len * (p.n_heads + 2 * p.n_kv_heads), per_block = kQkThreads / 32;
   ANVIL_CHECK((rows + per_block - 1) / per_block <= 0x7FFFFFFF, ShapeError, op, " ", p.batch * p.len, " tokens of ",
-              p.heads + 2 * p.kv_heads, " heads exceed one launch");
+              p.n_heads + 2 * p.n_kv_heads, " heads exceed one launch");
   ANVIL_CHECK(p.rotary_dim / 2 <= 32 * 16 && p.head_dim - p.rotary_dim <= 32 * 16, ShapeError, op,
               " the CUDA kernel takes up to 1024 rotated and 512 copied columns, got head_dim ", p.head_dim,
               " with rotary_dim ", p.rotary_dim);

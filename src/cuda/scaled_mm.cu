@@ -28,7 +28,7 @@
 #include "core/align.h"
 #include "core/dispatch.h"
 #include "core/fp8_blocks.h"
-#include "core/kernels.h"
+#include "core/kernels/scaled_mm.h"
 #include "cuda/allocator.h"
 #include "cuda/cublaslt.h"
 #include "cuda/device/blocks.cuh"
@@ -464,14 +464,9 @@ bool gemv_scales(const ScaledMmParams& p, GemvScales& s) {
 // API) wins: 8 rows x full warps (the most warps at work), then 16 rows x full warps (x loaded
 // and decoded once for two tiles), else 16 rows x 4 warps of several steps each (the most
 // resident blocks). A 16-row tile needs 4 warps for its epilogue's 64 threads. H200, graph
-// replay, bench-ops' scaled_linear bf16 x e4m3 cases, us before (16 rows, 8 warps or fewer for
-// short k) -> after: 0.6B down 3072 -> 1024 6.07 -> 2.82, qkv 1024 -> 4096 3.57 -> 3.07, o_proj
-// 2048 -> 1024 3.03 -> 2.81; 30B o_proj 4096 -> 2048 5.66 -> 4.68, qkv 2048 -> 5120 7.11 -> 6.16,
-// lm_head 2048 -> 151936 102.1 -> 87.6; q_proj 2048 -> 4096 4.35 and up 4096 -> 14336 21.1
-// unchanged (every fixed shape tried, 8 or 16 rows x 2-16 warps, loses on some of these).
-// The L2 prefetch under PDL hides the previous kernel's drain: 6.3 us against 7.0 at 16.8 MB, 4.4
-// against 5.5 at 8.4 MB; on 59 MB and 311 MB weights it costs 3-6% (the prefetches compete with
-// the previous kernel's stream), so it stops at 32 MiB.
+// replay: Qwen3-30B-A3B lm_head 2048 -> 151936 bf16 x e4m3 102.1 -> 87.6 us against a fixed 16
+// rows x 8 warps. The L2 prefetch under PDL stops at 32 MiB, where it starts to cost 3-6 %. (The
+// measurements: docs/PERFORMANCE.md, "CUDA scaled_mm GEMV and fused experts: launcher rules".)
 template <typename Resident>
 GemvConfig gemv_config(const ScaledMmParams& p, int unroll, int64_t sm_count, Resident&& resident) {
   const bool prefetch = p.n * p.k <= (int64_t{32} << 20);

@@ -16,9 +16,10 @@
 #include <type_traits>
 
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/softmax.h"
 #include "cuda/allocator.h"
 #include "cuda/device/convert.cuh"
+#include "cuda/device/dispatch.cuh"
 #include "cuda/device/pdl.cuh"
 #include "cuda/device/reduce.cuh"
 #include "cuda/device/strided.cuh"
@@ -75,23 +76,11 @@ __device__ __forceinline__ void store_at(void* out, int64_t i, A v) {
   static_cast<Out*>(out)[i] = from_compute<Out>(v);
 }
 
-// f(TypeTag<Out>) for the out dtype: one store loop per out dtype, chosen once per launch.
+// f(TypeTag<Out>) for the out dtype (checked on the host): one store loop per out dtype, chosen
+// once per launch.
 template <typename F>
 __device__ __forceinline__ void with_out_type(DType t, F&& f) {
-  switch (t) {
-    case DType::BFloat16:
-      f(TypeTag<BFloat16>{});
-      break;
-    case DType::Float16:
-      f(TypeTag<Half>{});
-      break;
-    case DType::Float64:
-      f(TypeTag<double>{});
-      break;
-    default:
-      f(TypeTag<float>{});
-      break;
-  }
+  cuda_device::dispatch_float_types_device(t, f);
 }
 
 // One element: the out dtype is a run-time switch at the store (uniform per launch), which keeps

@@ -1,7 +1,7 @@
 // Built instead of the CUDA backend when ANVIL_CUDA is OFF: every CUDA entry point throws
 // DeviceError, availability queries say why CUDA is missing.
 #include "anvil/cuda.h"
-#include "core/kernels.h"
+#include "core/kernels/all.h"
 
 namespace anvil {
 namespace {
@@ -13,8 +13,13 @@ namespace {
 namespace cuda_backend {
 #define ANVIL_STUB_KERNEL(name, arg) \
   void name(arg) { no_cuda(#name); }
-ANVIL_BACKEND_KERNELS(ANVIL_STUB_KERNEL)
+#define ANVIL_STUB_PLAN(name, arg) \
+  FusedPlan name##_plan(arg) { no_cuda(#name); }
+ANVIL_ALL_KERNELS(ANVIL_STUB_KERNEL)
+ANVIL_ALL_FUSED(ANVIL_STUB_KERNEL)
+ANVIL_ALL_FUSED(ANVIL_STUB_PLAN)
 #undef ANVIL_STUB_KERNEL
+#undef ANVIL_STUB_PLAN
 
 std::shared_ptr<StorageImpl> allocate(Device, size_t) { no_cuda("allocate"); }
 void memcpy_to_device(void*, const void*, size_t, Device) { no_cuda("memcpy_to_device"); }

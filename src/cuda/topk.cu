@@ -27,7 +27,7 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/topk.h"
 #include "core/philox.h"
 #include "core/sampling.h"
 #include "cuda/allocator.h"

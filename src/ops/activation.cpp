@@ -1,7 +1,7 @@
 // silu_mul (SwiGLU's gate): validation, operands as [rows, cols] views with unit-stride cols.
 #include "anvil/nn.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/activation.h"
 #include "core/util.h"
 
 namespace anvil {

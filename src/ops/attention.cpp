@@ -5,7 +5,7 @@
 
 #include "anvil/nn.h"
 #include "anvil/ops.h"
-#include "core/kernels.h"
+#include "core/kernels/attention.h"
 #include "core/util.h"
 
 namespace anvil {
@@ -47,8 +47,8 @@ void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   p.kv_lens = kv_lens.defined() ? static_cast<const int32_t*>(kv_lens.raw_data_ptr()) : nullptr;
   p.dtype = q.dtype();
   p.batch = out.size(0);
-  p.heads_q = out.size(1);
-  p.heads_kv = k.size(1);
+  p.n_heads = out.size(1);
+  p.n_kv_heads = k.size(1);
   p.q_len = q.size(2);
   p.kv_len = k.size(2);
   p.head_dim = q.size(3);
@@ -93,16 +93,16 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   const int64_t rank = std::max<int64_t>({query.dim(), key.dim(), value.dim(), 3});
   const Tensor q = pad_rank(query, rank), k = pad_rank(key, rank), v = pad_rank(value, rank);
   const int64_t hq = q.size(-3), hk = k.size(-3), hv = v.size(-3);
-  int64_t heads = 0, heads_kv = 0;
+  int64_t n_heads = 0, n_kv_heads = 0;
   if (enable_gqa) {
     ANVIL_CHECK(hk == hv && hk > 0 && hq % hk == 0, ShapeError, op,
                 " Number of heads in key and value must divide the number of heads in query, got ", hq, " query, ",
                 hk, " key and ", hv, " value heads");
-    heads = hq;
-    heads_kv = hk;
+    n_heads = hq;
+    n_kv_heads = hk;
   } else {
-    heads_kv = as_op(op, [&] { return broadcast_shapes({hk}, {hv}); })[0];
-    heads = as_op(op, [&] { return broadcast_shapes({hq}, {heads_kv}); })[0];
+    n_kv_heads = as_op(op, [&] { return broadcast_shapes({hk}, {hv}); })[0];
+    n_heads = as_op(op, [&] { return broadcast_shapes({hq}, {n_kv_heads}); })[0];
   }
   const Shape qb(q.sizes().begin(), q.sizes().end() - 3), kb(k.sizes().begin(), k.sizes().end() - 3),
       vb(v.sizes().begin(), v.sizes().end() - 3);
@@ -110,7 +110,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   const int64_t L = q.size(-2), S = k.size(-2), Ev = v.size(-1);
 
   Shape out_shape = batch;
-  out_shape.push_back(heads);
+  out_shape.push_back(n_heads);
   out_shape.push_back(L);
   out_shape.push_back(Ev);
   Tensor mask;
@@ -120,24 +120,24 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                 DTypeError, op, " Expected attn_mask dtype to be bool or float or to match query dtype, got ",
                 dtype_name(attn_mask.dtype()), " for ", dtype_name(query.dtype()), " query");
     Shape scores = batch;
-    scores.push_back(heads);
+    scores.push_back(n_heads);
     scores.push_back(L);
     scores.push_back(S);
     ANVIL_CHECK(attn_mask.dim() <= static_cast<int64_t>(scores.size()) &&
                     as_op(op, [&] { return broadcast_shapes(attn_mask.sizes(), scores); }) == scores,
                 ShapeError, op, " attn_mask of shape ", shape_str(attn_mask.sizes()),
                 " does not broadcast to the attention scores' shape ", shape_str(scores));
-    mask = as_batch_heads(pad_rank(attn_mask, static_cast<int64_t>(scores.size())), batch, heads);
+    mask = as_batch_heads(pad_rank(attn_mask, static_cast<int64_t>(scores.size())), batch, n_heads);
   }
   // The output keeps the inputs' largest rank (leading size-1 dims from padding dropped).
   const int64_t out_rank = std::max({query.dim(), key.dim(), value.dim()});
   Shape user_shape(out_shape.end() - out_rank, out_shape.end());
   Tensor out = empty(out_shape, TensorOptions(query.dtype()).device(query.device()));
   if (out.numel() == 0) return out.view(user_shape);
-  const Tensor q4 = as_batch_heads(q, batch, heads), k4 = as_batch_heads(k, batch, heads_kv),
-               v4 = as_batch_heads(v, batch, heads_kv);
+  const Tensor q4 = as_batch_heads(q, batch, n_heads), k4 = as_batch_heads(k, batch, n_kv_heads),
+               v4 = as_batch_heads(v, batch, n_kv_heads);
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
-  Tensor o4 = out.view({shape_numel(batch), heads, L, Ev});
+  Tensor o4 = out.view({shape_numel(batch), n_heads, L, Ev});
   run_attention(q4, k4, v4, mask, o4, {}, s, is_causal, false);
   return out.view(user_shape);
 }
@@ -205,7 +205,7 @@ Tensor& cache_write(Tensor& cache, const Tensor& values, const Tensor& positions
   p.pos = static_cast<const int32_t*>(pos.raw_data_ptr());
   p.elem_size = static_cast<int64_t>(element_size(cache.dtype()));
   p.batch = cache.size(0);
-  p.heads = cache.size(1);
+  p.n_heads = cache.size(1);
   p.rows = values.size(2);
   p.cols = cache.size(3);
   p.cache_rows = cache.size(2);

@@ -1,7 +1,7 @@
 // copy_ (any dtype pair, any strides, broadcasting, across devices), to, clone, fill_, item.
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/elementwise.h"
 #include "core/util.h"
 #include "ops/iter.h"
 

@@ -3,7 +3,7 @@
 
 #include "anvil/ops.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/elementwise.h"
 #include "core/util.h"
 #include "ops/iter.h"
 

@@ -5,7 +5,7 @@
 
 #include "core/dispatch.h"
 #include "core/element.h"
-#include "core/kernels.h"
+#include "core/kernels/random.h"
 #include "core/util.h"
 #include "ops/iter.h"
 

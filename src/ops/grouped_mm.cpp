@@ -4,7 +4,7 @@
 #include "anvil/nn.h"
 #include "anvil/ops.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/grouped_mm.h"
 #include "core/util.h"
 
 namespace anvil {

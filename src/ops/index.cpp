@@ -1,7 +1,9 @@
 // Indexing: index_select, gather, scatter / scatter_add, masked_fill, embedding.
 #include "anvil/ops.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/elementwise.h"
+#include "core/kernels/index.h"
+#include "core/kernels/attention.h"
 #include "core/util.h"
 #include "ops/iter.h"
 

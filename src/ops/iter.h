@@ -4,7 +4,7 @@
 #include <initializer_list>
 
 #include "anvil/tensor.h"
-#include "core/params.h"
+#include "core/kernels/elementwise.h"
 
 namespace anvil {
 

@@ -2,7 +2,7 @@
 #include "anvil/nn.h"
 #include "anvil/ops.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/linear.h"
 #include "core/util.h"
 
 namespace anvil {

@@ -1,6 +1,6 @@
 // mm / bmm / matmul: validation, batch broadcasting, layout for the backend GEMM.
 #include "anvil/ops.h"
-#include "core/kernels.h"
+#include "core/kernels/matmul.h"
 #include "core/util.h"
 
 namespace anvil {

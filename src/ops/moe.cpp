@@ -1,12 +1,11 @@
 // MoE routing, combine and the fused experts: validation and kernel calls; nothing is read on
 // the host.
 #include <cstdint>
+#include <optional>
 
 #include "anvil/nn.h"
 #include "anvil/ops.h"
-#include "core/align.h"
-#include "core/kernels.h"
-#include "core/fp8_blocks.h"
+#include "core/kernels/moe.h"
 #include "core/util.h"
 #include "ops/block_scale.h"
 
@@ -49,14 +48,36 @@ MoeRouteParams routing_params(MoeRouting& r, const Tensor& x, int64_t tokens, in
   return p;
 }
 
-// moe_router's one-kernel path: one token; on CUDA 16-bit rows of 16-byte packs and at most
-// 1024 experts (the routing warp's registers).
-bool router_kernel_applies(const Tensor& hidden, const Tensor& w) {
-  const int64_t H = hidden.size(1);
-  if (hidden.size(0) != 1 || H == 0 || (H > 1 && (hidden.stride(1) != 1 || w.stride(1) != 1))) return false;
-  if (hidden.is_cpu()) return true;
-  return (hidden.dtype() == kBFloat16 || hidden.dtype() == kFloat16) && H % 8 == 0 && w.size(0) <= 1024 &&
-         (w.size(0) <= 1 || w.stride(0) % 8 == 0) && aligned16(hidden.raw_data_ptr()) && aligned16(w.raw_data_ptr());
+// moe_router's fused params (outputs unset) for what they hold: one token, unit-stride rows.
+std::optional<MoeRouterParams> router_params(const Tensor& hidden, const Tensor& w, int64_t top_k,
+                                             bool norm_topk_prob) {
+  const int64_t H = hidden.size(1), E = w.size(0);
+  if (hidden.size(0) != 1 || H == 0 || (H > 1 && (hidden.stride(1) != 1 || w.stride(1) != 1))) return std::nullopt;
+  MoeRouterParams p;
+  p.hidden = hidden.raw_data_ptr();
+  p.weight = w.raw_data_ptr();
+  p.hidden_size = H;
+  p.stride_w_row = E <= 1 ? H : w.stride(0);
+  p.route.dtype = hidden.dtype();
+  p.route.tokens = 1;
+  p.route.experts = E;
+  p.route.top_k = top_k;
+  p.route.stride_row = E;
+  p.route.renormalize = norm_topk_prob;
+  return p;
+}
+
+// moe_router's checks.
+void check_router(const char* op, const Tensor& hidden, const Tensor& router_weight, int64_t top_k) {
+  ANVIL_CHECK(hidden.defined() && router_weight.defined(), Error, op, " undefined tensor");
+  check_same_device(op, hidden, router_weight);
+  const DType t = hidden.dtype();
+  ANVIL_CHECK((t == kFloat32 || t == kBFloat16 || t == kFloat16) && router_weight.dtype() == t, DTypeError, op,
+              " hidden and router_weight must share float32, bfloat16 or float16, got ", describe(hidden), " and ",
+              describe(router_weight));
+  ANVIL_CHECK(hidden.dim() == 2 && router_weight.dim() == 2 && router_weight.size(1) == hidden.size(1), ShapeError, op,
+              " expected hidden [T, H] and router_weight [E, H], got ", describe(hidden), " and ", describe(router_weight));
+  check_routing_args(op, hidden.size(0), router_weight.size(0), top_k);
 }
 
 }  // namespace
@@ -82,33 +103,25 @@ MoeRouting moe_route(const Tensor& router_logits, int64_t top_k, bool norm_topk_
   return r;
 }
 
+FusedPlan moe_router_plan(const Tensor& hidden, const Tensor& router_weight, int64_t top_k) {
+  check_router("[moe_router_plan]", hidden, router_weight, top_k);
+  const std::optional<MoeRouterParams> p = router_params(hidden, router_weight, top_k, false);
+  return p ? ANVIL_PLAN(hidden.device(), moe_router, *p) : FusedPlan::Composed;
+}
+
 std::tuple<Tensor, MoeRouting> moe_router(const Tensor& hidden, const Tensor& router_weight, int64_t top_k,
                                           bool norm_topk_prob) {
-  const char* op = "[moe_router]";
-  ANVIL_CHECK(hidden.defined() && router_weight.defined(), Error, op, " undefined tensor");
-  check_same_device(op, hidden, router_weight);
-  const DType t = hidden.dtype();
-  ANVIL_CHECK((t == kFloat32 || t == kBFloat16 || t == kFloat16) && router_weight.dtype() == t, DTypeError, op,
-              " hidden and router_weight must share float32, bfloat16 or float16, got ", describe(hidden), " and ",
-              describe(router_weight));
-  ANVIL_CHECK(hidden.dim() == 2 && router_weight.dim() == 2 && router_weight.size(1) == hidden.size(1), ShapeError, op,
-              " expected hidden [T, H] and router_weight [E, H], got ", describe(hidden), " and ", describe(router_weight));
-  const int64_t tokens = hidden.size(0), experts = router_weight.size(0), H = hidden.size(1);
-  check_routing_args(op, tokens, experts, top_k);
-  if (!router_kernel_applies(hidden, router_weight)) {
+  check_router("[moe_router]", hidden, router_weight, top_k);
+  std::optional<MoeRouterParams> p = router_params(hidden, router_weight, top_k, norm_topk_prob);
+  if (!p || ANVIL_PLAN(hidden.device(), moe_router, *p) != FusedPlan::Fused) {  // the composition
     Tensor logits = linear(hidden, router_weight);
     return {logits, moe_route(logits, top_k, norm_topk_prob)};
   }
-  Tensor logits = empty({1, experts}, TensorOptions(t).device(hidden.device()));
+  Tensor logits = empty({1, router_weight.size(0)}, TensorOptions(hidden.dtype()).device(hidden.device()));
   MoeRouting r;
-  MoeRouterParams p;
-  p.route = routing_params(r, logits, 1, experts, top_k, norm_topk_prob);
-  p.hidden = hidden.raw_data_ptr();
-  p.weight = router_weight.raw_data_ptr();
-  p.logits = logits.raw_data_ptr();
-  p.hidden_size = H;
-  p.stride_w_row = experts <= 1 ? H : router_weight.stride(0);
-  ANVIL_KERNEL(hidden.device(), moe_router, p);
+  p->route = routing_params(r, logits, 1, router_weight.size(0), top_k, norm_topk_prob);
+  p->logits = logits.raw_data_ptr();
+  ANVIL_KERNEL(hidden.device(), moe_router, *p);
   return {logits, r};
 }
 
@@ -153,26 +166,12 @@ Tensor moe_combine(const Tensor& expert_out, const Tensor& topk_weights, const T
 
 namespace {
 
-// What the CUDA kernels need beyond the op's rules (see MoeExpertsParams).
-bool cuda_fusable(const Tensor& h, const Tensor& gate_up, const Tensor& down) {
-  if (h.dtype() != kBFloat16 && h.dtype() != kFloat16) return false;
-  const int64_t w = static_cast<int64_t>(element_size(gate_up.dtype()));
-  const int64_t per_load = 16 / w, a = static_cast<int64_t>(element_size(h.dtype()));
-  const int64_t H = h.size(1), I = down.size(2);
-  return H % per_load == 0 && I % per_load == 0 && aligned16(h.raw_data_ptr()) && aligned16(gate_up.raw_data_ptr()) &&
-         aligned16(down.raw_data_ptr()) &&
-         (row_stride(h) * a) % 16 == 0 && (gate_up.stride(0) * w) % 16 == 0 && (gate_up.stride(1) * w) % 16 == 0 &&
-         (down.stride(0) * w) % 16 == 0 && (down.stride(1) * w) % 16 == 0;
-}
-
 // Weight rows with unit column stride: a view when they have it, else a contiguous copy.
 Tensor unit_rows(const Tensor& w) { return w.stride(2) == 1 || w.size(2) <= 1 ? w : w.contiguous(); }
 
-}  // namespace
-
-Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up, const Tensor& down,
-                   const Tensor& gate_up_scale, const Tensor& down_scale, const Shape& block) {
-  const char* op = "[moe_experts]";
+// moe_experts' checks.
+void check_experts(const char* op, const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up,
+                   const Tensor& down, const Tensor& gate_up_scale, const Tensor& down_scale, const Shape& block) {
   ANVIL_CHECK(hidden.defined() && gate_up.defined() && down.defined(), Error, op, " undefined tensor");
   ANVIL_CHECK(routing.topk_ids.defined() && routing.topk_weights.defined(), Error, op,
               " routing.topk_ids and routing.topk_weights must be defined");
@@ -188,8 +187,7 @@ Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor
   ANVIL_CHECK(E >= 1, ShapeError, op, " gate_up has no experts: ", describe(gate_up));
   ANVIL_CHECK(down.dim() == 3 && down.size(0) == E && down.size(1) == H && down.size(2) == I, ShapeError, op,
               " down must be [", E, ", ", H, ", ", I, "] for gate_up ", describe(gate_up), ", got ", describe(down));
-  const bool fp8 = is_float8(gate_up.dtype());
-  if (fp8) {
+  if (is_float8(gate_up.dtype())) {
     ANVIL_CHECK(down.dtype() == gate_up.dtype(), DTypeError, op, " gate_up and down must be one float8 dtype or both ",
                 dtype_name(dt), ", got ", describe(gate_up), " and ", describe(down));
     ANVIL_CHECK(dt != kFloat32, DTypeError, op, " float8 experts take bfloat16 or float16 hidden, got ",
@@ -219,83 +217,109 @@ Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor
   ANVIL_CHECK(ids.dtype() == kInt64, DTypeError, op, " routing.topk_ids must be int64, got ", describe(ids));
   ANVIL_CHECK(ids.dim() == 2 && ids.size(0) == T, ShapeError, op, " routing.topk_ids must be [", T,
               ", top_k], got ", describe(ids));
-  const int64_t K = ids.size(1);
   ANVIL_CHECK(routing.topk_weights.dtype() == kFloat32, DTypeError, op, " routing.topk_weights must be float32, got ",
               describe(routing.topk_weights));
   ANVIL_CHECK(routing.topk_weights.sizes() == ids.sizes(), ShapeError, op, " routing.topk_weights must be [", T, ", ",
-              K, "], got ", describe(routing.topk_weights));
+              ids.size(1), "], got ", describe(routing.topk_weights));
+}
 
-  // The fused CUDA kernels apply the Hub's 128 x 128 blocks and others moe_experts_block_ok
-  // takes; other block shapes run on the layer's dequantised experts.
-  if (fp8 && !block.empty() && hidden.device().is_cuda() && !moe_experts_block_ok(gate_up.dtype(), block[0], block[1], I))
-    return moe_experts(hidden, routing, dequantize_fp8(gate_up, gate_up_scale, block, dt),
-                       dequantize_fp8(down, down_scale, block, dt));
-  const TensorOptions o = TensorOptions(dt).device(hidden.device());
-  if (T == 0 || H == 0) return empty({T, H}, o);
-  if (K == 0 || I == 0) return zeros({T, H}, o);
-  const Tensor gu = unit_rows(gate_up), dn = unit_rows(down);
-  const Tensor h = as_rows(hidden, T, H);
-  // The fused kernels read each (token, slot) pair's expert rows once: they take decode's few
-  // pairs; many tokens sharing experts go through the grouped products.
-  const bool fused = T * K <= kMoeExpertsMaxPairs && K <= kMoeExpertsMaxTopK &&
-                     (!hidden.device().is_cuda() || cuda_fusable(h, gu, dn));
-  if (!fused) {
-    ANVIL_CHECK(routing.offs.defined() && routing.token_index.defined() && routing.sorted_pos.defined(), Error, op,
-                " ", T, " tokens x top ", K, " run the grouped products, which need routing.offs, token_index and"
-                " sorted_pos (moe_route's result)");
-    return as_op(op, [&] {
-      const Tensor x = index_select(h, 0, routing.token_index);
-      if (!block.empty()) {
-        // Block scales vary along k, so they cannot be the grouped product's row scales: the
-        // layer's experts are dequantised (a transient [E, 2I, H] + [E, H, I] in dt).
-        const Tensor g = grouped_mm(x, dequantize_fp8(gu, gate_up_scale, block, dt).transpose(1, 2), routing.offs);
-        const Tensor a = silu_mul(g.narrow(1, 0, I), g.narrow(1, I, I));
-        const Tensor y = grouped_mm(a, dequantize_fp8(dn, down_scale, block, dt).transpose(1, 2), routing.offs);
-        return moe_combine(y, routing.topk_weights, routing.sorted_pos);
-      }
-      const Tensor gs = fp8 ? gate_up_scale.reshape({E, 2 * I}) : Tensor(), ds = fp8 ? down_scale.reshape({E, H}) : Tensor();
-      const Tensor g = fp8 ? scaled_grouped_mm(x, gu.transpose(1, 2), {}, gs, routing.offs, dt)
-                           : grouped_mm(x, gu.transpose(1, 2), routing.offs);
-      const Tensor a = silu_mul(g.narrow(1, 0, I), g.narrow(1, I, I));
-      const Tensor y = fp8 ? scaled_grouped_mm(a, dn.transpose(1, 2), {}, ds, routing.offs, dt)
-                           : grouped_mm(a, dn.transpose(1, 2), routing.offs);
-      return moe_combine(y, routing.topk_weights, routing.sorted_pos);
-    });
-  }
-  const Tensor idc = ids.contiguous(), wc = routing.topk_weights.contiguous();
-  const Tensor gsc = fp8 ? gate_up_scale.contiguous() : Tensor(), dsc = fp8 ? down_scale.contiguous() : Tensor();
-  Tensor out = empty({T, H}, o);
-  Tensor act = empty({T * K, I}, o);
+// The fused kernels' params (act and out unset) and the unit-stride views they point into.
+struct ExpertsCall {
   MoeExpertsParams p;
-  p.hidden = h.raw_data_ptr();
-  p.ids = static_cast<const int64_t*>(idc.raw_data_ptr());
-  p.weights = static_cast<const float*>(wc.raw_data_ptr());
-  p.gate_up = gu.raw_data_ptr();
-  p.down = dn.raw_data_ptr();
-  if (fp8 && !block.empty()) {
-    p.gate_up_block = block_scale_of(gsc, block);
-    p.down_block = block_scale_of(dsc, block);
-  } else if (fp8) {
-    p.gate_up_scale = static_cast<const float*>(gsc.raw_data_ptr());
-    p.down_scale = static_cast<const float*>(dsc.raw_data_ptr());
+  Tensor h, gate_up, down, ids, weights, gate_up_scale, down_scale;
+};
+
+ExpertsCall experts_call(const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up, const Tensor& down,
+                         const Tensor& gate_up_scale, const Tensor& down_scale, const Shape& block) {
+  const int64_t T = hidden.size(0), H = hidden.size(1), E = gate_up.size(0), I = gate_up.size(1) / 2;
+  const bool fp8 = is_float8(gate_up.dtype());
+  ExpertsCall c;
+  c.h = as_rows(hidden, T, H);
+  c.gate_up = unit_rows(gate_up);
+  c.down = unit_rows(down);
+  c.ids = routing.topk_ids.contiguous();
+  c.weights = routing.topk_weights.contiguous();
+  if (fp8) {
+    c.gate_up_scale = gate_up_scale.contiguous();
+    c.down_scale = down_scale.contiguous();
   }
-  p.act = act.raw_data_ptr();
-  p.out = out.raw_data_ptr();
-  p.dtype = dt;
+  MoeExpertsParams& p = c.p;
+  p.hidden = c.h.raw_data_ptr();
+  p.ids = static_cast<const int64_t*>(c.ids.raw_data_ptr());
+  p.weights = static_cast<const float*>(c.weights.raw_data_ptr());
+  p.gate_up = c.gate_up.raw_data_ptr();
+  p.down = c.down.raw_data_ptr();
+  if (fp8 && !block.empty()) {
+    p.gate_up_block = block_scale_of(c.gate_up_scale, block);
+    p.down_block = block_scale_of(c.down_scale, block);
+  } else if (fp8) {
+    p.gate_up_scale = static_cast<const float*>(c.gate_up_scale.raw_data_ptr());
+    p.down_scale = static_cast<const float*>(c.down_scale.raw_data_ptr());
+  }
+  p.dtype = hidden.dtype();
   p.w_dtype = gate_up.dtype();
   p.tokens = T;
-  p.top_k = K;
+  p.top_k = c.ids.size(1);
   p.experts = E;
   p.hidden_size = H;
   p.inter = I;
-  p.stride_hidden_row = row_stride(h);
+  p.stride_hidden_row = row_stride(c.h);
   p.stride_out_row = H;
-  p.stride_gu_expert = gu.stride(0);
-  p.stride_gu_row = gu.stride(1);
-  p.stride_down_expert = dn.stride(0);
-  p.stride_down_row = dn.stride(1);
-  ANVIL_KERNEL(hidden.device(), moe_experts, p);
-  return out;
+  p.stride_gu_expert = c.gate_up.stride(0);
+  p.stride_gu_row = c.gate_up.stride(1);
+  p.stride_down_expert = c.down.stride(0);
+  p.stride_down_row = c.down.stride(1);
+  return c;
+}
+
+}  // namespace
+
+FusedPlan moe_experts_plan(const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up, const Tensor& down,
+                           const Tensor& gate_up_scale, const Tensor& down_scale, const Shape& block) {
+  check_experts("[moe_experts_plan]", hidden, routing, gate_up, down, gate_up_scale, down_scale, block);
+  const ExpertsCall c = experts_call(hidden, routing, gate_up, down, gate_up_scale, down_scale, block);
+  return ANVIL_PLAN(hidden.device(), moe_experts, c.p);
+}
+
+Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up, const Tensor& down,
+                   const Tensor& gate_up_scale, const Tensor& down_scale, const Shape& block) {
+  const char* op = "[moe_experts]";
+  check_experts(op, hidden, routing, gate_up, down, gate_up_scale, down_scale, block);
+  const int64_t T = hidden.size(0), H = hidden.size(1), I = gate_up.size(1) / 2, K = routing.topk_ids.size(1);
+  const DType dt = hidden.dtype();
+  const TensorOptions o = TensorOptions(dt).device(hidden.device());
+  if (T == 0 || H == 0) return empty({T, H}, o);
+  if (K == 0 || I == 0) return zeros({T, H}, o);
+  ExpertsCall c = experts_call(hidden, routing, gate_up, down, gate_up_scale, down_scale, block);
+  if (ANVIL_PLAN(hidden.device(), moe_experts, c.p) == FusedPlan::Fused) {
+    Tensor out = empty({T, H}, o);
+    Tensor act = empty({T * K, I}, o);
+    c.p.act = act.raw_data_ptr();
+    c.p.out = out.raw_data_ptr();
+    ANVIL_KERNEL(hidden.device(), moe_experts, c.p);
+    return out;
+  }
+  // The composition. Block scales vary along k, so they cannot be the grouped products' row
+  // scales: the layer's experts are dequantised (a transient [E, 2I, H] + [E, H, I] in hidden's
+  // dtype) and those run, fused where their plan allows.
+  if (!block.empty())
+    return moe_experts(hidden, routing, dequantize_fp8(gate_up, gate_up_scale, block, dt),
+                       dequantize_fp8(down, down_scale, block, dt));
+  ANVIL_CHECK(routing.offs.defined() && routing.token_index.defined() && routing.sorted_pos.defined(), Error, op, " ",
+              T, " tokens x top ", K, " run the grouped products, which need routing.offs, token_index and"
+              " sorted_pos (moe_route's result)");
+  return as_op(op, [&] {
+    const bool fp8 = is_float8(gate_up.dtype());
+    const int64_t E = gate_up.size(0);
+    const Tensor x = index_select(c.h, 0, routing.token_index);
+    const Tensor gs = fp8 ? gate_up_scale.reshape({E, 2 * I}) : Tensor(), ds = fp8 ? down_scale.reshape({E, H}) : Tensor();
+    const Tensor g = fp8 ? scaled_grouped_mm(x, c.gate_up.transpose(1, 2), {}, gs, routing.offs, dt)
+                         : grouped_mm(x, c.gate_up.transpose(1, 2), routing.offs);
+    const Tensor a = silu_mul(g.narrow(1, 0, I), g.narrow(1, I, I));
+    const Tensor y = fp8 ? scaled_grouped_mm(a, c.down.transpose(1, 2), {}, ds, routing.offs, dt)
+                         : grouped_mm(a, c.down.transpose(1, 2), routing.offs);
+    return moe_combine(y, routing.topk_weights, routing.sorted_pos);
+  });
 }
 
 }  // namespace anvil

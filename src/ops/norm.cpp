@@ -1,11 +1,13 @@
 // rms_norm, the fused residual add + rms_norm, and that followed by a projection (add_rms_norm_linear):
 // validation, x as [rows, cols] with unit-stride cols.
 #include <limits>
+#include <optional>
 
 #include "anvil/nn.h"
 #include "anvil/ops.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/linear.h"
+#include "core/kernels/norm.h"
 #include "core/util.h"
 
 namespace anvil {
@@ -100,50 +102,87 @@ std::tuple<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual,
   return {out, h};
 }
 
-std::tuple<Tensor, Tensor> add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
-                                               std::optional<double> eps, const Tensor& weight, const Tensor& weight_scale,
-                                               const Shape& block) {
-  const char* op = "[add_rms_norm_linear]";
+namespace {
+
+// add_rms_norm_linear's fused-kernel params for arguments those params can hold (one row, no
+// weight scales, residual and weights of x's dtype and device, unit column strides; the rows
+// copied to unit stride), else none and the op composes. y and sum_out stay unset until the op
+// allocates them.
+struct FusedCall {
+  AddRmsNormLinearParams p;
+  Tensor x, residual, norm_weight;  // what p points into
+};
+
+std::optional<FusedCall> fused_call(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
+                                    std::optional<double> eps, const Tensor& weight, const Tensor& weight_scale) {
+  const int64_t k = x.size(-1);
+  const DType t = x.dtype();
+  const bool holds = !weight_scale.defined() && is_floating_point(t) && !is_float8(t) && k > 0 && x.numel() == k &&
+                     residual.sizes() == x.sizes() && residual.dtype() == t && residual.device() == x.device() &&
+                     weight.dim() == 2 && weight.size(1) == k && weight.size(0) > 0 && weight.dtype() == t &&
+                     weight.device() == x.device() && (k == 1 || weight.stride(1) == 1) &&
+                     (!norm_weight.defined() || (norm_weight.dtype() == t && norm_weight.dim() == 1 &&
+                                                 norm_weight.size(0) == k && norm_weight.device() == x.device()));
+  if (!holds) return std::nullopt;
+  FusedCall c;
+  c.x = x.contiguous();
+  c.residual = residual.contiguous();
+  if (norm_weight.defined()) c.norm_weight = norm_weight.contiguous();
+  GemvParams& g = c.p.gemv;
+  g.x = c.x.raw_data_ptr();
+  g.w = weight.raw_data_ptr();
+  g.dtype = t;
+  g.m = 1;
+  g.n = weight.size(0);
+  g.k = k;
+  g.stride_x_row = k;
+  g.stride_w_row = weight.size(0) == 1 ? k : weight.stride(0);
+  g.stride_y_row = g.n;
+  c.p.residual = c.residual.raw_data_ptr();
+  c.p.norm_weight = c.norm_weight.defined() ? c.norm_weight.raw_data_ptr() : nullptr;
+  c.p.eps = eps.value_or(default_eps(t));
+  return c;
+}
+
+void check_add_rms_norm_linear(const char* op, const Tensor& x, const Tensor& residual, const Tensor& weight,
+                               const Tensor& weight_scale, const Shape& block) {
   ANVIL_CHECK(x.defined() && residual.defined() && weight.defined(), Error, op, " undefined tensor");
   ANVIL_CHECK(block.empty() || weight_scale.defined(), Error, op, " block ", shape_str(block),
               " needs its weight_scale");
   ANVIL_CHECK(x.dim() >= 1, ShapeError, op, " x must have at least one dim, got ", describe(x));
-  const int64_t k = x.size(-1);
-  const bool half = x.dtype() == kBFloat16 || x.dtype() == kFloat16;
-  // The fused kernel's contract; the CUDA launcher itself checks alignment and waves.
-  const bool fused = x.device().is_cuda() && half && !weight_scale.defined() && x.numel() == k && k >= 8 &&
-                     k % 8 == 0 && k <= 8192 && residual.sizes() == x.sizes() && residual.dtype() == x.dtype() &&
-                     residual.device() == x.device() && weight.dim() == 2 && weight.size(1) == k && weight.size(0) > 0 &&
-                     weight.dtype() == x.dtype() && weight.device() == x.device() && weight.stride(1) == 1 &&
-                     (!norm_weight.defined() || (norm_weight.dtype() == x.dtype() && norm_weight.dim() == 1 &&
-                                                 norm_weight.size(0) == k && norm_weight.device() == x.device()));
-  if (fused) {
-    const Tensor xc = x.contiguous(), rc = residual.contiguous();
-    const Tensor nw = norm_weight.defined() ? norm_weight.contiguous() : Tensor();
+}
+
+}  // namespace
+
+FusedPlan add_rms_norm_linear_plan(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
+                                   std::optional<double> eps, const Tensor& weight, const Tensor& weight_scale,
+                                   const Shape& block) {
+  check_add_rms_norm_linear("[add_rms_norm_linear_plan]", x, residual, weight, weight_scale, block);
+  const std::optional<FusedCall> c = fused_call(x, residual, norm_weight, eps, weight, weight_scale);
+  return c ? ANVIL_PLAN(x.device(), add_rms_norm_linear, c->p) : FusedPlan::Composed;
+}
+
+std::tuple<Tensor, Tensor> add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
+                                               std::optional<double> eps, const Tensor& weight, const Tensor& weight_scale,
+                                               const Shape& block) {
+  const char* op = "[add_rms_norm_linear]";
+  check_add_rms_norm_linear(op, x, residual, weight, weight_scale, block);
+  std::optional<FusedCall> c = fused_call(x, residual, norm_weight, eps, weight, weight_scale);
+  if (c) {
     const TensorOptions opts = TensorOptions(x.dtype()).device(x.device());
     Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
     out_shape.push_back(weight.size(0));
     Tensor y = empty(out_shape, opts), sum = empty(x.sizes(), opts);
-    GemvParams p;
-    p.x = xc.raw_data_ptr();
-    p.w = weight.raw_data_ptr();
-    p.y = y.raw_data_ptr();
-    p.dtype = x.dtype();
-    p.m = 1;
-    p.n = weight.size(0);
-    p.k = k;
-    p.stride_x_row = k;
-    p.stride_w_row = weight.size(0) == 1 ? k : weight.stride(0);
-    p.stride_y_row = p.n;
-    p.residual = rc.raw_data_ptr();
-    p.norm_weight = nw.defined() ? nw.raw_data_ptr() : nullptr;
-    p.sum_out = sum.raw_data_ptr();
-    p.eps = eps.value_or(default_eps(x.dtype()));
-    ANVIL_KERNEL(x.device(), gemv, p);
-    return {y, sum};
+    c->p.gemv.y = y.raw_data_ptr();
+    c->p.sum_out = sum.raw_data_ptr();
+    if (ANVIL_PLAN(x.device(), add_rms_norm_linear, c->p) == FusedPlan::Fused) {
+      ANVIL_KERNEL(x.device(), add_rms_norm_linear, c->p);
+      return {y, sum};
+    }
   }
+  // The composition.
   return as_op(op, [&]() -> std::tuple<Tensor, Tensor> {
-    auto [h, sum] = add_rms_norm(x, residual, {k}, norm_weight, eps);
+    auto [h, sum] = add_rms_norm(x, residual, {x.size(-1)}, norm_weight, eps);
     Tensor y = weight_scale.defined() ? scaled_linear(h, weight, weight_scale, {}, block) : linear(h, weight);
     return {y, sum};
   });

@@ -5,7 +5,7 @@
 
 #include "anvil/ops.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/reduce.h"
 #include "core/util.h"
 
 namespace anvil {

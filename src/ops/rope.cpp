@@ -6,7 +6,7 @@
 #include "anvil/nn.h"
 #include "anvil/ops.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/rope.h"
 #include "core/util.h"
 
 namespace anvil {
@@ -59,7 +59,7 @@ Tensor rope(const Tensor& x_in, const Tensor& positions, const Tensor& inv_freq)
   return out;
 }
 
-Tensor qk_norm_rope_cache(const Tensor& qkv_in, int64_t num_heads, int64_t num_kv_heads, const Tensor& q_norm_weight,
+Tensor qk_norm_rope_cache(const Tensor& qkv_in, int64_t n_heads, int64_t n_kv_heads, const Tensor& q_norm_weight,
                           const Tensor& k_norm_weight, double eps, const Tensor& inv_freq, Tensor& k_cache, Tensor& v_cache,
                           const Tensor& start) {
   const char* op = "[qk_norm_rope_cache]";
@@ -69,17 +69,17 @@ Tensor qk_norm_rope_cache(const Tensor& qkv_in, int64_t num_heads, int64_t num_k
     if (t->defined()) check_same_device(op, qkv_in, *t);
   }
   dispatch_float_types(qkv_in.dtype(), op, [](auto) {});
-  ANVIL_CHECK(num_heads > 0 && num_kv_heads > 0, ShapeError, op, " num_heads and num_kv_heads must be positive, got ",
-              num_heads, " and ", num_kv_heads);
+  ANVIL_CHECK(n_heads > 0 && n_kv_heads > 0, ShapeError, op, " n_heads and n_kv_heads must be positive, got ",
+              n_heads, " and ", n_kv_heads);
   ANVIL_CHECK(k_cache.dim() == 4 && k_cache.sizes() == v_cache.sizes(), ShapeError, op,
               " k_cache and v_cache must be [B, Hk, S_max, D] of one shape, got ", describe(k_cache), " and ",
               describe(v_cache));
   const int64_t B = k_cache.size(0), D = k_cache.size(3);
-  ANVIL_CHECK(k_cache.size(1) == num_kv_heads, ShapeError, op, " the caches ", describe(k_cache), " must have ",
-              num_kv_heads, " kv heads");
-  ANVIL_CHECK(qkv_in.dim() == 3 && qkv_in.size(0) == B && qkv_in.size(2) == (num_heads + 2 * num_kv_heads) * D, ShapeError,
-              op, " qkv must be [", B, ", L, ", (num_heads + 2 * num_kv_heads) * D, "] (", num_heads, " + 2 x ",
-              num_kv_heads, " heads of ", D, "), got ", describe(qkv_in));
+  ANVIL_CHECK(k_cache.size(1) == n_kv_heads, ShapeError, op, " the caches ", describe(k_cache), " must have ",
+              n_kv_heads, " kv heads");
+  ANVIL_CHECK(qkv_in.dim() == 3 && qkv_in.size(0) == B && qkv_in.size(2) == (n_heads + 2 * n_kv_heads) * D, ShapeError,
+              op, " qkv must be [", B, ", L, ", (n_heads + 2 * n_kv_heads) * D, "] (", n_heads, " + 2 x ",
+              n_kv_heads, " heads of ", D, "), got ", describe(qkv_in));
   ANVIL_CHECK(k_cache.dtype() == qkv_in.dtype() && v_cache.dtype() == qkv_in.dtype(), DTypeError, op, " the caches ",
               describe(k_cache), " and ", describe(v_cache), " must have qkv's dtype ", dtype_name(qkv_in.dtype()));
   ANVIL_CHECK((D <= 1 || (k_cache.stride(3) == 1 && v_cache.stride(3) == 1)), ShapeError, op,
@@ -105,7 +105,7 @@ Tensor qk_norm_rope_cache(const Tensor& qkv_in, int64_t num_heads, int64_t num_k
   }
   ANVIL_CHECK(std::isfinite(eps) && eps >= 0, Error, op, " eps must be finite and >= 0, got ", eps);
   const int64_t L = qkv_in.size(1);
-  Tensor q = empty({B, num_heads, L, D}, TensorOptions(qkv_in.dtype()).device(qkv_in.device()));
+  Tensor q = empty({B, n_heads, L, D}, TensorOptions(qkv_in.dtype()).device(qkv_in.device()));
   if (q.numel() == 0) return q;
   const Tensor qkv = qkv_in.stride(2) != 1 ? qkv_in.contiguous() : qkv_in;
   const Tensor freq = inv_freq.contiguous(), st = start.contiguous();
@@ -124,8 +124,8 @@ Tensor qk_norm_rope_cache(const Tensor& qkv_in, int64_t num_heads, int64_t num_k
   p.weight_dtype = wdt;
   p.batch = B;
   p.len = L;
-  p.heads = num_heads;
-  p.kv_heads = num_kv_heads;
+  p.n_heads = n_heads;
+  p.n_kv_heads = n_kv_heads;
   p.head_dim = D;
   p.rotary_dim = 2 * inv_freq.size(0);
   p.cache_rows = k_cache.size(2);

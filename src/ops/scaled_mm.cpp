@@ -5,7 +5,7 @@
 #include "anvil/nn.h"
 #include "anvil/ops.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/scaled_mm.h"
 #include "core/util.h"
 #include "ops/block_scale.h"
 

@@ -1,7 +1,7 @@
 // softmax / log_softmax: validation, the reduced dim as the middle of [outer, dim, inner].
 #include "anvil/nn.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/softmax.h"
 #include "core/util.h"
 
 namespace anvil {

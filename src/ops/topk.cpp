@@ -5,7 +5,7 @@
 
 #include "anvil/nn.h"
 #include "core/dispatch.h"
-#include "core/kernels.h"
+#include "core/kernels/topk.h"
 #include "core/util.h"
 
 namespace anvil {

@@ -1,7 +1,7 @@
 #pragma once
 // Hopper warpgroup MMA (wgmma, sm_90a): shared-memory tile layouts, matrix descriptors and the
 // fences around the asynchronous products (the instructions themselves are in wgmma_ops.cuh);
-// the tensor-memory-accelerator (TMA) tile loads and the shared-memory barriers they complete.
+// the tensor-memory-accelerator (TMA) tile loads and their barriers are in mbarrier.cuh.
 //
 // Tile layout (both operands, K-major and MN-major alike): a row-major [rows][cols] 16-bit
 // tile is cut into column atoms of Sw bytes (Sw = 32, 64 or 128, the swizzle width); atom a
@@ -14,6 +14,8 @@
 //     starts at row 16 s; atoms (Sw / 2 columns each) are rows x Sw bytes apart.
 // Every tile base must be 1024-byte aligned (the permutation reads absolute address bits).
 #include <cstdint>
+
+#include "cuda/device/mbarrier.cuh"
 
 namespace anvil::cuda_device {
 
@@ -62,37 +64,5 @@ __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.p
 // Keeps the compiler from moving accesses of an accumulator across a wgmma / wait boundary.
 __device__ __forceinline__ void reg_fence(float& x) { asm volatile("" : "+f"(x)::"memory"); }
 __device__ __forceinline__ void reg_fence(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
-
-// ---- shared-memory barriers (mbarrier): a phase completes when `count` arrivals and every
-// expected transaction byte (TMA writes) have arrived; waiters name the phase by its parity.
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-// Makes initialised barriers visible to the async proxy (TMA) before the block barrier.
-__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// One arrival that also expects `bytes` of TMA writes in the current phase.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// TMA: the box of a 4-D tensor map at coordinates (c0 innermost .. c3) into shared memory at
-// dst, completing `bytes` on barrier bar. Out-of-range elements arrive as zeros.
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* map, int c0, int c1, int c2, int c3, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-      "[%6];" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-      : "memory");
-}
 
 }  // namespace anvil::cuda_device

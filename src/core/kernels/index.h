@@ -1,0 +1,42 @@
+#pragma once
+// index_select, gather and scatter.
+// Params and the kernel entry points of both backends (the backend boundary: core/kernels.h).
+
+#include "core/kernels.h"
+
+namespace anvil {
+
+// out[o, j, i] = in[o, index[j], i] over contiguous [outer, in_dim, inner] input and
+// [outer, n_index, inner] output; `index` is contiguous int64.
+struct IndexSelectParams {
+  const void* in = nullptr;
+  void* out = nullptr;
+  const int64_t* index = nullptr;
+  DType dtype = kFloat32;
+  int64_t outer = 0, in_dim = 0, inner = 0, n_index = 0;
+};
+
+// gather:  out[p] = self[p with p[dim] = index[p]]              (p over index's shape)
+// scatter: self[p with p[dim] = index[p]] = src[p] (or scalar0), accumulate adds
+struct GatherParams {
+  void* self = nullptr;
+  void* out_or_src = nullptr;  // gather: out; scatter: src (null when the scalar is used)
+  const int64_t* index = nullptr;
+  DType dtype = kFloat32;
+  int ndim = 0;
+  int dim = 0;
+  int64_t numel = 0;  // index elements
+  int64_t sizes[kMaxDims] = {};  // index's sizes
+  int64_t self_strides[kMaxDims] = {}, index_strides[kMaxDims] = {}, other_strides[kMaxDims] = {};
+  int64_t self_dim_size = 0;
+  bool accumulate = false;
+  ScalarArg scalar0;
+};
+
+#define ANVIL_INDEX_KERNELS(X)               \
+  X(index_select, const IndexSelectParams&)  \
+  X(gather, const GatherParams&)             \
+  X(scatter, const GatherParams&)
+ANVIL_DECLARE_KERNELS(ANVIL_INDEX_KERNELS)
+
+}  // namespace anvil

@@ -1,0 +1,56 @@
+#pragma once
+// Host-side launchers of the map kernels (cuda/device/map.cuh): the packed / unrolled / strided
+// path and a grid of one wave of resident blocks.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/device/map.cuh"
+#include "cuda/runtime.h"
+
+namespace anvil::cuda_device {
+
+inline bool is_aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+// Blocks of 256 that run at once on one SM (asked once per kernel instance). A grid of exactly
+// that many per SM is one wave in which every block strides over the same amount of work; a
+// fixed 8 per SM left a second, mostly idle wave whenever registers allowed fewer.
+template <typename Kernel>
+int resident_blocks_per_sm(Kernel kernel) {
+  return cuda_backend::resident_blocks(kernel, kThreads, 0);
+}
+
+inline unsigned grid_for(int64_t items, int per_thread, int64_t max_blocks) {
+  int64_t b = ((items + per_thread - 1) / per_thread + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 1 ? 1 : b > max_blocks ? max_blocks : b);
+}
+
+template <typename Out, typename In, typename F, typename P>
+void launch_map1(const P& p, F f, cudaStream_t stream, int sm_count) {
+  static const int resident = resident_blocks_per_sm(map1_kernel<Out, In, F, P>);
+  constexpr int V = pack_width<In, Out>();
+  bool packed = p.contiguous && is_aligned(p.ptr[0], sizeof(Out) * V) && is_aligned(p.ptr[1], sizeof(In) * V);
+  int per_thread = !p.contiguous ? 1 : packed ? 2 * V : kUnroll;
+  unsigned grid = grid_for(p.numel, per_thread, int64_t{resident} * sm_count);
+  map1_kernel<Out, In, F, P><<<grid, kThreads, 0, stream>>>(p, f, packed);
+}
+
+template <typename Out, typename In, typename F, typename P>
+void launch_map2(const P& p, F f, cudaStream_t stream, int sm_count) {
+  static const int resident = resident_blocks_per_sm(map2_kernel<Out, In, F, P>);
+  constexpr int V = pack_width<In, Out>();
+  bool packed = p.contiguous && is_aligned(p.ptr[0], sizeof(Out) * V) && is_aligned(p.ptr[1], sizeof(In) * V) &&
+                is_aligned(p.ptr[2], sizeof(In) * V);
+  int per_thread = !p.contiguous ? 1 : packed ? V : kUnroll;
+  unsigned grid = grid_for(p.numel, per_thread, int64_t{resident} * sm_count);
+  map2_kernel<Out, In, F, P><<<grid, kThreads, 0, stream>>>(p, f, packed);
+}
+
+template <int kSlots, typename F, typename P>
+void launch_map_slots(const P& p, F f, cudaStream_t stream, int sm_count) {
+  static const int resident = resident_blocks_per_sm(map_slots_kernel<kSlots, F, P>);
+  unsigned grid = grid_for(p.numel, 1, int64_t{resident} * sm_count);
+  map_slots_kernel<kSlots, F, P><<<grid, kThreads, 0, stream>>>(p, f);
+}
+
+}  // namespace anvil::cuda_device
