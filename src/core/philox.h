@@ -3,8 +3,10 @@
 // function of (seed, counter), so CPU and CUDA produce identical tensors.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "anvil/numeric.h"
+#include "core/dispatch.h"
 #include "core/params.h"
 
 namespace anvil {
@@ -55,17 +57,19 @@ ANVIL_HD int64_t philox_int(uint64_t seed, uint64_t counter, int64_t low, int64_
   return static_cast<int64_t>(static_cast<uint64_t>(low) + x % range);
 }
 
-// Random bits for a storage type: the mantissa width plus one, so rounding never gives 1.0.
-ANVIL_HD int random_bits_for(DType t) {
-  switch (t) {
-    case DType::Float64: return 53;
-    case DType::Float32: return 24;
-    case DType::Float16: return 11;
-    case DType::BFloat16: return 8;
-    case DType::Float8_e4m3fn: return 4;
-    case DType::Float8_e5m2: return 3;
-    default: return 24;
-  }
+// Random bits for a floating storage type: the mantissa width plus one, so rounding never gives
+// 1.0 (complex64: its float32 parts). Host side; the kernels get the number.
+inline int random_bits_for(DType t) {
+  return dispatch_all_types(t, "[random]", [](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, double>) return 53;
+    else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Complex64>) return 24;
+    else if constexpr (std::is_same_v<T, Half>) return 11;
+    else if constexpr (std::is_same_v<T, BFloat16>) return 8;
+    else if constexpr (std::is_same_v<T, Float8_e4m3fn>) return 4;
+    else if constexpr (std::is_same_v<T, Float8_e5m2>) return 3;
+    else return 24;  // integer and bool draws take [low, high) and never use it
+  });
 }
 
 }  // namespace anvil

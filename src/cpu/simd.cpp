@@ -10,6 +10,7 @@
 #include <string>
 
 #include "anvil/version.h"
+#include "core/dispatch.h"
 #include "core/element.h"
 #include "cpu/simd.h"
 #include "cpu/simd-inl.h"
@@ -342,22 +343,27 @@ const float* f8_table(DType t) {
 }
 
 void decode_f32(DType from, const void* src, float* out, int64_t n) {
-  switch (from) {
-    case DType::Float32: std::memcpy(out, src, static_cast<size_t>(n) * 4); break;
-    case DType::BFloat16: HWY_DYNAMIC_DISPATCH(BF16ToF32)(static_cast<const uint16_t*>(src), out, n); break;
-    case DType::Float16: HWY_DYNAMIC_DISPATCH(F16ToF32)(static_cast<const uint16_t*>(src), out, n); break;
-    default: HWY_DYNAMIC_DISPATCH(F8ToF32)(static_cast<const uint8_t*>(src), out, n, f8_table(from)); break;
-  }
+  dispatch_all_types(from, "[decode_f32]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) std::memcpy(out, src, static_cast<size_t>(n) * 4);
+    else if constexpr (std::is_same_v<T, BFloat16>) HWY_DYNAMIC_DISPATCH(BF16ToF32)(static_cast<const uint16_t*>(src), out, n);
+    else if constexpr (std::is_same_v<T, Half>) HWY_DYNAMIC_DISPATCH(F16ToF32)(static_cast<const uint16_t*>(src), out, n);
+    else if constexpr (std::is_same_v<T, Float8_e4m3fn> || std::is_same_v<T, Float8_e5m2>)
+      HWY_DYNAMIC_DISPATCH(F8ToF32)(static_cast<const uint8_t*>(src), out, n, f8_table(from));
+    else throw DTypeError(detail::cat_message("[decode_f32] no SIMD decoder for ", dtype_name(from)));
+  });
 }
 
 void encode_f32(DType to, const float* in, void* dst, int64_t n) {
-  switch (to) {
-    case DType::Float32: std::memcpy(dst, in, static_cast<size_t>(n) * 4); break;
-    case DType::BFloat16: HWY_DYNAMIC_DISPATCH(F32ToBF16)(in, static_cast<uint16_t*>(dst), n); break;
-    case DType::Float16: HWY_DYNAMIC_DISPATCH(F32ToF16)(in, static_cast<uint16_t*>(dst), n); break;
-    case DType::Float8_e4m3fn: HWY_DYNAMIC_DISPATCH(F32ToE4M3)(in, static_cast<uint8_t*>(dst), n); break;
-    default: HWY_DYNAMIC_DISPATCH(F32ToE5M2)(in, static_cast<uint8_t*>(dst), n); break;
-  }
+  dispatch_all_types(to, "[encode_f32]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) std::memcpy(dst, in, static_cast<size_t>(n) * 4);
+    else if constexpr (std::is_same_v<T, BFloat16>) HWY_DYNAMIC_DISPATCH(F32ToBF16)(in, static_cast<uint16_t*>(dst), n);
+    else if constexpr (std::is_same_v<T, Half>) HWY_DYNAMIC_DISPATCH(F32ToF16)(in, static_cast<uint16_t*>(dst), n);
+    else if constexpr (std::is_same_v<T, Float8_e4m3fn>) HWY_DYNAMIC_DISPATCH(F32ToE4M3)(in, static_cast<uint8_t*>(dst), n);
+    else if constexpr (std::is_same_v<T, Float8_e5m2>) HWY_DYNAMIC_DISPATCH(F32ToE5M2)(in, static_cast<uint8_t*>(dst), n);
+    else throw DTypeError(detail::cat_message("[encode_f32] no SIMD encoder for ", dtype_name(to)));
+  });
 }
 
 bool convert(DType to, DType from, void* dst, const void* src, int64_t n) {

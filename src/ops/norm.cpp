@@ -167,18 +167,17 @@ std::tuple<Tensor, Tensor> add_rms_norm_linear(const Tensor& x, const Tensor& re
                                                const Shape& block) {
   const char* op = "[add_rms_norm_linear]";
   check_add_rms_norm_linear(op, x, residual, weight, weight_scale, block);
+  // The plan is asked with the outputs unset (they are allocated here, aligned), as the query does.
   std::optional<FusedCall> c = fused_call(x, residual, norm_weight, eps, weight, weight_scale);
-  if (c) {
+  if (c && ANVIL_PLAN(x.device(), add_rms_norm_linear, c->p) == FusedPlan::Fused) {
     const TensorOptions opts = TensorOptions(x.dtype()).device(x.device());
     Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
     out_shape.push_back(weight.size(0));
     Tensor y = empty(out_shape, opts), sum = empty(x.sizes(), opts);
     c->p.gemv.y = y.raw_data_ptr();
     c->p.sum_out = sum.raw_data_ptr();
-    if (ANVIL_PLAN(x.device(), add_rms_norm_linear, c->p) == FusedPlan::Fused) {
-      ANVIL_KERNEL(x.device(), add_rms_norm_linear, c->p);
-      return {y, sum};
-    }
+    ANVIL_KERNEL(x.device(), add_rms_norm_linear, c->p);
+    return {y, sum};
   }
   // The composition.
   return as_op(op, [&]() -> std::tuple<Tensor, Tensor> {
