@@ -252,7 +252,8 @@ ANVIL_API Tensor moe_combine(const Tensor& expert_out, const Tensor& topk_weight
 // them inside the dots (CUDA: e4m3, bn % 8 == 0, bk = 64 x 2^i, I % 4 == 0); otherwise the
 // layer's experts are dequantised to hidden's dtype and those run. CUDA fuses bfloat16 / float16
 // hidden with 16-byte aligned rows whose H and I fill whole 16-byte loads. moe_experts_plan says
-// whether the fused kernels run for these arguments (for dequantised experts: for those).
+// whether the fused kernels run on these arguments as given; a composed block-scaled call runs
+// the dequantised experts, which are fused where their own plan says so.
 ANVIL_API Tensor moe_experts(const Tensor& hidden, const MoeRouting& routing, const Tensor& gate_up,
                              const Tensor& down, const Tensor& gate_up_scale = {}, const Tensor& down_scale = {},
                              const Shape& block = {});
