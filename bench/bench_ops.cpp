@@ -122,6 +122,7 @@ int run_bench_ops(const BenchOpsOptions& o) {
   std::vector<Case> cases = core_cases(dev);
   for (Case& c : decode_cases(dev)) cases.push_back(std::move(c));
   for (Case& c : moe_cases(dev)) cases.push_back(std::move(c));
+  for (Case& c : pad_cases(dev)) cases.push_back(std::move(c));
   std::vector<Result> results;
   for (const Case& c : cases) {
     if (!matches_filter(c.name, o.filter)) continue;

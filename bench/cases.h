@@ -31,5 +31,6 @@ inline std::string ceiling_for(Device dev) { return dev.is_cpu() ? "read" : "cop
 std::vector<Case> core_cases(Device dev);    // copy, casts, add, sum (bench/cases_core.cpp)
 std::vector<Case> decode_cases(Device dev);  // linear suite, softmax, norms, RoPE, SwiGLU (bench/cases_decode.cpp)
 std::vector<Case> moe_cases(Device dev);     // routing, combine, the whole experts block (bench/cases_moe.cpp)
+std::vector<Case> pad_cases(Device dev);     // the models' pads and their backward (bench/cases_pad.cpp)
 
 }  // namespace anvil::bench

@@ -124,6 +124,28 @@ def build_moe(op, spec, dev, t):
     return block
 
 
+def build_pad(op, spec, dev, t):
+    """F.pad, or the aten backward of its mode (constant: the gradient cropped, as autograd does)."""
+    shape, pad, mode = spec["shape"], spec["pad"], spec["mode"]
+    fmt = torch.contiguous_format
+    if spec["channels_last"]:
+        fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    x = torch.rand(*shape, device=dev).to(t).contiguous(memory_format=fmt)
+    if op == "pad":
+        rot = rotations(dev, x.numel() * x.element_size())
+        xs = [torch.rand(*shape, device=dev).to(t).contiguous(memory_format=fmt) for _ in range(rot)]
+        return lambda i: F.pad(xs[i % rot], pad, mode)
+    out = F.pad(x, pad, mode)
+    rot = rotations(dev, out.numel() * out.element_size())
+    gs = [torch.rand(*out.shape, device=dev).to(t).contiguous(memory_format=fmt) for _ in range(rot)]
+    n = len(pad) // 2
+    if mode == "constant":
+        neg = [-p for p in pad]
+        return lambda i: torch.constant_pad_nd(gs[i % rot], neg)
+    aten = getattr(torch.ops.aten, f"{'reflection' if mode == 'reflect' else 'replication'}_pad{n}d_backward")
+    return lambda i: aten(gs[i % rot], x, pad)
+
+
 def build(spec, dev):
     """Returns fn(i) for call i, the PyTorch composition of the anvil op the spec names."""
     op = spec["op"]
@@ -212,6 +234,8 @@ def build(spec, dev):
         return lambda i: F.scaled_dot_product_attention(q, ks[i % rot], vs[i % rot], is_causal=causal, enable_gqa=gqa)
     if op in ("moe_route", "moe_combine", "moe_block"):
         return build_moe(op, spec, dev, t)
+    if op in ("pad", "pad_backward"):
+        return build_pad(op, spec, dev, t)
     shape = spec["shape"]
     numel = math.prod(shape)
     rot = rotations(dev, numel * 4)

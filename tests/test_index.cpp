@@ -296,7 +296,9 @@ TEST_P(Index, CachePrefetchErrors) {
                    cache_prefetch(zeros({}, TensorOptions(kBFloat16).device(dev())),
                                   zeros({1}, TensorOptions(kInt64).device(dev()))));
   EXPECT_THROWS_OP(Error, "cache_prefetch", cache_prefetch(Tensor{}));
-  if (dev().is_cuda()) EXPECT_THROWS_OP(DeviceError, "cache_prefetch", cache_prefetch(x, zeros({2}, TensorOptions(kInt64))));
+  if (dev().is_cuda()) {
+    EXPECT_THROWS_OP(DeviceError, "cache_prefetch", cache_prefetch(x, zeros({2}, TensorOptions(kInt64))));
+  }
   cache_prefetch(zeros({0, 8}, TensorOptions(kBFloat16).device(dev())), zeros({3}, TensorOptions(kInt64).device(dev())));
 }
 

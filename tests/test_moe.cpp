@@ -182,7 +182,9 @@ TEST_P(Moe, RouterErrors) {
   EXPECT_THROWS_OP(IndexError, "moe_router", moe_router(h, w, 0, true));
   EXPECT_THROWS_OP(IndexError, "moe_router", moe_router(h, w, 9, true));
   EXPECT_THROWS_OP(Error, "moe_router", moe_router(Tensor(), w, 2, true));
-  if (dev().is_cuda()) EXPECT_THROWS_OP(DeviceError, "moe_router", moe_router(h, w.to(kCPU), 2, true));
+  if (dev().is_cuda()) {
+    EXPECT_THROWS_OP(DeviceError, "moe_router", moe_router(h, w.to(kCPU), 2, true));
+  }
 }
 
 // -inf logits (masked experts) are never chosen while finite ones remain; equal logits route to

@@ -18,6 +18,9 @@ class ANVIL_API DeviceError : public Error { public: using Error::Error; };
 class ANVIL_API IndexError : public Error { public: using Error::Error; };
 class ANVIL_API FormatError : public Error { public: using Error::Error; };
 class ANVIL_API OutOfMemoryError : public Error { public: using Error::Error; };
+// An argument's value outside what the op takes: an unknown mode string, a probability outside
+// [0, 1] (Python's ValueError / NotImplementedError where PyTorch raises those).
+class ANVIL_API ValueError : public Error { public: using Error::Error; };
 
 namespace detail {
 template <typename... Args>

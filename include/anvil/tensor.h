@@ -20,6 +20,12 @@ namespace anvil {
 using Shape = std::vector<int64_t>;
 class Stream;
 
+// torch.memory_format: the dense layouts a tensor can be asked for. ChannelsLast orders a 4-d
+// [N, C, H, W] tensor as NHWC in memory (strides [H*W*C, 1, W*C, C]), ChannelsLast3d a 5-d
+// [N, C, D, H, W] one as NDHWC.
+enum class MemoryFormat : int8_t { Contiguous, ChannelsLast, ChannelsLast3d };
+ANVIL_API const char* memory_format_name(MemoryFormat format);  // "contiguous_format", "channels_last", ...
+
 // Bytes on one device, freed through its deleter when the last Tensor using them goes.
 struct ANVIL_API StorageImpl {
   void* data = nullptr;
@@ -63,6 +69,13 @@ class ANVIL_API Tensor {
   size_t element_size() const { return anvil::element_size(dtype_); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   bool is_contiguous() const;
+  // Dense in `format`'s order (size-1 dims are not checked), as torch's is_contiguous(memory_format).
+  bool is_contiguous(MemoryFormat format) const;
+  // The layout an op should give its output, as torch's suggest_memory_format: ChannelsLast
+  // (ChannelsLast3d) when a 4-d (5-d) tensor's strides order it NHWC (NDHWC), else Contiguous;
+  // ambiguous strides (size-1 channels) count as Contiguous. With exact_match only the exact
+  // channels-last strides count.
+  MemoryFormat suggest_memory_format(bool channels_last_strides_exact_match = false) const;
   bool is_cpu() const { return device().is_cpu(); }
   bool is_cuda() const { return device().is_cuda(); }
   const std::shared_ptr<StorageImpl>& storage() const { return storage_; }
@@ -78,6 +91,9 @@ class ANVIL_API Tensor {
   Tensor to(Device d) const;
   Tensor to(Device d, DType t) const;
   Tensor contiguous() const;
+  // This tensor when is_contiguous(format), else a copy in that layout (ShapeError when the
+  // rank does not fit it: 4 for ChannelsLast, 5 for ChannelsLast3d).
+  Tensor contiguous(MemoryFormat format) const;
   Tensor clone() const;
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(const Scalar& value);
@@ -124,11 +140,14 @@ ANVIL_API std::string shape_str(const Shape& s);  // "[2, 3]"
 
 // ---- factories
 ANVIL_API Tensor empty(const Shape& sizes, TensorOptions opts = {});
+// empty in `format`'s layout (ShapeError when the rank does not fit it).
+ANVIL_API Tensor empty(const Shape& sizes, TensorOptions opts, MemoryFormat format);
 ANVIL_API Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions opts = {});
 ANVIL_API Tensor zeros(const Shape& sizes, TensorOptions opts = {});
 ANVIL_API Tensor ones(const Shape& sizes, TensorOptions opts = {});
 ANVIL_API Tensor full(const Shape& sizes, const Scalar& value, TensorOptions opts = {});
 ANVIL_API Tensor empty_like(const Tensor& t);
+ANVIL_API Tensor empty_like(const Tensor& t, MemoryFormat format);
 ANVIL_API Tensor zeros_like(const Tensor& t);
 ANVIL_API Tensor ones_like(const Tensor& t);
 ANVIL_API Tensor full_like(const Tensor& t, const Scalar& value);

@@ -82,6 +82,29 @@ decltype(auto) dispatch_half_types(DType t, const char* op, F&& f) {
   throw DTypeError(detail::cat_message(op, " not implemented for '", dtype_name(t), "' (float16 / bfloat16 only)"));
 }
 
+// float16, bfloat16, float32, float64, complex64: gradients of data-movement ops (pads).
+template <typename F>
+decltype(auto) dispatch_float_complex_types(DType t, const char* op, F&& f) {
+  switch (t) {
+    ANVIL_FLOAT_DTYPES(ANVIL_DISPATCH_CASE)
+    ANVIL_DISPATCH_CASE(DType::Complex64, Complex64)
+    default:
+      break;
+  }
+  throw DTypeError(detail::cat_message(op, " not implemented for '", dtype_name(t), "'"));
+}
+
+// Ops that only move elements (same-dtype copy, fill, where, index_select, gather, scatter
+// without accumulation, pads) are instantiated per element size, not per dtype.
+template <typename F>
+decltype(auto) dispatch_element_size(size_t bytes, const char* op, F&& f) {
+  if (bytes == 1) return f(TypeTag<uint8_t>{});
+  if (bytes == 2) return f(TypeTag<uint16_t>{});
+  if (bytes == 4) return f(TypeTag<uint32_t>{});
+  if (bytes == 8) return f(TypeTag<uint64_t>{});
+  throw DTypeError(detail::cat_message(op, " unsupported element size ", bytes));
+}
+
 #undef ANVIL_DISPATCH_CASE
 
 }  // namespace anvil

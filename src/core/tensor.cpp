@@ -24,6 +24,70 @@ Shape contiguous_strides(const Shape& sizes) {
   return st;
 }
 
+namespace {
+
+// Dims from innermost to outermost in memory (PyTorch's orders for its channels-last checks).
+constexpr int kChannelsLastOrder[] = {1, 3, 2, 0};
+constexpr int kChannelsLast3dOrder[] = {1, 4, 3, 2, 0};
+
+template <size_t N>
+bool dense_in_order(const Shape& sizes, const Shape& strides, const int (&order)[N]) {
+  if (sizes.size() != N) return false;
+  int64_t expected = 1;
+  for (int d : order) {
+    if (sizes[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// PyTorch's is_channels_last_strides_2d / _3d: the strides grow along `order`, with its rules
+// for ambiguous size-1 dims (an N111 tensor, a 1C1W permutation) falling back to contiguous.
+template <size_t N>
+bool strides_like_order(const Shape& sizes, const Shape& strides, const int (&order)[N]) {
+  if (sizes.size() != N || strides[1] == 0) return false;
+  int64_t min = 0;
+  for (int d : order) {
+    if (sizes[d] == 0 || strides[d] < min) return false;
+    if (d == 0 && min == strides[1]) return false;
+    min = strides[d];
+    if (sizes[d] > 1) min *= sizes[d];
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* memory_format_name(MemoryFormat format) {
+  switch (format) {
+    case MemoryFormat::Contiguous: return "contiguous_format";
+    case MemoryFormat::ChannelsLast: return "channels_last";
+    case MemoryFormat::ChannelsLast3d: return "channels_last_3d";
+  }
+  return "unknown memory format";
+}
+
+Shape memory_format_strides(const Shape& sizes, MemoryFormat format, const char* op) {
+  if (format == MemoryFormat::Contiguous) return contiguous_strides(sizes);
+  const bool is_2d = format == MemoryFormat::ChannelsLast;
+  const size_t rank = is_2d ? 4 : 5;
+  ANVIL_CHECK(sizes.size() == rank, ShapeError, op, " required rank ", rank, " tensor to use ",
+              memory_format_name(format), " format, got ", shape_str(sizes));
+  // Raw sizes, as PyTorch's get_channels_last_strides: a zero-size dim gives zero strides above it.
+  Shape st(rank);
+  int64_t s = 1;
+  auto walk = [&](const auto& order) {
+    for (int d : order) {
+      st[d] = s;
+      s *= sizes[d];
+    }
+  };
+  if (is_2d) walk(kChannelsLastOrder);
+  else walk(kChannelsLast3dOrder);
+  return st;
+}
+
 std::string shape_str(const Shape& s) {
   std::ostringstream os;
   os << "[";
@@ -64,6 +128,26 @@ bool Tensor::is_contiguous() const {
     expected *= sizes_[i];
   }
   return true;
+}
+
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  switch (format) {
+    case MemoryFormat::Contiguous: return is_contiguous();
+    case MemoryFormat::ChannelsLast: return dense_in_order(sizes_, strides_, kChannelsLastOrder);
+    case MemoryFormat::ChannelsLast3d: return dense_in_order(sizes_, strides_, kChannelsLast3dOrder);
+  }
+  return false;
+}
+
+MemoryFormat Tensor::suggest_memory_format(bool channels_last_strides_exact_match) const {
+  const bool exact = channels_last_strides_exact_match;
+  if (strides_like_order(sizes_, strides_, kChannelsLastOrder) &&
+      (!exact || strides_ == memory_format_strides(sizes_, MemoryFormat::ChannelsLast, "[suggest_memory_format]")))
+    return MemoryFormat::ChannelsLast;
+  if (strides_like_order(sizes_, strides_, kChannelsLast3dOrder) &&
+      (!exact || strides_ == memory_format_strides(sizes_, MemoryFormat::ChannelsLast3d, "[suggest_memory_format]")))
+    return MemoryFormat::ChannelsLast3d;
+  return MemoryFormat::Contiguous;
 }
 
 void* Tensor::raw_data_ptr() const {

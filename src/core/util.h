@@ -24,6 +24,8 @@ inline int64_t shape_numel(const Shape& s) {
 }
 
 Shape contiguous_strides(const Shape& sizes);
+// The strides of `format`'s dense layout (ShapeError naming `op` when the rank does not fit it).
+Shape memory_format_strides(const Shape& sizes, MemoryFormat format, const char* op);
 // Storage of `nbytes` on `device` from its allocator (CPU: 64-byte aligned; CUDA: caching).
 std::shared_ptr<StorageImpl> allocate_storage(Device device, size_t nbytes);
 std::string describe(const Tensor& t);  // "float32[2, 3] on cpu"

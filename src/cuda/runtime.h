@@ -124,20 +124,6 @@ int max_clusters(Kernel kernel, int cluster, int threads, size_t smem) {
   return n;
 }
 
-// Ops that only move elements (same-dtype copy, fill, where, index_select, gather, scatter
-// without accumulation) are instantiated per element size, not per dtype.
-template <typename F>
-decltype(auto) dispatch_element_size(size_t bytes, const char* op, F&& f) {
-  switch (bytes) {
-    case 1: return f(TypeTag<uint8_t>{});
-    case 2: return f(TypeTag<uint16_t>{});
-    case 4: return f(TypeTag<uint32_t>{});
-    case 8: return f(TypeTag<uint64_t>{});
-    default: break;
-  }
-  throw DTypeError(detail::cat_message(op, " unsupported element size ", bytes));
-}
-
 // dispatch_arith_types / dispatch_real_types reject float8 (and complex) at run time but still
 // instantiate their lambda for every dtype; kernels guard with these to skip dead instances.
 template <typename T>

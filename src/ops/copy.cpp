@@ -77,6 +77,13 @@ Tensor Tensor::contiguous() const {
   return clone();
 }
 
+Tensor Tensor::contiguous(MemoryFormat format) const {
+  if (is_contiguous(format)) return *this;
+  Tensor out = empty(sizes_, TensorOptions(dtype_).device(device()), format);
+  out.copy_(*this);
+  return out;
+}
+
 Tensor Tensor::clone() const {
   Tensor out = empty(sizes_, TensorOptions(dtype_).device(device()));
   out.copy_(*this);

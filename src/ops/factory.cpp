@@ -18,6 +18,14 @@ Tensor empty(const Shape& sizes, TensorOptions opts) {
   return Tensor(std::move(storage), sizes, contiguous_strides(sizes), 0, opts.dtype_);
 }
 
+Tensor empty(const Shape& sizes, TensorOptions opts, MemoryFormat format) {
+  if (format == MemoryFormat::Contiguous) return empty(sizes, opts);
+  for (int64_t s : sizes) ANVIL_CHECK(s >= 0, ShapeError, "[empty] negative dimension in size ", shape_str(sizes));
+  Shape strides = memory_format_strides(sizes, format, "[empty]");
+  auto storage = allocate_storage(opts.device_, static_cast<size_t>(shape_numel(sizes)) * element_size(opts.dtype_));
+  return Tensor(std::move(storage), sizes, std::move(strides), 0, opts.dtype_);
+}
+
 Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions opts) {
   ANVIL_CHECK(sizes.size() == strides.size(), ShapeError, "[empty_strided] sizes ", shape_str(sizes), " and strides ",
               shape_str(strides), " differ in length");
@@ -41,6 +49,9 @@ Tensor full(const Shape& sizes, const Scalar& value, TensorOptions opts) {
 Tensor zeros(const Shape& sizes, TensorOptions opts) { return full(sizes, 0, opts); }
 Tensor ones(const Shape& sizes, TensorOptions opts) { return full(sizes, 1, opts); }
 Tensor empty_like(const Tensor& t) { return empty(t.sizes(), TensorOptions(t.dtype()).device(t.device())); }
+Tensor empty_like(const Tensor& t, MemoryFormat format) {
+  return empty(t.sizes(), TensorOptions(t.dtype()).device(t.device()), format);
+}
 Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), TensorOptions(t.dtype()).device(t.device())); }
 Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions(t.dtype()).device(t.device())); }
 Tensor full_like(const Tensor& t, const Scalar& v) { return full(t.sizes(), v, TensorOptions(t.dtype()).device(t.device())); }

@@ -6,4 +6,5 @@
 #include "reference/ref_index.h"
 #include "reference/ref_matmul.h"
 #include "reference/ref_nn.h"
+#include "reference/ref_pad.h"
 #include "reference/ref_reduce.h"
