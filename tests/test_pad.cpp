@@ -41,6 +41,20 @@ ref::Array rounded(ref::Array a, DType t) {
   return a;
 }
 
+// The backward of F.pad's `mode` over pad.size() / 2 dims, through the public function of it.
+Tensor backward_of(const std::string& mode, const Tensor& grad, const Tensor& x, const Shape& pad) {
+  const size_t n = pad.size() / 2;
+  if (mode == "constant") return constant_pad_nd_backward(grad, pad);
+  if (mode == "circular") return pad_circular_backward(grad, pad);
+  if (mode == "reflect")
+    return n == 1 ? reflection_pad1d_backward(grad, x, pad)
+           : n == 2 ? reflection_pad2d_backward(grad, x, pad)
+                    : reflection_pad3d_backward(grad, x, pad);
+  return n == 1 ? replication_pad1d_backward(grad, x, pad)
+         : n == 2 ? replication_pad2d_backward(grad, x, pad)
+                  : replication_pad3d_backward(grad, x, pad);
+}
+
 // Expects E with "[op]" first and `text` somewhere in the message.
 template <typename E, typename F>
 ::testing::AssertionResult throws_saying(F&& f, const std::string& op, const std::string& text) {
@@ -192,10 +206,7 @@ TEST_P(Pad, ChannelsLastModes) {
       if (circular) continue;
       // The backward's grad_input follows the input's layout too.
       th::Input go = th::make_dyadic_input(y.sizes(), kBFloat16, dev(), Layout::Contiguous, g, 4);
-      Tensor gi = s.size() == 4 ? (std::string(mode) == "reflect" ? reflection_pad2d_backward(go.t, x, p)
-                                                                  : replication_pad2d_backward(go.t, x, p))
-                                : (std::string(mode) == "reflect" ? reflection_pad3d_backward(go.t, x, p)
-                                                                  : replication_pad3d_backward(go.t, x, p));
+      Tensor gi = backward_of(mode, go.t, x, p);
       EXPECT_EQ(gi.suggest_memory_format(), x.suggest_memory_format()) << mode;
       EXPECT_TRUE(th::expect_equal(gi, rounded(ref::pad_backward(go.a, s, p, kind_of(mode)), kBFloat16))) << mode;
     }
@@ -227,16 +238,7 @@ TEST_P(Pad, BackwardTable) {
                 Shape out = c.x;
                 for (int i = 0; i < n; ++i) out[out.size() - 1 - i] += c.pad[2 * i] + c.pad[2 * i + 1];
                 th::Input go = th::make_dyadic_input(out, t, dev(), l, g, 8);
-                Tensor gi;
-                const std::string m = mode;
-                if (m == "constant") gi = constant_pad_nd_backward(go.t, c.pad);
-                else if (m == "circular") gi = pad_circular_backward(go.t, c.pad);
-                else if (m == "reflect") gi = n == 1 ? reflection_pad1d_backward(go.t, x.t, c.pad)
-                                            : n == 2 ? reflection_pad2d_backward(go.t, x.t, c.pad)
-                                                     : reflection_pad3d_backward(go.t, x.t, c.pad);
-                else gi = n == 1 ? replication_pad1d_backward(go.t, x.t, c.pad)
-                          : n == 2 ? replication_pad2d_backward(go.t, x.t, c.pad)
-                                   : replication_pad3d_backward(go.t, x.t, c.pad);
+                Tensor gi = backward_of(mode, go.t, x.t, c.pad);
                 const ref::Array want = rounded(ref::pad_backward(go.a, c.x, c.pad, kind), t);
                 ASSERT_TRUE(th::expect_shape(gi, c.x, t));
                 ASSERT_TRUE(th::expect_equal(gi, want));
@@ -280,12 +282,7 @@ TEST_P(Pad, BackwardMatchesFiniteDifferences) {
     }
     Tensor wt = th::make_tensor(w, kFloat64, dev());
     Tensor xt = th::make_tensor(x, kFloat64, dev());
-    const std::string m = c.mode;
-    Tensor gi = m == "constant"   ? constant_pad_nd_backward(wt, c.pad)
-                : m == "circular" ? pad_circular_backward(wt, c.pad)
-                : m == "reflect"  ? (c.x.size() == 3 ? reflection_pad1d_backward(wt, xt, c.pad)
-                                                     : reflection_pad3d_backward(wt, xt, c.pad))
-                                  : replication_pad2d_backward(wt, xt, c.pad);
+    Tensor gi = backward_of(c.mode, wt, xt, c.pad);
     // The loss is linear in x: central differences are exact up to the rounding of the sums.
     th::Tol tol{1e-9, 1e-9};
     EXPECT_TRUE(th::expect_close(gi, fd, tol)) << c.mode;
@@ -392,15 +389,7 @@ TEST_P(Pad, MatchesPyTorchGoldens) {
     EXPECT_TRUE(y.is_contiguous(format_of(c["out_format"])));
     EXPECT_EQ(th::to_array(y).v, c["y"].get<std::vector<double>>());
     Tensor g = tensor(values(ref::numel_of(out), 104729, 97), out).to(dev());
-    const int n = static_cast<int>(p.size() / 2);
-    Tensor gi = mode == "constant"   ? constant_pad_nd_backward(g, p)
-                : mode == "circular" ? pad_circular_backward(g, p)
-                : mode == "reflect"  ? (n == 1 ? reflection_pad1d_backward(g, x, p)
-                                       : n == 2 ? reflection_pad2d_backward(g, x, p)
-                                                : reflection_pad3d_backward(g, x, p))
-                                     : (n == 1 ? replication_pad1d_backward(g, x, p)
-                                        : n == 2 ? replication_pad2d_backward(g, x, p)
-                                                 : replication_pad3d_backward(g, x, p));
+    Tensor gi = backward_of(mode, g, x, p);
     EXPECT_TRUE(gi.is_contiguous(format_of(c["grad_format"])));
     EXPECT_EQ(th::to_array(gi).v, c["grad"].get<std::vector<double>>());
   }
