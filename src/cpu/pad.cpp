@@ -27,10 +27,6 @@ void pad_forward(const PadParams& p) {
   U* out = static_cast<U*>(p.dst);
   U fill;
   std::memcpy(&fill, &p.fill_bits, sizeof(U));
-  if (p.ndim == 0) {  // one element, nothing padded
-    out[0] = in[0];
-    return;
-  }
   const int nd = p.ndim;
   const auto src_of = source_tables(p);
   const std::vector<int64_t>& last = src_of[nd - 1];
@@ -94,10 +90,6 @@ void pad_backward_gather(const PadParams& p) {
   using Acc = opmath_t<T>;
   const T* grad_out = static_cast<const T*>(p.src);
   T* grad_in = static_cast<T*>(p.dst);
-  if (p.ndim == 0) {
-    grad_in[0] = grad_out[0];
-    return;
-  }
   const int nd = p.ndim;
   std::vector<SourceTable> tables;
   for (int d = 0; d < nd; ++d) tables.push_back(sources_table(p.mode, p.dims[d]));

@@ -158,16 +158,10 @@ void pad(const PadParams& p) {
   }
   ANVIL_CHECK(reinterpret_cast<uintptr_t>(p.dst) % 16 == 0, Error, "[pad] internal: output not 16-byte aligned");
   KernelLaunch launch(p.dst);
-  PadParams q = p;
-  if (q.ndim == 0) {  // one element: a dim of 1
-    q.ndim = 1;
-    q.dims[0] = PadDim{1, 1, 0};
-    q.in_strides[0] = q.out_strides[0] = 1;
-  }
   dispatch_element_size(element_size(p.dtype), "[pad]", [&](auto tag) {
     using U = typename decltype(tag)::type;
     const int64_t units = (p.out_numel * static_cast<int64_t>(sizeof(U)) + 15) / 16;
-    pad_kernel<U><<<launch.blocks(units), kThreads, 0, launch.stream()>>>(q);
+    pad_kernel<U><<<launch.blocks(units), kThreads, 0, launch.stream()>>>(p);
   });
   launch.check("[pad]");
 }
@@ -175,19 +169,13 @@ void pad(const PadParams& p) {
 void pad_backward(const PadParams& p) {
   if (p.in_numel == 0) return;
   KernelLaunch launch(p.dst);
-  PadParams q = p;
-  if (q.ndim == 0) {
-    q.ndim = 1;
-    q.dims[0] = PadDim{1, 1, 0};
-    q.in_strides[0] = q.out_strides[0] = 1;
-  }
   dispatch_float_complex_types(p.dtype, "[pad_backward]", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int V = sizeof(T) >= 8 ? 2 : sizeof(T) == 4 ? 4 : 8;
-    const int64_t n = q.dims[q.ndim - 1].in, chunks = (n + V - 1) / V;
-    const unsigned blocks = launch.blocks(q.in_numel / n * chunks);
-    if (q.ndim <= 5) pad_backward_kernel<T, V, 5><<<blocks, kThreads, 0, launch.stream()>>>(q, chunks);
-    else pad_backward_kernel<T, V, kMaxDims><<<blocks, kThreads, 0, launch.stream()>>>(q, chunks);
+    const int64_t n = p.dims[p.ndim - 1].in, chunks = (n + V - 1) / V;
+    const unsigned blocks = launch.blocks(p.in_numel / n * chunks);
+    if (p.ndim <= 5) pad_backward_kernel<T, V, 5><<<blocks, kThreads, 0, launch.stream()>>>(p, chunks);
+    else pad_backward_kernel<T, V, kMaxDims><<<blocks, kThreads, 0, launch.stream()>>>(p, chunks);
   });
   launch.check("[pad_backward]");
 }

@@ -64,6 +64,7 @@ PadParams make_params(const Tensor& in, const Tensor& out, const Pads& p, PadMod
     }
     merged.push_back(x);
   }
+  if (merged.empty()) merged.push_back({PadDim{1, 1, 0}, 1, 1});  // one element: kernels always see a dim
   PadParams k;
   k.mode = mode;
   k.dtype = in.dtype();

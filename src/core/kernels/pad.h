@@ -104,7 +104,7 @@ ANVIL_HD PadSources pad_sources(PadMode mode, const PadDim& d, int64_t k) {
 // pad_backward: dst (input geometry)  = sum over pad_sources of src (grad_output), a gather:
 //               no atomics, the same bits every run
 // dims[d] gives the extents of dim d; dims are ordered by the output's strides (innermost last)
-// and unpadded neighbours merged by the front end.
+// and unpadded neighbours merged by the front end; ndim >= 1 (a one-element tensor gets a dim of 1).
 struct PadParams {
   const void* src = nullptr;
   void* dst = nullptr;
