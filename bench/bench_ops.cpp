@@ -123,6 +123,7 @@ int run_bench_ops(const BenchOpsOptions& o) {
   for (Case& c : decode_cases(dev)) cases.push_back(std::move(c));
   for (Case& c : moe_cases(dev)) cases.push_back(std::move(c));
   for (Case& c : pad_cases(dev)) cases.push_back(std::move(c));
+  for (Case& c : release_cases(dev)) cases.push_back(std::move(c));
   std::vector<Result> results;
   for (const Case& c : cases) {
     if (!matches_filter(c.name, o.filter)) continue;
@@ -132,9 +133,9 @@ int run_bench_ops(const BenchOpsOptions& o) {
     {
       Runner run = c.prepare();
       r.eager_us = time_eager(dev, run, reps);
-      if (dev.is_cuda()) r.graph_us = time_graph(dev, run, reps);
+      if (dev.is_cuda() && c.graphable) r.graph_us = time_graph(dev, run, reps);
     }
-    r.gbps = c.bytes / (dev.is_cuda() ? r.graph_us : r.eager_us) * 1e-3;
+    r.gbps = c.bytes / (r.graph_us > 0 ? r.graph_us : r.eager_us) * 1e-3;  // no graph: its eager time
     results.push_back(r);
     measure_ceilings(dev.is_cpu() ? 2 : 3);
   }

@@ -20,6 +20,7 @@ struct Case {
   std::function<Runner()> prepare;
   std::string group;             // cases of a group get a geometric-mean line (e.g. decode-linear)
   nlohmann::json spec;           // {"op": ..., shapes, dtype}: the torch script's recipe
+  bool graphable = true;         // false: the op reads a result back to the host (bincount), no CUDA graph
 };
 
 // Copies of an input needed so that consecutive calls read from memory, not cache: the working
@@ -32,5 +33,6 @@ std::vector<Case> core_cases(Device dev);    // copy, casts, add, sum (bench/cas
 std::vector<Case> decode_cases(Device dev);  // linear suite, softmax, norms, RoPE, SwiGLU (bench/cases_decode.cpp)
 std::vector<Case> moe_cases(Device dev);     // routing, combine, the whole experts block (bench/cases_moe.cpp)
 std::vector<Case> pad_cases(Device dev);     // the models' pads and their backward (bench/cases_pad.cpp)
+std::vector<Case> release_cases(Device dev);  // bincount, var_mean (bench/cases_release.cpp)
 
 }  // namespace anvil::bench

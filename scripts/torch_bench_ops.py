@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-          "float64": torch.float64, "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+          "float64": torch.float64, "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+          "int64": torch.int64}
 
 
 def eager_us(fn, cuda, reps):
@@ -236,6 +237,20 @@ def build(spec, dev):
         return build_moe(op, spec, dev, t)
     if op in ("pad", "pad_backward"):
         return build_pad(op, spec, dev, t)
+    if op == "bincount":
+        n, bins, hot = spec["n"], spec["bins"], spec["hot"]
+        rot = rotations(dev, n * 8)
+        xs = []
+        for _ in range(rot):
+            x = torch.where(torch.rand(n, device=dev) < hot, 0, torch.randint(0, bins, (n,), device=dev))
+            x[0] = bins - 1
+            xs.append(x)
+        return lambda i: torch.bincount(xs[i % rot])
+    if op == "var_mean":
+        shape, dims = spec["shape"], spec["dims"]
+        rot = rotations(dev, math.prod(shape) * torch.empty(0, dtype=t).element_size())
+        xs = [torch.rand(*shape, device=dev).to(t) for _ in range(rot)]
+        return lambda i: torch.var_mean(xs[i % rot], dim=dims)
     shape = spec["shape"]
     numel = math.prod(shape)
     rot = rotations(dev, numel * 4)
@@ -316,7 +331,7 @@ def main():
         except Exception as e:  # an op this PyTorch build lacks: say so, go on
             print(f"{c['name']:<52}  torch failed: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}", flush=True)
             continue
-        a_kernel = c["graph_us"] if cuda else c["eager_us"]
+        a_kernel = c["graph_us"] if cuda and c["graph_us"] > 0 else c["eager_us"]  # 0: not capturable
         speedup = t_kernel / a_kernel
         extra = ""
         if c["spec"].get("flops"):  # compute-bound cases: TFLOP/s of both

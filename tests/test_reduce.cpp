@@ -261,6 +261,18 @@ TEST_P(Reduce, VarStdTable) {
             for (size_t i = 0; i < stol.v.size(); ++i)  // |sqrt(a) - sqrt(b)| <= |a - b| / (2 sqrt(b)), and <= sqrt|a - b|
               stol.v[i] = ws.v[i] > 0 ? std::min(tol.v[i] / (2 * ws.v[i]), std::sqrt(tol.v[i])) : std::sqrt(tol.v[i]);
             ASSERT_TRUE(th::expect_close(s, ws, th::Tol{0, 2 * th::unit_roundoff(t)}, &stol));
+            // var_mean / std_mean: the same kernel, so the same bits, and the mean from that pass.
+            auto [vm, mv] = var_mean(x.t, c.dims, correction, keepdim);
+            auto [sm, ms] = std_mean(x.t, c.dims, correction, keepdim);
+            ASSERT_TRUE(th::expect_equal(vm, th::to_array(v)));
+            ASSERT_TRUE(th::expect_equal(sm, th::to_array(s)));
+            ref::Array wm = ref::reduce(x.a, c.dims, keepdim, ref::Red::Mean);
+            ASSERT_TRUE(th::expect_shape(mv, wm.sizes, t));
+            // The mean of values in [2, 4): a sum's bound (sum_tol) relative to it, |x| <= 2 |mean|.
+            const double un = 8 * th::unit_roundoff(th::compute_dtype(t)) * (std::sqrt(static_cast<double>(n)) + 1.0);
+            const th::Tol mtol{0, 2 * th::unit_roundoff(t) + un};
+            ASSERT_TRUE(th::expect_close(mv, wm, mtol));
+            ASSERT_TRUE(th::expect_equal(ms, th::to_array(mv)));
           }))
             return;
         }
@@ -279,6 +291,16 @@ TEST_P(Reduce, EmptyAndDegenerateReductions) {
   EXPECT_TRUE(th::expect_equal(sum(zeros({3, 0}, o), {1}, true), ref::Array({3, 1}, 0.0)));
   // var of one element with correction 1: 0 / 0.
   EXPECT_TRUE(th::expect_equal(var(ones({1}, o)), ref::Array({}, kNaN)));
+  // var_mean as PyTorch: empty gives (nan, nan); n - correction < 0 gives inf with the mean.
+  auto [ve, me] = var_mean(zeros({0}, o));
+  EXPECT_TRUE(th::expect_equal(ve, ref::Array({}, kNaN)));
+  EXPECT_TRUE(th::expect_equal(me, ref::Array({}, kNaN)));
+  auto [vc, mc] = var_mean(arange(1, 4, 1, o), {}, 5);
+  EXPECT_TRUE(th::expect_equal(vc, ref::Array({}, std::numeric_limits<double>::infinity())));
+  EXPECT_TRUE(th::expect_equal(mc, ref::Array({}, 2.0)));
+  auto [se, sme] = std_mean(zeros({2, 0}, o), {1}, 1, true);
+  EXPECT_EQ(se.sizes(), (Shape{2, 1}));
+  EXPECT_TRUE(th::expect_equal(sme, ref::Array({2, 1}, kNaN)));
   EXPECT_TRUE(th::expect_equal(var(ones({1}, o), {}, 0), ref::Array({}, 0.0)));
   EXPECT_TRUE(th::expect_equal(anvil::std(full({4}, 2.0, o), {}, 1), ref::Array({}, 0.0)));
   // Reducing a 0-dim tensor over dim 0 / -1 is the identity.

@@ -57,6 +57,15 @@ ANVIL_API Tensor ge(const Tensor& a, const Scalar& b);
 ANVIL_API Tensor logical_and(const Tensor& a, const Tensor& b);
 ANVIL_API Tensor logical_or(const Tensor& a, const Tensor& b);
 ANVIL_API Tensor logical_not(const Tensor& x);
+// 0 where x < 0, values where x == 0, 1 where x > 0 (NaN stays NaN); x and values of one dtype.
+ANVIL_API Tensor heaviside(const Tensor& x, const Tensor& values);
+// (mantissa, exponent) with x = mantissa * 2^exponent, |mantissa| in [0.5, 1), exponent int32;
+// 0, inf and NaN give themselves and exponent 0, as C's frexp.
+ANVIL_API std::tuple<Tensor, Tensor> frexp(const Tensor& x);
+// Laguerre polynomial L_n(x) by its recurrence (n < 0 gives 0, n truncated to an integer).
+ANVIL_API Tensor special_laguerre_polynomial_l(const Tensor& x, const Tensor& n);
+ANVIL_API Tensor special_laguerre_polynomial_l(const Tensor& x, const Scalar& n);
+ANVIL_API Tensor special_laguerre_polynomial_l(const Scalar& x, const Tensor& n);
 
 ANVIL_API Tensor operator+(const Tensor& a, const Tensor& b);
 ANVIL_API Tensor operator-(const Tensor& a, const Tensor& b);
@@ -79,6 +88,11 @@ ANVIL_API Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullo
 ANVIL_API Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 ANVIL_API Tensor var(const Tensor& x, const Shape& dims = {}, double correction = 1, bool keepdim = false);
 ANVIL_API Tensor std(const Tensor& x, const Shape& dims = {}, double correction = 1, bool keepdim = false);
+// (var, mean) and (std, mean) from one pass, the mean as mean(x, dims) would give it.
+ANVIL_API std::tuple<Tensor, Tensor> var_mean(const Tensor& x, const Shape& dims = {}, double correction = 1,
+                                              bool keepdim = false);
+ANVIL_API std::tuple<Tensor, Tensor> std_mean(const Tensor& x, const Shape& dims = {}, double correction = 1,
+                                              bool keepdim = false);
 
 // ---- indexing
 ANVIL_API Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
@@ -88,6 +102,15 @@ ANVIL_API Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, cons
 ANVIL_API Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 ANVIL_API Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
 ANVIL_API Tensor embedding(const Tensor& weight, const Tensor& indices);
+// x's elements at flat row-major positions `index` (int64, any shape; negative counts from the
+// end): the result has index's shape.
+ANVIL_API Tensor take(const Tensor& x, const Tensor& index);
+// A copy of x with put_(index, source, accumulate) applied.
+ANVIL_API Tensor put(const Tensor& x, const Tensor& index, const Tensor& source, bool accumulate = false);
+// Counts of each value of a 1-d tensor of non-negative integers, size max(max(x) + 1,
+// minlength): int64, or with weights (x's shape) their sums, float32 for float32 weights and
+// float64 for any other. Reads max(x) back to the host (the output's size depends on it).
+ANVIL_API Tensor bincount(const Tensor& x, const Tensor& weights = {}, int64_t minlength = 0);
 
 // ---- cache hints
 // Asks the device's last-level cache for x's bytes (CUDA: L2, through the bulk copy engine, on

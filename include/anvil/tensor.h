@@ -98,6 +98,10 @@ class ANVIL_API Tensor {
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(const Scalar& value);
   Tensor& zero_();
+  // Writes source's elements (any shape, numel of index) to this tensor's elements at the flat
+  // row-major positions `index` (int64, negative counts from the end), summing with
+  // accumulate; without it, duplicate positions take one of their values (as PyTorch).
+  Tensor& put_(const Tensor& index, const Tensor& source, bool accumulate = false);
   template <typename T> T item() const;
   Scalar item() const;
 
@@ -155,6 +159,9 @@ ANVIL_API Tensor full_like(const Tensor& t, const Scalar& value);
 ANVIL_API Tensor arange(const Scalar& end, std::optional<TensorOptions> opts = std::nullopt);
 ANVIL_API Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1, std::optional<TensorOptions> opts = std::nullopt);
 ANVIL_API Tensor linspace(double start, double end, int64_t steps, TensorOptions opts = {});
+// base ** linspace(start, end, steps) with PyTorch's rounding: start and end converted to the
+// output dtype first, then each power computed in float64 (float for integer outputs).
+ANVIL_API Tensor logspace(double start, double end, int64_t steps, double base = 10.0, TensorOptions opts = {});
 // Seeded counter-based RNG (Philox-4x32-10): element i of a call depends only on (seed, offset + i),
 // so CPU and CUDA give the same numbers. manual_seed resets the global seed and offset.
 ANVIL_API void manual_seed(uint64_t seed);

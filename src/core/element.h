@@ -4,6 +4,7 @@
 // binary / comparison ops. Kernels loop; this file decides what one element becomes.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -182,6 +183,51 @@ template <typename M> ANVIL_HD M int_pow(M base, M exp) {
   return result;
 }
 
+// Laguerre polynomial L_n(x) by PyTorch's recurrence, operation for operation (its
+// laguerre_polynomial_l_forward): L_{k+1} = ((2k + (1 - x)) L_k - k L_{k-1}) / (k + 1). n is
+// truncated to int64 by the caller (a NaN n is undefined there; here it gives whatever the
+// conversion gives).
+template <typename M> ANVIL_HD M laguerre_l(M x, int64_t n) {
+  if (n < 0) return M(0);
+  if (x == M(0)) return M(1);
+  if (n == 0) return M(1);
+  if (n == 1) return M(1) - x;
+  M p = M(1), q = M(1) - x, r = q;
+  for (int64_t k = 1; k < n && q == q; ++k) {
+    r = (static_cast<M>(k + k) + (M(1) - x)) * q - static_cast<M>(k) * p;
+    r = r / static_cast<M>(k + 1);
+    p = q;
+    q = r;
+  }
+  return r;
+}
+
+// x = mantissa * 2^exponent with |mantissa| in [0.5, 1), from the bits (subnormals scaled up
+// first); 0, inf and NaN give themselves and exponent 0 (glibc's frexp). float and double.
+template <typename M> ANVIL_HD M frexp_of(M x, int32_t* exponent) {
+  using Bits = std::conditional_t<sizeof(M) == 8, uint64_t, uint32_t>;
+  constexpr int kMant = sizeof(M) == 8 ? 52 : 23, kBias = sizeof(M) == 8 ? 1022 : 126;
+  constexpr Bits kExpMask = sizeof(M) == 8 ? Bits{0x7ff} : Bits{0xff};
+  *exponent = 0;
+  Bits u;
+  memcpy(&u, &x, sizeof(M));
+  int e = static_cast<int>((u >> kMant) & kExpMask);
+  if (e == static_cast<int>(kExpMask) || (u << 1) == 0) return x;  // inf, NaN, +-0
+  int shift = 0;
+  if (e == 0) {  // subnormal: scale by 2^(kMant + 2), exactly
+    const M scale = sizeof(M) == 8 ? M(18014398509481984.0) : M(33554432.0f);
+    const M y = x * scale;
+    memcpy(&u, &y, sizeof(M));
+    e = static_cast<int>((u >> kMant) & kExpMask);
+    shift = kMant + 2;
+  }
+  *exponent = e - kBias - shift;
+  u = (u & ~(kExpMask << kMant)) | (static_cast<Bits>(kBias) << kMant);
+  M m;
+  memcpy(&m, &u, sizeof(M));
+  return m;
+}
+
 // ---- binary ops on the compute type M. `div_by_zero` is set by integer division by zero.
 template <typename M>
 ANVIL_HD M apply_binary(BinaryOp op, M a, M b, M alpha, bool* div_by_zero) {
@@ -194,7 +240,7 @@ ANVIL_HD M apply_binary(BinaryOp op, M a, M b, M alpha, bool* div_by_zero) {
     }
   } else if constexpr (std::is_same_v<M, bool>) {
     switch (op) {
-      case BinaryOp::Add: case BinaryOp::Maximum: return a || b;
+      case BinaryOp::Add: case BinaryOp::Maximum: case BinaryOp::Heaviside: return a || b;
       default: return a && b;  // Mul, Minimum
     }
   } else if constexpr (is_int_v<M>) {
@@ -217,6 +263,7 @@ ANVIL_HD M apply_binary(BinaryOp op, M a, M b, M alpha, bool* div_by_zero) {
       case BinaryOp::Pow: return int_pow(a, b);
       case BinaryOp::Maximum: return a > b ? a : b;
       case BinaryOp::Minimum: return a < b ? a : b;
+      case BinaryOp::Heaviside: return a == 0 ? b : M(a > 0);
       default: return a;
     }
   } else {
@@ -242,6 +289,8 @@ ANVIL_HD M apply_binary(BinaryOp op, M a, M b, M alpha, bool* div_by_zero) {
       case BinaryOp::Pow: return std::pow(a, b);
       case BinaryOp::Maximum: return (a != a) ? a : (b != b) ? b : (a > b ? a : b);
       case BinaryOp::Minimum: return (a != a) ? a : (b != b) ? b : (a < b ? a : b);
+      case BinaryOp::Heaviside: return a == 0 ? b : M(a > 0);  // NaN: 0, as PyTorch
+      case BinaryOp::Laguerre: return laguerre_l(a, static_cast<int64_t>(b));
       default: return a;
     }
   }

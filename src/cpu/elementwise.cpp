@@ -81,4 +81,17 @@ void clamp(const ElementwiseParams& p) {
   });
 }
 
+void frexp(const ElementwiseParams& p) {
+  dispatch_float_types(p.dtype, "[frexp]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;  // half / bfloat16 through float: their mantissas are floats exactly
+    T* mantissa = static_cast<T*>(p.ptr[0]);
+    int32_t* exponent = static_cast<int32_t*>(p.ptr[1]);
+    const T* x = static_cast<const T*>(p.ptr[2]);
+    for_each_element(p, [&](int64_t o0, int64_t o1, int64_t o2, int64_t) {
+      mantissa[o0] = T(frexp_of<M>(static_cast<M>(x[o2]), &exponent[o1]));
+    });
+  });
+}
+
 }  // namespace anvil::cpu

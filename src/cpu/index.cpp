@@ -1,7 +1,10 @@
 // CPU index_select / gather / scatter. Indices are validated while they are read; an
 // out-of-range index raises IndexError after the loop (no exception crosses OpenMP).
+#include <omp.h>
+
 #include <atomic>
 #include <cstring>
+#include <vector>
 
 #include "core/dispatch.h"
 #include "core/element.h"
@@ -15,6 +18,10 @@ namespace {
 
 [[noreturn]] void throw_range(const char* op, int64_t bad, int64_t size) {
   throw IndexError(detail::cat_message(op, " index ", bad, " is out of bounds for dimension with size ", size));
+}
+[[noreturn]] void throw_flat_range(const char* op, int64_t bad, int64_t numel) {  // PyTorch's take / put_ text
+  throw IndexError(detail::cat_message(op, " out of range: tried to access index ", bad, " on a tensor of ", numel,
+                                       " elements."));
 }
 
 // Offsets of index element i (over the index's sizes) in the index, self and other tensors.
@@ -68,15 +75,17 @@ void gather(const GatherParams& p) {
       int64_t oi, os, oo;
       offsets(p, i, oi, os, oo);
       int64_t k = p.index[oi];
+      if (p.flat && k < 0 && k >= -p.self_dim_size) k += p.self_dim_size;
       if (k < 0 || k >= p.self_dim_size) {
         bad.store(true);
-        bad_value.store(k);
+        bad_value.store(p.index[oi]);
         out[oo] = T{};
         continue;
       }
       out[oo] = self[os + k * ds];
     }
   });
+  if (bad.load() && p.flat) throw_flat_range("[take]", bad_value.load(), p.self_dim_size);
   if (bad.load()) throw_range("[gather]", bad_value.load(), p.self_dim_size);
 }
 
@@ -95,9 +104,10 @@ void scatter(const GatherParams& p) {
       int64_t oi, os, oo;
       offsets(p, i, oi, os, oo);
       int64_t k = p.index[oi];
+      if (p.flat && k < 0 && k >= -p.self_dim_size) k += p.self_dim_size;
       if (k < 0 || k >= p.self_dim_size) {
         bad = true;
-        bad_value = k;
+        bad_value = p.index[oi];
         continue;
       }
       T v = src ? src[oo] : value;
@@ -110,7 +120,49 @@ void scatter(const GatherParams& p) {
       }
     }
   });
+  if (bad && p.flat) throw_flat_range("[put_]", bad_value, p.self_dim_size);
   if (bad) throw_range(p.accumulate ? "[scatter_add]" : "[scatter]", bad_value, p.self_dim_size);
+}
+
+// bincount: privatised histograms. Each thread counts its contiguous share of x into bins of
+// its own (int64 counts, or float64 sums of the weights), then the threads' bins are added in
+// thread order and rounded once to the output dtype. One thread when bins outnumber values.
+template <typename I, typename W, typename Out>
+void bincount_typed(const BincountParams& p) {
+  using Acc = std::conditional_t<std::is_same_v<W, void>, int64_t, double>;
+  const I* x = static_cast<const I*>(p.x);
+  Out* out = static_cast<Out*>(p.out);
+  const int nt = p.n >= kParallelGrain && p.bins <= p.n / 4 ? omp_get_max_threads() : 1;
+  std::vector<Acc> part(static_cast<size_t>(nt) * static_cast<size_t>(p.bins), Acc{});
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int t = omp_get_thread_num();
+    const int64_t i0 = p.n * t / nt, i1 = p.n * (t + 1) / nt;
+    Acc* h = part.data() + static_cast<size_t>(t) * static_cast<size_t>(p.bins);
+    if constexpr (std::is_same_v<W, void>) {
+      for (int64_t i = i0; i < i1; ++i) ++h[x[i]];
+    } else {
+      const W* w = static_cast<const W*>(p.weights);
+      for (int64_t i = i0; i < i1; ++i) h[x[i]] += static_cast<double>(w[i]);
+    }
+  }
+#pragma omp parallel for schedule(static) if (p.bins * nt >= kParallelGrain)
+  for (int64_t b = 0; b < p.bins; ++b) {
+    Acc sum = part[static_cast<size_t>(b)];
+    for (int t = 1; t < nt; ++t) sum += part[static_cast<size_t>(t) * static_cast<size_t>(p.bins) + static_cast<size_t>(b)];
+    out[b] = static_cast<Out>(sum);
+  }
+}
+
+void bincount(const BincountParams& p) {
+  auto with_input = [&](auto itag) {
+    using I = typename decltype(itag)::type;
+    if (p.weights == nullptr) bincount_typed<I, void, int64_t>(p);
+    else if (p.out_dtype == kFloat32) bincount_typed<I, float, float>(p);
+    else bincount_typed<I, double, double>(p);
+  };
+  if (p.x_dtype == kInt32) with_input(TypeTag<int32_t>{});
+  else with_input(TypeTag<int64_t>{});
 }
 
 }  // namespace anvil::cpu

@@ -1,5 +1,10 @@
 // CPU padding, forward and backward, over rows of the innermost dim (the output's innermost in
-// memory: the front end orders the dims). Each dim's index map is tabulated once per call.
+// memory: the front end orders the dims). Each dim's index map is tabulated once per call; a
+// thread walks its rows with an odometer (no division per row), copies a row's unpadded middle
+// as one block and sums a backward row's interior as one vectorisable loop.
+#include <omp.h>
+
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -11,10 +16,59 @@
 namespace anvil::cpu {
 namespace {
 
-// src_of[d][j]: the input index output index j of dim d reads (-1: the fill value).
-std::vector<std::vector<int64_t>> source_tables(const PadParams& p) {
-  std::vector<std::vector<int64_t>> t(static_cast<size_t>(p.ndim));
-  for (int d = 0; d < p.ndim; ++d) {
+// The kernels' row geometry: rows of dim nd - 1, each index of which moves `block` elements.
+// A dense, unpadded innermost dim (a channels-last tensor's C) becomes that block, so a
+// channels-last row is W * C elements, not C.
+struct Rows {
+  int nd;
+  int64_t block = 1;
+};
+Rows rows_of(const PadParams& p) {
+  Rows r{p.ndim};
+  const PadDim& inner = p.dims[p.ndim - 1];
+  if (p.ndim >= 2 && inner.before == 0 && inner.in == inner.out && p.in_strides[p.ndim - 1] == 1 &&
+      p.out_strides[p.ndim - 1] == 1) {
+    r.block = inner.in;
+    --r.nd;
+  }
+  return r;
+}
+
+// Calls f(r0, r1) for each thread's share of `rows` (one share below the parallel grain).
+template <typename F>
+void for_row_ranges(int64_t rows, int64_t numel, F&& f) {
+#pragma omp parallel if (numel >= kParallelGrain)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+    if (r0 < r1) f(r0, r1);
+  }
+}
+
+// The multi-index of row r over dims [0, nd - 1) of extent ext(d), last fastest; next() steps it.
+struct Odometer {
+  int nd;
+  int64_t idx[kMaxDims] = {};
+  template <typename Ext>
+  Odometer(int nd_, int64_t r, Ext ext) : nd(nd_) {
+    for (int d = nd - 2; d >= 0; --d) {
+      idx[d] = r % ext(d);
+      r /= ext(d);
+    }
+  }
+  template <typename Ext>
+  void next(Ext ext) {
+    for (int d = nd - 2; d >= 0; --d) {
+      if (++idx[d] < ext(d)) return;
+      idx[d] = 0;
+    }
+  }
+};
+
+// src_of[d][j]: the input index output index j of dim d < nd reads (-1: the fill value).
+std::vector<std::vector<int64_t>> source_tables(const PadParams& p, int nd) {
+  std::vector<std::vector<int64_t>> t(static_cast<size_t>(nd));
+  for (int d = 0; d < nd; ++d) {
     t[d].resize(static_cast<size_t>(p.dims[d].out));
     for (int64_t j = 0; j < p.dims[d].out; ++j) t[d][j] = pad_source(p.mode, p.dims[d], j);
   }
@@ -27,42 +81,52 @@ void pad_forward(const PadParams& p) {
   U* out = static_cast<U*>(p.dst);
   U fill;
   std::memcpy(&fill, &p.fill_bits, sizeof(U));
-  const int nd = p.ndim;
-  const auto src_of = source_tables(p);
-  const std::vector<int64_t>& last = src_of[nd - 1];
-  const int64_t n = p.dims[nd - 1].out, rows = p.out_numel / n;
+  const Rows g = rows_of(p);
+  const int nd = g.nd;
+  const int64_t b = g.block;
+  const auto src_of = source_tables(p, nd - 1);  // the outer dims; the row's edges use pad_source
+  const PadDim ld = p.dims[nd - 1];
+  const int64_t n = ld.out, rows = p.out_numel / (n * b);
   const int64_t s_in = p.in_strides[nd - 1], s_out = p.out_strides[nd - 1];
   const PadRun run = pad_direct_run(p.mode, p.dims[nd - 1]);
-  const bool dense = s_in == 1 && s_out == 1;
-#pragma omp parallel for schedule(static) if (p.out_numel >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t rem = r, in_off = 0, out_off = 0;
-    bool inside = true;
-    for (int d = nd - 2; d >= 0; --d) {
-      const int64_t j = rem % p.dims[d].out;
-      rem /= p.dims[d].out;
-      const int64_t k = src_of[d][j];
-      inside = inside && k >= 0;
-      in_off += k * p.in_strides[d];
-      out_off += j * p.out_strides[d];
+  const bool dense = s_in == b && s_out == b;
+  auto ext = [&](int d) { return p.dims[d].out; };
+  for_row_ranges(rows, p.out_numel, [&](int64_t r0, int64_t r1) {
+    Odometer od(nd, r0, ext);
+    for (int64_t r = r0; r < r1; ++r, od.next(ext)) {
+      int64_t in_off = 0, out_off = 0;
+      bool inside = true;
+      for (int d = 0; d < nd - 1; ++d) {
+        const int64_t k = src_of[d][od.idx[d]];
+        inside = inside && k >= 0;
+        in_off += k * p.in_strides[d];
+        out_off += od.idx[d] * p.out_strides[d];
+      }
+      U* o = out + out_off;
+      if (!inside) {
+        if (s_out == b) std::fill_n(o, n * b, fill);
+        else
+          for (int64_t j = 0; j < n; ++j) std::fill_n(o + j * s_out, b, fill);
+        continue;
+      }
+      const U* x = in + in_off;
+      auto edge = [&](int64_t j0, int64_t j1) {
+        for (int64_t j = j0; j < j1; ++j) {
+          const int64_t k = pad_source(p.mode, ld, j);
+          if (k < 0) std::fill_n(o + j * s_out, b, fill);
+          else if (b == 1) o[j * s_out] = x[k * s_in];
+          else std::memcpy(o + j * s_out, x + k * s_in, static_cast<size_t>(b) * sizeof(U));
+        }
+      };
+      if (dense) {  // edges through the table, the middle as one copy
+        edge(0, run.j0);
+        std::memcpy(o + run.j0 * b, x + run.k0 * b, static_cast<size_t>((run.j1 - run.j0) * b) * sizeof(U));
+        edge(run.j1, n);
+      } else {
+        edge(0, n);
+      }
     }
-    U* o = out + out_off;
-    if (!inside) {
-      for (int64_t j = 0; j < n; ++j) o[j * s_out] = fill;
-      continue;
-    }
-    const U* x = in + in_off;
-    auto edge = [&](int64_t j0, int64_t j1) {
-      for (int64_t j = j0; j < j1; ++j) o[j * s_out] = last[j] < 0 ? fill : x[last[j] * s_in];
-    };
-    if (dense) {  // edges through the table, the middle as one copy
-      edge(0, run.j0);
-      std::memcpy(o + run.j0, x + run.k0, static_cast<size_t>(run.j1 - run.j0) * sizeof(U));
-      edge(run.j1, n);
-    } else {
-      edge(0, n);
-    }
-  }
+  });
 }
 
 // Every output index of dim d that reads input index k, ascending, as a CSR table.
@@ -84,47 +148,71 @@ SourceTable sources_table(PadMode mode, const PadDim& d) {
 }
 
 // grad_input[k] = sum of grad_output over the outputs that read k, in the output's order: the
-// outer dims' sources expanded into output row offsets, then the last dim's sources per element.
+// outer dims' sources expanded into output row offsets (outer loop), then the last dim's
+// sources of each element (inner), accumulated for a whole row at once so that the interior
+// (one source per element) is a plain add loop.
 template <typename T>
 void pad_backward_gather(const PadParams& p) {
   using Acc = opmath_t<T>;
   const T* grad_out = static_cast<const T*>(p.src);
   T* grad_in = static_cast<T*>(p.dst);
-  const int nd = p.ndim;
-  std::vector<SourceTable> tables;
-  for (int d = 0; d < nd; ++d) tables.push_back(sources_table(p.mode, p.dims[d]));
-  const SourceTable& last = tables[nd - 1];
-  const int64_t n = p.dims[nd - 1].in, rows = p.in_numel / n;
+  const Rows g = rows_of(p);
+  const int nd = g.nd;
+  const int64_t b = g.block;
+  std::vector<SourceTable> tables;  // the outer dims; the row's edges use pad_sources
+  for (int d = 0; d < nd - 1; ++d) tables.push_back(sources_table(p.mode, p.dims[d]));
+  const PadDim ld = p.dims[nd - 1];
+  const PadInterior mid = pad_interior(p.mode, ld);
+  const int64_t n = ld.in, rows = p.in_numel / (n * b);
   const int64_t s_in = p.in_strides[nd - 1], s_out = p.out_strides[nd - 1];
-#pragma omp parallel if (p.in_numel >= kParallelGrain)
-  {
+  auto ext = [&](int d) { return p.dims[d].in; };
+  for_row_ranges(rows, p.in_numel, [&](int64_t r0, int64_t r1) {
     std::vector<int64_t> offs, next;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      int64_t rem = r, in_off = 0;
-      int64_t k_of[kMaxDims];
-      for (int d = nd - 2; d >= 0; --d) {
-        k_of[d] = rem % p.dims[d].in;
-        rem /= p.dims[d].in;
-        in_off += k_of[d] * p.in_strides[d];
-      }
+    std::vector<Acc> acc(static_cast<size_t>(n * b));
+    Odometer od(nd, r0, ext);
+    for (int64_t r = r0; r < r1; ++r, od.next(ext)) {
+      int64_t in_off = 0;
       offs.assign(1, 0);
-      for (int d = 0; d < nd - 1 && !offs.empty(); ++d) {
+      for (int d = 0; d < nd - 1; ++d) {
+        const int64_t k = od.idx[d];
+        in_off += k * p.in_strides[d];
         const SourceTable& t = tables[d];
         next.clear();
         for (int64_t o : offs)
-          for (int64_t q = t.begin[k_of[d]]; q < t.begin[k_of[d] + 1]; ++q) next.push_back(o + t.j[q] * p.out_strides[d]);
+          for (int64_t q = t.begin[k]; q < t.begin[k + 1]; ++q) next.push_back(o + t.j[q] * p.out_strides[d]);
         offs.swap(next);
       }
+      std::fill(acc.begin(), acc.end(), Acc{});
+      Acc* a = acc.data();
+      for (int64_t o : offs) {
+        const T* go = grad_out + o;
+        auto sum_edge = [&](int64_t k0, int64_t k1) {
+          for (int64_t k = k0; k < k1; ++k) {
+            const PadSources src = pad_sources(p.mode, ld, k);
+            for (int r = 0; r < src.n; ++r)
+              for (int64_t j = src.lo[r]; j < src.hi[r]; ++j)
+                for (int64_t c = 0; c < b; ++c) a[k * b + c] = a[k * b + c] + static_cast<Acc>(go[j * s_out + c]);
+          }
+        };
+        sum_edge(0, mid.lo);
+        if (s_out == b) {  // one source each: a[k] += grad_out[k + before], contiguous
+          const T* gm = go + ld.before * b;
+          for (int64_t e = mid.lo * b; e < mid.hi * b; ++e) a[e] = a[e] + static_cast<Acc>(gm[e]);
+        } else {
+          for (int64_t k = mid.lo; k < mid.hi; ++k)
+            for (int64_t c = 0; c < b; ++c) a[k * b + c] = a[k * b + c] + static_cast<Acc>(go[(k + ld.before) * s_out + c]);
+        }
+        sum_edge(mid.hi, n);
+      }
       T* gi = grad_in + in_off;
-      for (int64_t k = 0; k < n; ++k) {
-        Acc acc{};
-        for (int64_t o : offs)
-          for (int64_t q = last.begin[k]; q < last.begin[k + 1]; ++q) acc = acc + static_cast<Acc>(grad_out[o + last.j[q] * s_out]);
-        gi[k * s_in] = static_cast<T>(acc);
+      if (s_in == b) {
+        for (int64_t e = 0; e < n * b; ++e) gi[e] = static_cast<T>(a[e]);
+      } else {
+        for (int64_t k = 0; k < n; ++k)
+          for (int64_t c = 0; c < b; ++c) gi[k * s_in + c] = static_cast<T>(a[k * b + c]);
       }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // CPU reductions: one pass per output over the reduced dims (odometer), OpenMP over outputs,
 // or over chunks of the reduced range when there is a single output.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -81,19 +82,29 @@ void reduce_typed(const ReduceParams& p) {
     } else if constexpr (!is_complex_v<T>) {
       using M = opmath_t<T>;
       if (op == ReduceOp::Var || op == ReduceOp::Std) {
-        // Two passes in float64: mean, then the centred sum of squares.
-        double mean = 0;
-        visit(p, base, 0, n, [&](T v, int64_t) { mean += static_cast<double>(static_cast<M>(v)); });
-        mean /= static_cast<double>(n);
-        double ss = 0;
-        visit(p, base, 0, n, [&](T v, int64_t) {
-          double d = static_cast<double>(static_cast<M>(v)) - mean;
-          ss += d * d;
-        });
-        double var = ss / std::max(0.0, static_cast<double>(n) - p.correction);
-        if (n == 0) var = std::numeric_limits<double>::quiet_NaN();
+        // One pass over memory, two levels in float64: each chunk's mean and centred sum of
+        // squares by two passes over the chunk (still in cache), chunks merged as Chan et al.
+        constexpr int64_t kChunk = 2048;
+        double mean = 0, m2 = 0;
+        for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+          const int64_t c1 = std::min(n, c0 + kChunk);
+          const double nb = static_cast<double>(c1 - c0), na = static_cast<double>(c0);
+          double cm = 0, cs = 0;
+          visit(p, base, c0, c1, [&](T v, int64_t) { cm += static_cast<double>(static_cast<M>(v)); });
+          cm /= nb;
+          visit(p, base, c0, c1, [&](T v, int64_t) {
+            const double d = static_cast<double>(static_cast<M>(v)) - cm;
+            cs += d * d;
+          });
+          const double delta = cm - mean, w = nb / (na + nb);
+          mean += delta * w;
+          m2 += cs + delta * delta * na * w;
+        }
+        double var = m2 / std::max(0.0, static_cast<double>(n) - p.correction);
+        if (n == 0) var = mean = std::numeric_limits<double>::quiet_NaN();
         double r = op == ReduceOp::Std ? std::sqrt(var) : var;
         static_cast<T*>(p.out)[o] = convert<T>(r);
+        if (p.out_mean) static_cast<T*>(p.out_mean)[o] = convert<T>(mean);
       } else {
         // Amax/Amin/Max/Min/Argmax/Argmin: NaN wins at its first index; ties keep the first index.
         bool is_max = op == ReduceOp::Amax || op == ReduceOp::Max || op == ReduceOp::Argmax;

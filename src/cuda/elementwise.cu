@@ -152,6 +152,25 @@ void where(const ElementwiseParams& p) {
   launch.check("[where]");
 }
 
+template <typename T>
+struct FrexpFn {
+  __device__ void operator()(const ElementwiseParams& p, const int64_t* off) const {
+    using M = opmath_t<T>;
+    const M x = static_cast<M>(static_cast<const T*>(p.ptr[2])[off[2]]);
+    static_cast<T*>(p.ptr[0])[off[0]] = static_cast<T>(frexp_of<M>(x, static_cast<int32_t*>(p.ptr[1]) + off[1]));
+  }
+};
+
+void frexp(const ElementwiseParams& p) {
+  if (p.numel == 0) return;
+  KernelLaunch launch(p.ptr[0]);
+  dispatch_float_types(p.dtype, "[frexp]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cuda_device::launch_map_slots<3>(p, FrexpFn<T>{}, launch.stream(), launch.sm_count());
+  });
+  launch.check("[frexp]");
+}
+
 // has_a / has_b say whether lo / hi exist; each comes from its tensor slot (2 / 3) when that
 // pointer is set, else from scalar0 / scalar1.
 void clamp(const ElementwiseParams& p) {

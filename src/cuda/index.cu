@@ -74,7 +74,8 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const __grid_constant_
   const int64_t stride = grid_threads();
   for (int64_t i = global_thread(); i < p.numel; i += stride) {
     GatherOffsets g = gather_offsets(p, i);
-    const int64_t k = p.index[g.index];
+    int64_t k = p.index[g.index];
+    if (p.flat && k < 0) k += p.self_dim_size;
     if (k < 0 || k >= p.self_dim_size) {
       *error = 1;
       out[g.other] = U{};
@@ -122,7 +123,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t stride = grid_threads();
   for (int64_t i = global_thread(); i < p.numel; i += stride) {
     GatherOffsets g = gather_offsets(p, i);
-    const int64_t k = p.index[g.index];
+    int64_t k = p.index[g.index];
+    if (p.flat && k < 0) k += p.self_dim_size;
     if (k < 0 || k >= p.self_dim_size) {
       *error = 1;
       continue;
@@ -150,6 +152,67 @@ void launch_index_select(const IndexSelectParams& p, int64_t inner_units, const 
   launch_pdl("[index_select]", index_select_kernel<U>, dim3(launch.blocks(n)), dim3(kThreads), 0, launch.stream(),
              static_cast<const U*>(p.in), static_cast<U*>(p.out), p.index, p.outer, p.in_dim, p.n_index, inner_units,
              index_error_flag());
+}
+
+// ---- bincount. Bins that fit in shared memory are counted per block there and merged into
+// the output with one global atomic per non-zero bin and block; more bins go to the output
+// directly. Lanes of a warp holding the same value are combined first (one atomic per distinct
+// value in the warp), so a hot bin costs an atomic per warp, not 32 serialised ones.
+template <typename T>
+__device__ __forceinline__ void bin_add(T* addr, T v) {
+  if constexpr (std::is_same_v<T, int64_t>) atomicAdd(reinterpret_cast<unsigned long long*>(addr), static_cast<unsigned long long>(v));
+  else atomicAdd(addr, v);
+}
+
+// A: the per-bin accumulator (uint32 counts in shared memory, else the output type); W void
+// counts. kShared: A bins in dynamic shared memory, else A == Out and the bins are the output.
+template <typename I, typename W, typename A, typename Out, bool kShared>
+__global__ void __launch_bounds__(kThreads) bincount_kernel(const __grid_constant__ BincountParams p) {
+  extern __shared__ __align__(16) unsigned char bincount_smem[];
+  constexpr bool kCounts = std::is_same_v<W, void>;
+  A* bins = kShared ? reinterpret_cast<A*>(bincount_smem) : reinterpret_cast<A*>(p.out);
+  const int nbins = static_cast<int>(kShared ? p.bins : 0);
+  if constexpr (kShared) {
+    for (int b = threadIdx.x; b < nbins; b += blockDim.x) bins[b] = A{};
+    __syncthreads();
+  }
+  const I* x = static_cast<const I*>(p.x);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t stride = grid_threads();
+  for (int64_t i = global_thread(); i - lane < p.n; i += stride) {  // warp-uniform bound
+    const bool valid = i < p.n;
+    const long long v = valid ? static_cast<long long>(x[i]) : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, v);
+    if constexpr (kCounts) {
+      if (valid && lane == __ffs(peers) - 1) bin_add(&bins[v], static_cast<A>(__popc(peers)));
+    } else {
+      A add = valid ? static_cast<A>(static_cast<const W*>(p.weights)[i]) : A{};
+      if (peers == 0xffffffffu) {  // one value across the warp: sum there, one atomic
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) add += __shfl_xor_sync(0xffffffffu, add, o);
+        if (valid && lane == 0) bin_add(&bins[v], add);
+      } else if (valid) {
+        bin_add(&bins[v], add);
+      }
+    }
+  }
+  if constexpr (kShared) {
+    __syncthreads();
+    Out* out = static_cast<Out*>(p.out);
+    for (int b = threadIdx.x; b < nbins; b += blockDim.x)
+      if (bins[b] != A{}) bin_add(&out[b], static_cast<Out>(bins[b]));
+  }
+}
+
+template <typename I, typename W, typename A, typename Out>
+void launch_bincount(const BincountParams& p, const KernelLaunch& launch) {
+  constexpr size_t kSmem = 48 * 1024;
+  const unsigned blocks = launch.blocks((p.n + 15) / 16);  // >= 16 values per thread amortise a block's bins
+  if (static_cast<size_t>(p.bins) * sizeof(A) <= kSmem) {
+    bincount_kernel<I, W, A, Out, true><<<blocks, kThreads, static_cast<size_t>(p.bins) * sizeof(A), launch.stream()>>>(p);
+  } else {
+    bincount_kernel<I, W, Out, Out, false><<<blocks, kThreads, 0, launch.stream()>>>(p);
+  }
 }
 
 }  // namespace
@@ -207,6 +270,20 @@ void scatter(const GatherParams& p) {
                                                                                index_error_flag());
   });
   launch.check("[scatter]");
+}
+
+void bincount(const BincountParams& p) {
+  if (p.n == 0) return;
+  KernelLaunch launch(p.out);
+  auto with_input = [&](auto itag) {
+    using I = typename decltype(itag)::type;
+    if (p.weights == nullptr) launch_bincount<I, void, unsigned int, int64_t>(p, launch);
+    else if (p.out_dtype == kFloat32) launch_bincount<I, float, float, float>(p, launch);
+    else launch_bincount<I, double, double, double>(p, launch);
+  };
+  if (p.x_dtype == kInt32) with_input(TypeTag<int32_t>{});
+  else with_input(TypeTag<int64_t>{});
+  launch.check("[bincount]");
 }
 
 }  // namespace anvil::cuda_backend

@@ -140,6 +140,7 @@ struct Moments {
     A divisor = static_cast<A>(a.n) - static_cast<A>(correction);
     A var = a.m2 / (divisor > A(0) ? divisor : A(0));  // torch: max(N - correction, 0)
     store_converted(p.out, p.out_dtype, o, take_sqrt ? sqrt(var) : var);
+    if (p.out_mean) store_converted(p.out_mean, p.out_dtype, o, a.n == 0 ? A(NAN) : a.mean);
   }
 };
 

@@ -72,7 +72,7 @@ Shape broadcast_for(const char* op, const Shape& a, const Shape& b) {
 
 const char* op_name(BinaryOp op) {
   static const char* kNames[] = {"[add]", "[sub]", "[mul]", "[div]", "[div]", "[div]", "[pow]", "[maximum]",
-                                 "[minimum]", "[eq]", "[ne]", "[lt]", "[le]", "[gt]", "[ge]", "[logical_and]",
+                                 "[minimum]", "[heaviside]", "[special_laguerre_polynomial_l]", "[eq]", "[ne]", "[lt]", "[le]", "[gt]", "[ge]", "[logical_and]",
                                  "[logical_or]"};
   return kNames[static_cast<int>(op)];
 }
@@ -281,6 +281,53 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
   if (hi) p.scalar1 = to_scalar_arg(*hi);
   ANVIL_KERNEL(out.device(), clamp, p);
   return out;
+}
+
+Tensor heaviside(const Tensor& x, const Tensor& values) {
+  const char* name = "[heaviside]";
+  ANVIL_CHECK(x.defined() && values.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(!is_complex(x.dtype()) && !is_complex(values.dtype()), DTypeError, name,
+              " heaviside is not yet implemented for complex tensors.");
+  ANVIL_CHECK(x.dtype() == values.dtype(), DTypeError, name,
+              " heaviside is not yet implemented for tensors with different dtypes.");
+  return binary(BinaryOp::Heaviside, x, values, x.dtype(), 1);
+}
+
+// PyTorch's binary_float_op: the promoted dtype, integers to float32; its CPU and CUDA kernels
+// dispatch float32 and float64 only.
+Tensor special_laguerre_polynomial_l(const Tensor& x, const Tensor& n) {
+  const char* name = "[special_laguerre_polynomial_l]";
+  ANVIL_CHECK(x.defined() && n.defined(), Error, name, " undefined tensor");
+  DType t = as_op(name, [&] { return result_type(x, n); });
+  if (is_integral(t, true)) t = kFloat32;
+  ANVIL_CHECK(t == kFloat32 || t == kFloat64, DTypeError, name, " not implemented for '", dtype_name(t), "'");
+  return binary(BinaryOp::Laguerre, x, n, t, 1);
+}
+Tensor special_laguerre_polynomial_l(const Tensor& x, const Scalar& n) {
+  ANVIL_CHECK(x.defined(), Error, "[special_laguerre_polynomial_l] undefined tensor");
+  const DType t = as_op("[special_laguerre_polynomial_l]", [&] { return result_type(x, n); });
+  return special_laguerre_polynomial_l(x, wrap(n, t, x.device()));
+}
+Tensor special_laguerre_polynomial_l(const Scalar& x, const Tensor& n) {
+  ANVIL_CHECK(n.defined(), Error, "[special_laguerre_polynomial_l] undefined tensor");
+  const DType t = as_op("[special_laguerre_polynomial_l]", [&] { return result_type(n, x); });
+  return special_laguerre_polynomial_l(wrap(x, t, n.device()), n);
+}
+
+std::tuple<Tensor, Tensor> frexp(const Tensor& x) {
+  const char* name = "[frexp]";
+  ANVIL_CHECK(x.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(is_floating_point(x.dtype()), DTypeError, name,
+              " torch.frexp() only supports floating-point dtypes, got ", dtype_name(x.dtype()));
+  dispatch_float_types(x.dtype(), name, [](auto) {});
+  Tensor mantissa = empty(x.sizes(), TensorOptions(x.dtype()).device(x.device()));
+  Tensor exponent = empty(x.sizes(), TensorOptions(kInt32).device(x.device()));
+  if (x.numel() == 0) return {mantissa, exponent};
+  ElementwiseParams p = make_elementwise(name, mantissa, {&exponent, &x});
+  p.dtype = x.dtype();
+  p.out_dtype = x.dtype();
+  ANVIL_KERNEL(x.device(), frexp, p);
+  return {mantissa, exponent};
 }
 
 Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {

@@ -107,6 +107,46 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
   return host.to(opts.device_);
 }
 
+// PyTorch's CPU logspace, operation for operation: start and end rounded to the dtype, their
+// difference taken in it, the step in float64, powers in float64 (an integer output: of the base
+// rounded to float, then truncated), the first half from start and the second from end.
+Tensor logspace(double start, double end, int64_t steps, double base, TensorOptions opts) {
+  ANVIL_CHECK(steps >= 0, ShapeError, "[logspace] number of steps must be non-negative, got ", steps);
+  ANVIL_CHECK(!is_complex(opts.dtype_) && opts.dtype_ != kBool, DTypeError, "[logspace] not implemented for '",
+              dtype_name(opts.dtype_), "'");
+  Tensor host = empty({steps}, TensorOptions(opts.dtype_));
+  dispatch_arith_types(opts.dtype_, "[logspace]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!is_complex_v<T>) {
+      T* out = static_cast<T*>(host.raw_data_ptr());
+      if (steps == 1) {
+        out[0] = convert<T>(std::pow(base, start));
+        return;
+      }
+      const int64_t half = steps / 2;
+      if constexpr (is_float_v<T>) {
+        const T a = convert<T>(start), b = convert<T>(end);
+        T diff;
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) diff = b - a;
+        else diff = T(static_cast<float>(b) - static_cast<float>(a));  // c10's Half / BFloat16 operator-
+        const double step = static_cast<double>(diff) / static_cast<double>(steps - 1);
+        const double da = static_cast<double>(a), db = static_cast<double>(b);
+        for (int64_t i = 0; i < steps; ++i)
+          out[i] = T(std::pow(base, i < half ? da + step * static_cast<double>(i)
+                                             : db - step * static_cast<double>(steps - i - 1)));
+      } else {
+        const T a = convert<T>(start), b = convert<T>(end);
+        const double step = static_cast<double>(b - a) / static_cast<double>(steps - 1);
+        const double fbase = static_cast<double>(static_cast<float>(base));
+        for (int64_t i = 0; i < steps; ++i)
+          out[i] = convert<T>(std::pow(fbase, i < half ? static_cast<double>(a) + step * static_cast<double>(i)
+                                                       : static_cast<double>(b) - step * static_cast<double>(steps - i - 1)));
+      }
+    }
+  });
+  return host.to(opts.device_);
+}
+
 // ---- random: a global (seed, offset); each call takes numel counters.
 namespace {
 struct RngState {

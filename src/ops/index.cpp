@@ -1,4 +1,6 @@
 // Indexing: index_select, gather, scatter / scatter_add, masked_fill, embedding.
+#include <algorithm>
+
 #include "anvil/ops.h"
 #include "core/dispatch.h"
 #include "core/kernels/elementwise.h"
@@ -189,6 +191,116 @@ void cache_prefetch(const Tensor& x, const Tensor& index) {
   }
   if (p.slices == 0) return;
   ANVIL_KERNEL(x.device(), cache_prefetch, p);
+}
+
+}  // namespace anvil
+
+// ---- take / put_: the tensor as its flat row-major sequence (strides do not matter)
+
+namespace anvil {
+
+Tensor take(const Tensor& x, const Tensor& index) {
+  const char* name = "[take]";
+  ANVIL_CHECK(x.defined() && index.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(index.dtype() == kInt64, DTypeError, name, " take(): Expected a long tensor for index, but got ",
+              dtype_name(index.dtype()));
+  check_same_device(name, x, index);
+  ANVIL_CHECK(!(x.numel() == 0 && index.numel() != 0), IndexError, name, " take(): tried to take from an empty tensor");
+  Tensor out = empty(index.sizes(), TensorOptions(x.dtype()).device(x.device()));
+  if (out.numel() == 0) return out;
+  const Tensor flat = x.contiguous().reshape({x.numel()});
+  const Tensor idx = index.contiguous().reshape({index.numel()});
+  Tensor o = out.reshape({out.numel()});
+  GatherParams p;
+  fill_gather_params(name, p, flat, idx, &o, 0);
+  p.flat = true;
+  p.self = flat.raw_data_ptr();
+  p.out_or_src = o.raw_data_ptr();
+  p.index = static_cast<const int64_t*>(idx.raw_data_ptr());
+  ANVIL_KERNEL(x.device(), gather, p);
+  return out;
+}
+
+Tensor& Tensor::put_(const Tensor& index, const Tensor& source, bool accumulate) {
+  const char* name = "[put_]";
+  ANVIL_CHECK(defined() && index.defined() && source.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(index.dtype() == kInt64, DTypeError, name, " put_(): Expected a long tensor for index, but got ",
+              dtype_name(index.dtype()));
+  ANVIL_CHECK(source.dtype() == dtype(), DTypeError, name,
+              " put_(): self and source expected to have the same dtype, but got self.dtype = ", dtype_name(dtype()),
+              " and source.dtype = ", dtype_name(source.dtype()));
+  check_same_device(name, *this, index);
+  check_same_device(name, *this, source);
+  ANVIL_CHECK(source.numel() == index.numel(), IndexError, name,
+              " put_(): Expected source and index to have the same number of elements, but got source.numel() = ",
+              source.numel(), ", index.numel() = ", index.numel());
+  ANVIL_CHECK(!(numel() == 0 && index.numel() != 0), IndexError, name,
+              " put_(): Tried to put elements into an empty tensor");
+  if (accumulate) dispatch_arith_types(dtype(), name, [](auto) {});
+  if (index.numel() == 0) return *this;
+  // A strided self is updated through a contiguous copy, written back after.
+  Tensor target = is_contiguous() ? *this : contiguous();
+  Tensor flat = target.reshape({numel()});
+  const Tensor idx = index.contiguous().reshape({index.numel()});
+  const Tensor src = source.contiguous().reshape({source.numel()});
+  GatherParams p;
+  fill_gather_params(name, p, flat, idx, &src, 0);
+  p.flat = true;
+  p.accumulate = accumulate;
+  p.self = flat.raw_data_ptr();
+  p.out_or_src = const_cast<void*>(src.raw_data_ptr());
+  p.index = static_cast<const int64_t*>(idx.raw_data_ptr());
+  ANVIL_KERNEL(device(), scatter, p);
+  if (!is_contiguous()) copy_(target);
+  return *this;
+}
+
+Tensor put(const Tensor& x, const Tensor& index, const Tensor& source, bool accumulate) {
+  ANVIL_CHECK(x.defined(), Error, "[put] undefined tensor");
+  Tensor out = x.clone();
+  as_op("[put]", [&] { return out.put_(index, source, accumulate); });
+  return out;
+}
+
+// ---- bincount
+
+Tensor bincount(const Tensor& x_in, const Tensor& weights_in, int64_t minlength) {
+  const char* name = "[bincount]";
+  ANVIL_CHECK(x_in.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(minlength >= 0, ValueError, name, " minlength should be >= 0");
+  const DType t = x_in.dtype();
+  ANVIL_CHECK(t == kUInt8 || t == kInt8 || t == kInt16 || t == kInt32 || t == kInt64, DTypeError, name,
+              " \"bincount\" not implemented for '", dtype_name(t), "'");
+  const bool weighted = weights_in.defined();
+  // PyTorch returns int64 zeros for an empty input, with or without weights.
+  if (x_in.dim() == 1 && x_in.numel() == 0) return zeros({minlength}, TensorOptions(kInt64).device(x_in.device()));
+  ANVIL_CHECK(x_in.dim() == 1, ShapeError, name, " bincount only supports 1-d non-negative integral inputs.");
+  if (weighted) {
+    check_same_device(name, x_in, weights_in);
+    ANVIL_CHECK(weights_in.dim() == 1 && weights_in.size(0) == x_in.size(0), ShapeError, name,
+                " weights should be 1-d and have the same length as input");
+  }
+  // The output's length is max(x) + 1: the one read back to the host (with min(x) for the check).
+  const Tensor range = stack({amin(x_in).to(kInt64), amax(x_in).to(kInt64)}).to(Device(kCPU));
+  const int64_t* lo_hi = static_cast<const int64_t*>(range.raw_data_ptr());
+  ANVIL_CHECK(lo_hi[0] >= 0, ValueError, name, " bincount only supports 1-d non-negative integral inputs.");
+  const int64_t hi = lo_hi[1];
+  const int64_t bins = std::max(hi + 1, minlength);
+  const DType out_dtype = !weighted ? kInt64 : weights_in.dtype() == kFloat32 ? kFloat32 : kFloat64;
+  Tensor out = zeros({bins}, TensorOptions(out_dtype).device(x_in.device()));
+  const Tensor x = t == kInt32 ? x_in.contiguous() : x_in.to(kInt64).contiguous();
+  Tensor w;
+  if (weighted) w = weights_in.to(out_dtype).contiguous();
+  BincountParams p;
+  p.x = x.raw_data_ptr();
+  p.weights = weighted ? w.raw_data_ptr() : nullptr;
+  p.out = out.raw_data_ptr();
+  p.x_dtype = x.dtype();
+  p.out_dtype = out_dtype;
+  p.n = x.numel();
+  p.bins = bins;
+  ANVIL_KERNEL(x.device(), bincount, p);
+  return out;
 }
 
 }  // namespace anvil

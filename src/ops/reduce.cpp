@@ -31,11 +31,11 @@ void push_dim(int& n, int64_t* sizes, int64_t* strides, int64_t size, int64_t st
 }
 
 struct Reduced {
-  Tensor values, indices;
+  Tensor values, indices, mean;  // mean: var_mean / std_mean
 };
 
 Reduced reduce(ReduceOp op, const Tensor& x_in, const Shape& dims_in, bool keepdim, std::optional<DType> dtype,
-               double correction = 1, const char* name_override = nullptr) {
+               double correction = 1, const char* name_override = nullptr, bool with_mean = false) {
   const char* name = name_override ? name_override : reduce_name(op);
   ANVIL_CHECK(x_in.defined(), Error, name, " undefined tensor");
   Tensor x = x_in;
@@ -97,7 +97,9 @@ Reduced reduce(ReduceOp op, const Tensor& x_in, const Shape& dims_in, bool keepd
   Reduced r;
   r.values = empty(out_shape, TensorOptions(op == ReduceOp::Argmax || op == ReduceOp::Argmin ? kInt64 : out_dtype).device(x.device()));
   if (want_index) r.indices = empty(out_shape, TensorOptions(kInt64).device(x.device()));
+  if (with_mean) r.mean = empty(out_shape, TensorOptions(out_dtype).device(x.device()));
   if (p.n_out == 0) return r;
+  if (with_mean) p.out_mean = r.mean.raw_data_ptr();
   p.in = x.raw_data_ptr();
   p.out = r.values.raw_data_ptr();
   if (want_index) p.out_index = static_cast<int64_t*>(r.indices.raw_data_ptr());
@@ -141,6 +143,14 @@ Tensor var(const Tensor& x, const Shape& dims, double correction, bool keepdim) 
 }
 Tensor std(const Tensor& x, const Shape& dims, double correction, bool keepdim) {
   return reduce(ReduceOp::Std, x, dims, keepdim, {}, correction).values;
+}
+std::tuple<Tensor, Tensor> var_mean(const Tensor& x, const Shape& dims, double correction, bool keepdim) {
+  Reduced r = reduce(ReduceOp::Var, x, dims, keepdim, {}, correction, "[var_mean]", true);
+  return {r.values, r.mean};
+}
+std::tuple<Tensor, Tensor> std_mean(const Tensor& x, const Shape& dims, double correction, bool keepdim) {
+  Reduced r = reduce(ReduceOp::Std, x, dims, keepdim, {}, correction, "[std_mean]", true);
+  return {r.values, r.mean};
 }
 
 }  // namespace anvil

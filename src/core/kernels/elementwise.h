@@ -17,6 +17,8 @@ enum class BinaryOp : int8_t {
   Pow,
   Maximum,
   Minimum,
+  Heaviside,  // a == 0 ? b : a > 0
+  Laguerre,   // L_n(a) with n = trunc(b) (floating dtypes)
   Eq, Ne, Lt, Le, Gt, Ge,  // out dtype bool
   LogicalAnd, LogicalOr,   // out dtype bool
 };
@@ -31,6 +33,7 @@ inline constexpr bool is_compare(BinaryOp op) { return op >= BinaryOp::Eq; }
 //  where:  out = in1(bool) ? in2 : (has_b ? in3 : scalar0)
 //  clamp:  out = min(max(in1, lo), hi): lo/hi from in2/in3 tensors or scalar0/scalar1 when
 //          the matching has_* flag says so
+//  frexp:  slot 0 = mantissa (dtype), slot 1 = exponent (int32) of slot 2 (dtype, floating)
 struct ElementwiseParams {
   int ndim = 0;
   int nargs = 0;
@@ -52,7 +55,8 @@ struct ElementwiseParams {
   X(unary, const ElementwiseParams&)   \
   X(binary, const ElementwiseParams&)  \
   X(where, const ElementwiseParams&)   \
-  X(clamp, const ElementwiseParams&)
+  X(clamp, const ElementwiseParams&)   \
+  X(frexp, const ElementwiseParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_ELEMENTWISE_KERNELS)
 
 }  // namespace anvil

@@ -30,13 +30,26 @@ struct GatherParams {
   int64_t self_strides[kMaxDims] = {}, index_strides[kMaxDims] = {}, other_strides[kMaxDims] = {};
   int64_t self_dim_size = 0;
   bool accumulate = false;
+  bool flat = false;  // take / put_: a negative index counts from the end (+ self_dim_size)
   ScalarArg scalar0;
+};
+
+// bincount: out[x[i]] += weights ? weights[i] : 1 over n contiguous values, every one in
+// [0, bins) (the front end checked). x is int32 or int64; out (zeroed by the front end) is
+// int64 without weights, else of the weights' dtype, float32 or float64.
+struct BincountParams {
+  const void* x = nullptr;
+  const void* weights = nullptr;
+  void* out = nullptr;
+  DType x_dtype = kInt64, out_dtype = kInt64;
+  int64_t n = 0, bins = 0;
 };
 
 #define ANVIL_INDEX_KERNELS(X)               \
   X(index_select, const IndexSelectParams&)  \
   X(gather, const GatherParams&)             \
-  X(scatter, const GatherParams&)
+  X(scatter, const GatherParams&)            \
+  X(bincount, const BincountParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_INDEX_KERNELS)
 
 }  // namespace anvil

@@ -70,11 +70,12 @@ struct PadSources {
   ANVIL_HD void add(int64_t a, int64_t b, int64_t out) {
     a = a < 0 ? 0 : a;
     b = b > out ? out : b;
-    if (a < b) {
-      lo[n] = a;
-      hi[n] = b;
-      ++n;
-    }
+    if (a >= b) return;
+    // Constant indices only, so that a GPU keeps the ranges in registers.
+    if (n == 0) lo[0] = a, hi[0] = b;
+    else if (n == 1) lo[1] = a, hi[1] = b;
+    else lo[2] = a, hi[2] = b;
+    ++n;
   }
 };
 
@@ -98,6 +99,31 @@ ANVIL_HD PadSources pad_sources(PadMode mode, const PadDim& d, int64_t k) {
     s.add(j0 + cr.c, j0 + cr.c + 1, d.out);
   }
   return s;
+}
+
+// Input indices [lo, hi) whose one and only output is the unpadded position j = k + before
+// (with 0 <= j < out): the interior a backward copies without summing. Conservative (edges that
+// happen to have one source too may fall outside it). A side without a positive pad adds no
+// sources; with one, reflect mirrors k in [1, before] (and k >= in - 1 - after), replicate
+// repeats 0 (and in - 1), circular wraps (its interior is then left empty).
+struct PadInterior {
+  int64_t lo, hi;
+};
+ANVIL_HD PadInterior pad_interior(PadMode mode, const PadDim& d) {
+  const int64_t after = d.out - d.in - d.before;
+  int64_t lo = -d.before > 0 ? -d.before : 0, hi = d.in < d.out - d.before ? d.in : d.out - d.before;
+  if (d.before > 0) {
+    if (mode == PadMode::Reflect) lo = d.before + 1;
+    else if (mode == PadMode::Replicate) lo = 1;
+    else if (mode == PadMode::Circular) hi = lo;
+  }
+  if (after > 0) {
+    if (mode == PadMode::Reflect) hi = hi < d.in - 1 - after ? hi : d.in - 1 - after;
+    else if (mode == PadMode::Replicate) hi = hi < d.in - 1 ? hi : d.in - 1;
+    else if (mode == PadMode::Circular) hi = lo;
+  }
+  lo = lo < d.in ? lo : d.in;
+  return {lo, hi > lo ? hi : lo};
 }
 
 // pad:          dst (output geometry) = src (input geometry) padded, every dtype moved as bits

@@ -14,6 +14,7 @@ struct ReduceParams {
   const void* in = nullptr;
   void* out = nullptr;
   int64_t* out_index = nullptr;
+  void* out_mean = nullptr;  // Var / Std (var_mean, std_mean): the mean as well, in out_dtype like `out`
   DType in_dtype = kFloat32;
   DType out_dtype = kFloat32;  // accumulation type follows out_dtype (float32 for low precision)
   ReduceOp op = ReduceOp::Sum;

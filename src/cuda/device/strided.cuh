@@ -19,6 +19,21 @@ __device__ __forceinline__ void divmod(int64_t a, int64_t b, int64_t& q, int64_t
   }
 }
 
+// n / d and n % d for 0 <= n < 2^31 by a multiply-high and a shift (Granlund-Montgomery), the
+// magic numbers made once on the host: a few instructions instead of a division routine.
+struct FastDivmod {
+  uint32_t d = 1, mul = 0, shift = 0;
+  FastDivmod() = default;
+  explicit FastDivmod(uint32_t divisor) : d(divisor) {
+    while ((uint64_t{1} << shift) < d) ++shift;
+    mul = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
+  }
+  __device__ __forceinline__ void operator()(uint32_t n, uint32_t& q, uint32_t& r) const {
+    q = (__umulhi(n, mul) + n) >> shift;
+    r = n - q * d;
+  }
+};
+
 // Offset of element i in one operand.
 __device__ __forceinline__ int64_t strided_offset(int64_t i, int ndim, const int64_t* sizes, const int64_t* strides) {
   int64_t off = 0;
