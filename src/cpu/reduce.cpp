@@ -38,7 +38,6 @@ inline int64_t strided_offset(int ndim, const int64_t* sizes, const int64_t* str
   }
   return off;
 }
-inline int64_t red_offset(const ReduceParams& p, int64_t r) { return strided_offset(p.red_ndim, p.red_sizes, p.red_strides, r); }
 inline int64_t out_offset(const ReduceParams& p, int64_t o) { return strided_offset(p.out_ndim, p.out_sizes, p.out_strides, o); }
 
 // Visits the reduced elements of one output in [r0, r1) in order: f(value, r).
@@ -49,7 +48,29 @@ void visit(const ReduceParams& p, const T* base, int64_t r0, int64_t r1, F&& f) 
     for (int64_t r = r0; r < r1; ++r) f(base[r * s], r);
     return;
   }
-  for (int64_t r = r0; r < r1; ++r) f(base[red_offset(p, r)], r);
+  // An odometer over the reduced dims, the innermost as a plain strided loop: no division per
+  // element (a batch-norm-style reduction over N, H, W visits every element this way).
+  const int nd = p.red_ndim;
+  const int64_t inner = p.red_sizes[nd - 1], s_inner = p.red_strides[nd - 1];
+  int64_t idx[kMaxDims] = {}, rem = r0 / inner, off = 0;
+  for (int d = nd - 2; d >= 0; --d) {
+    idx[d] = rem % p.red_sizes[d];
+    rem /= p.red_sizes[d];
+    off += idx[d] * p.red_strides[d];
+  }
+  int64_t r = r0, j = r0 % inner;
+  while (r < r1) {
+    const int64_t stop = std::min(r1 - r, inner - j);
+    for (int64_t k = 0; k < stop; ++k) f(base[off + (j + k) * s_inner], r + k);
+    r += stop;
+    j = 0;
+    for (int d = nd - 2; d >= 0; --d) {  // the next row of the innermost dim
+      off += p.red_strides[d];
+      if (++idx[d] < p.red_sizes[d]) break;
+      off -= idx[d] * p.red_strides[d];
+      idx[d] = 0;
+    }
+  }
 }
 
 template <typename T>

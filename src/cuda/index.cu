@@ -1,6 +1,7 @@
 // index_select, gather and scatter (with and without accumulation) on CUDA. An index outside
 // [0, size) is never followed: gather-like ops write 0 in its place, scatter skips it, and the
 // kernel sets the sticky device-side flag that the next synchronisation turns into IndexError.
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -204,6 +205,33 @@ __global__ void __launch_bounds__(kThreads) bincount_kernel(const __grid_constan
   }
 }
 
+// bincount_range: per-thread min / max, reduced over the warp, then one 64-bit atomicMin /
+// atomicMax per warp into out[0] / out[1] (set to the extremes first by the one-thread kernel).
+__global__ void bincount_range_init(int64_t* out) {
+  out[0] = INT64_MAX;
+  out[1] = INT64_MIN;
+}
+template <typename I>
+__global__ void __launch_bounds__(kThreads) bincount_range_kernel(const I* x, int64_t n, int64_t* out) {
+  long long lo = INT64_MAX, hi = INT64_MIN;
+  const int64_t stride = grid_threads();
+  for (int64_t i = global_thread(); i < n; i += stride) {
+    const long long v = x[i];
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const long long l2 = __shfl_xor_sync(0xffffffffu, lo, o), h2 = __shfl_xor_sync(0xffffffffu, hi, o);
+    lo = l2 < lo ? l2 : lo;
+    hi = h2 > hi ? h2 : hi;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(reinterpret_cast<long long*>(out), lo);
+    atomicMax(reinterpret_cast<long long*>(out) + 1, hi);
+  }
+}
+
 template <typename I, typename W, typename A, typename Out>
 void launch_bincount(const BincountParams& p, const KernelLaunch& launch) {
   constexpr size_t kSmem = 48 * 1024;
@@ -283,6 +311,18 @@ void bincount(const BincountParams& p) {
   };
   if (p.x_dtype == kInt32) with_input(TypeTag<int32_t>{});
   else with_input(TypeTag<int64_t>{});
+  launch.check("[bincount]");
+}
+
+void bincount_range(const BincountParams& p) {
+  KernelLaunch launch(p.out);
+  int64_t* out = static_cast<int64_t*>(p.out);
+  bincount_range_init<<<1, 1, 0, launch.stream()>>>(out);
+  const unsigned blocks = launch.blocks(p.n, 8);
+  if (p.x_dtype == kInt32)
+    bincount_range_kernel<<<blocks, kThreads, 0, launch.stream()>>>(static_cast<const int32_t*>(p.x), p.n, out);
+  else
+    bincount_range_kernel<<<blocks, kThreads, 0, launch.stream()>>>(static_cast<const int64_t*>(p.x), p.n, out);
   launch.check("[bincount]");
 }
 

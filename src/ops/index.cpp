@@ -280,24 +280,26 @@ Tensor bincount(const Tensor& x_in, const Tensor& weights_in, int64_t minlength)
     ANVIL_CHECK(weights_in.dim() == 1 && weights_in.size(0) == x_in.size(0), ShapeError, name,
                 " weights should be 1-d and have the same length as input");
   }
-  // The output's length is max(x) + 1: the one read back to the host (with min(x) for the check).
-  const Tensor range = stack({amin(x_in).to(kInt64), amax(x_in).to(kInt64)}).to(Device(kCPU));
-  const int64_t* lo_hi = static_cast<const int64_t*>(range.raw_data_ptr());
-  ANVIL_CHECK(lo_hi[0] >= 0, ValueError, name, " bincount only supports 1-d non-negative integral inputs.");
-  const int64_t hi = lo_hi[1];
-  const int64_t bins = std::max(hi + 1, minlength);
-  const DType out_dtype = !weighted ? kInt64 : weights_in.dtype() == kFloat32 ? kFloat32 : kFloat64;
-  Tensor out = zeros({bins}, TensorOptions(out_dtype).device(x_in.device()));
   const Tensor x = t == kInt32 ? x_in.contiguous() : x_in.to(kInt64).contiguous();
-  Tensor w;
-  if (weighted) w = weights_in.to(out_dtype).contiguous();
   BincountParams p;
   p.x = x.raw_data_ptr();
+  p.x_dtype = x.dtype();
+  p.n = x.numel();
+  // The output's length is max(x) + 1: min and max in one pass, read back to the host.
+  Tensor range = empty({2}, TensorOptions(kInt64).device(x.device()));
+  p.out = range.raw_data_ptr();
+  ANVIL_KERNEL(x.device(), bincount_range, p);
+  range = range.to(Device(kCPU));
+  const int64_t* lo_hi = static_cast<const int64_t*>(range.raw_data_ptr());
+  ANVIL_CHECK(lo_hi[0] >= 0, ValueError, name, " bincount only supports 1-d non-negative integral inputs.");
+  const int64_t bins = std::max(lo_hi[1] + 1, minlength);
+  const DType out_dtype = !weighted ? kInt64 : weights_in.dtype() == kFloat32 ? kFloat32 : kFloat64;
+  Tensor out = zeros({bins}, TensorOptions(out_dtype).device(x_in.device()));
+  Tensor w;
+  if (weighted) w = weights_in.to(out_dtype).contiguous();
   p.weights = weighted ? w.raw_data_ptr() : nullptr;
   p.out = out.raw_data_ptr();
-  p.x_dtype = x.dtype();
   p.out_dtype = out_dtype;
-  p.n = x.numel();
   p.bins = bins;
   ANVIL_KERNEL(x.device(), bincount, p);
   return out;

@@ -37,6 +37,7 @@ struct GatherParams {
 // bincount: out[x[i]] += weights ? weights[i] : 1 over n contiguous values, every one in
 // [0, bins) (the front end checked). x is int32 or int64; out (zeroed by the front end) is
 // int64 without weights, else of the weights' dtype, float32 or float64.
+// bincount_range: min(x) and max(x) of the n > 0 values into out (int64[2]), one pass.
 struct BincountParams {
   const void* x = nullptr;
   const void* weights = nullptr;
@@ -49,7 +50,8 @@ struct BincountParams {
   X(index_select, const IndexSelectParams&)  \
   X(gather, const GatherParams&)             \
   X(scatter, const GatherParams&)            \
-  X(bincount, const BincountParams&)
+  X(bincount, const BincountParams&)          \
+  X(bincount_range, const BincountParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_INDEX_KERNELS)
 
 }  // namespace anvil
