@@ -33,6 +33,6 @@ std::vector<Case> core_cases(Device dev);    // copy, casts, add, sum (bench/cas
 std::vector<Case> decode_cases(Device dev);  // linear suite, softmax, norms, RoPE, SwiGLU (bench/cases_decode.cpp)
 std::vector<Case> moe_cases(Device dev);     // routing, combine, the whole experts block (bench/cases_moe.cpp)
 std::vector<Case> pad_cases(Device dev);     // the models' pads and their backward (bench/cases_pad.cpp)
-std::vector<Case> release_cases(Device dev);  // bincount, var_mean (bench/cases_release.cpp)
+std::vector<Case> release_cases(Device dev);  // bincount, var_mean, losses (bench/cases_release.cpp)
 
 }  // namespace anvil::bench

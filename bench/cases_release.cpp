@@ -1,6 +1,7 @@
-// The release's counting and moments at the shapes its notes quote: bincount over 4M int64
-// values mostly in one bin (the hot-bin case PyTorch fixed) and spread evenly, var_mean over a
-// row-wise and a batch-norm-style (N, H, W) reduction. CPU sizes are 1/4 of the CUDA ones.
+// The release's counting, moments and losses at the shapes its notes quote: bincount over 4M
+// int64 values mostly in one bin (the hot-bin case PyTorch fixed) and spread evenly, var_mean
+// over a row-wise and a batch-norm-style (N, H, W) reduction, mse_loss and cross_entropy at a
+// small training step's shapes. CPU sizes are 1/4 of the CUDA ones.
 #include "cases.h"
 
 namespace anvil::bench {
@@ -51,6 +52,35 @@ std::vector<Case> release_cases(Device dev) {
                        std::vector<Tensor> xs;
                        for (int r = 0; r < rot; ++r) xs.push_back(rand(m.shape, TensorOptions(m.dtype).device(dev)));
                        return [=](int i) { (void)var_mean(xs[i % rot], m.dims); };
+                     }, "release", spec});
+  }
+  // Losses at a small training step: a regression head's mse and an LM head's cross entropy.
+  {
+    const Shape shape = {cpu ? 16 : 64, 4096};
+    const int64_t numel = shape[0] * shape[1];
+    nlohmann::json spec{{"op", "mse_loss"}, {"shape", shape}, {"dtype", "bfloat16"}};
+    cases.push_back({"mse_loss bfloat16 " + shape_str(shape), 4.0 * static_cast<double>(numel), ceil, [=]() -> Runner {
+                       const int rot = rotations_for(dev, 4.0 * static_cast<double>(numel));
+                       std::vector<Tensor> xs, ys;
+                       for (int r = 0; r < rot; ++r) {
+                         xs.push_back(rand(shape, TensorOptions(kBFloat16).device(dev)));
+                         ys.push_back(rand(shape, TensorOptions(kBFloat16).device(dev)));
+                       }
+                       return [=](int i) { (void)mse_loss(xs[i % rot], ys[i % rot]); };
+                     }, "release", spec});
+  }
+  {
+    const int64_t rows = cpu ? 16 : 64, classes = 32000;
+    nlohmann::json spec{{"op", "cross_entropy"}, {"shape", Shape{rows, classes}}, {"dtype", "float32"}};
+    cases.push_back({"cross_entropy float32 " + shape_str({rows, classes}), 4.0 * static_cast<double>(rows * classes), ceil,
+                     [=]() -> Runner {
+                       const int rot = rotations_for(dev, 4.0 * static_cast<double>(rows * classes));
+                       std::vector<Tensor> xs;
+                       for (int r = 0; r < rot; ++r) xs.push_back(rand({rows, classes}, TensorOptions(kFloat32).device(dev)));
+                       std::vector<int64_t> tv(static_cast<size_t>(rows));
+                       for (int64_t i = 0; i < rows; ++i) tv[static_cast<size_t>(i)] = (i * 7919) % classes;
+                       const Tensor t = tensor(tv, Shape{rows}).to(dev);
+                       return [=](int i) { (void)cross_entropy(xs[i % rot], t); };
                      }, "release", spec});
   }
   return cases;

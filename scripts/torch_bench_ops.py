@@ -246,6 +246,18 @@ def build(spec, dev):
             x[0] = bins - 1
             xs.append(x)
         return lambda i: torch.bincount(xs[i % rot])
+    if op == "mse_loss":
+        shape = spec["shape"]
+        rot = rotations(dev, 4 * math.prod(shape))
+        xs = [torch.rand(*shape, device=dev).to(t) for _ in range(rot)]
+        ys = [torch.rand(*shape, device=dev).to(t) for _ in range(rot)]
+        return lambda i: F.mse_loss(xs[i % rot], ys[i % rot])
+    if op == "cross_entropy":
+        rows, classes = spec["shape"]
+        rot = rotations(dev, 4 * rows * classes)
+        xs = [torch.rand(rows, classes, device=dev).to(t) for _ in range(rot)]
+        tgt = torch.tensor([(i * 7919) % classes for i in range(rows)], device=dev)
+        return lambda i: F.cross_entropy(xs[i % rot], tgt)
     if op == "var_mean":
         shape, dims = spec["shape"], spec["dims"]
         rot = rotations(dev, math.prod(shape) * torch.empty(0, dtype=t).element_size())

@@ -8,6 +8,7 @@
 #include "anvil/nn.h"
 #include "anvil/numeric.h"
 #include "anvil/ops.h"
+#include "anvil/loss.h"
 #include "anvil/pad.h"
 #include "anvil/scalar.h"
 #include "anvil/stream.h"
