@@ -117,4 +117,60 @@ TEST(LargeTensor, Int8Above2Pow32) {
   EXPECT_TRUE(th::expect_equal(sum(rows, {1}), rsum));
 }
 
+// Pads whose output passes 2^32 elements (the failure class of MPSGraph's pad: most elements of
+// such outputs wrong). A constant pad of a [4, 2^30 + 3] uint8 tensor by (2, 5) on the last dim
+// and (1, 0) on the first: every row's fill, copied middle and markers checked, then the sum.
+TEST(LargeTensor, ConstantPadPast2Pow32) {
+  SKIP_UNDER_SANITIZERS();
+  const int64_t w = (int64_t{1} << 30) + 3, ow = w + 7;
+  SKIP_UNLESS_MEMORY(4 * w + 5 * ow + (int64_t{1} << 30));
+  Tensor x = empty({4, w}, TensorOptions(kUInt8));
+  x.fill_(1);
+  x.select(0, 2).select(0, 0).fill_(55);
+  x.select(0, 3).select(0, w - 1).fill_(77);
+  Tensor y = constant_pad_nd(x, {2, 5, 1, 0}, 9);
+  ASSERT_EQ(y.sizes(), (Shape{5, ow}));
+  ASSERT_GT(y.numel(), int64_t{1} << 32);
+  auto at = [&](int64_t r, int64_t c) { return y.select(0, r).select(0, c).item<int64_t>(); };
+  for (int64_t c : {int64_t{0}, int64_t{2}, ow / 2, ow - 1}) EXPECT_EQ(at(0, c), 9) << c;  // the padded row
+  for (int64_t r = 1; r < 5; ++r) {
+    EXPECT_EQ(at(r, 0), 9);
+    EXPECT_EQ(at(r, 1), 9);
+    EXPECT_EQ(at(r, ow - 5), 9);
+    EXPECT_EQ(at(r, ow - 1), 9);
+    EXPECT_EQ(at(r, ow / 2), 1);
+  }
+  EXPECT_EQ(at(3, 2), 55);
+  EXPECT_EQ(at(4, w + 1), 77);  // input [3, w - 1]: the last copied element, past 2^32
+  EXPECT_EQ(at(4, w), 1);
+  // Every element: 9 * (fill count) + 1 * (copied ones) + the two markers' excess.
+  const int64_t fills = ow + 4 * 7, ones = 4 * w - 2;
+  EXPECT_EQ(sum(y).item<int64_t>(), 9 * fills + ones + 55 + 77);
+}
+
+// A reflect pad of a [1, 2^32 + 16] uint8 tensor by (3, 4): both mirrored ends and a middle
+// element past 2^32.
+TEST(LargeTensor, ReflectPadPast2Pow32) {
+  SKIP_UNDER_SANITIZERS();
+  const int64_t n = (int64_t{1} << 32) + 16, on = n + 7;
+  SKIP_UNLESS_MEMORY(n + on + (int64_t{1} << 30));
+  Tensor x = empty({1, n}, TensorOptions(kUInt8));
+  x.fill_(0);
+  for (int64_t i = 0; i < 5; ++i) {
+    x.select(1, i).fill_(10 + i);          // 10, 11, 12, 13, 14 at the start
+    x.select(1, n - 1 - i).fill_(20 + i);  // 20, 21, 22, 23, 24 from the end backwards
+  }
+  x.select(1, (int64_t{1} << 32) + 3).fill_(99);
+  Tensor y = reflection_pad1d(x, {3, 4});
+  ASSERT_EQ(y.sizes(), (Shape{1, on}));
+  auto at = [&](int64_t c) { return y.select(1, c).item<int64_t>(); };
+  const std::vector<int64_t> head = {13, 12, 11, 10, 11, 12, 13, 14};
+  for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(at(c), head[c]) << c;
+  // The end: x[n-5 .. n-1] = 24 .. 20, then the mirror 21, 22, 23, 24.
+  const std::vector<int64_t> tail = {24, 23, 22, 21, 20, 21, 22, 23, 24};
+  for (int64_t c = 0; c < 9; ++c) EXPECT_EQ(at(on - 9 + c), tail[c]) << c;
+  EXPECT_EQ(at((int64_t{1} << 32) + 6), 99);
+  EXPECT_EQ(at((int64_t{1} << 32) + 5), 0);
+}
+
 }  // namespace
