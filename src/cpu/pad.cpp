@@ -182,8 +182,17 @@ void pad_backward_gather(const PadParams& p) {
           for (int64_t q = t.begin[k]; q < t.begin[k + 1]; ++q) next.push_back(o + t.j[q] * p.out_strides[d]);
         offs.swap(next);
       }
-      std::fill(acc.begin(), acc.end(), Acc{});
       Acc* a = acc.data();
+      T* gi = grad_in + in_off;
+      // The common row, one source row, both dense: its interior converts straight from
+      // grad_output (Acc{} + x, as the CUDA kernel adds), only the edges go through the buffer.
+      const bool direct = offs.size() == 1 && s_out == b && s_in == b;
+      if (direct) {
+        std::fill(a, a + mid.lo * b, Acc{});
+        std::fill(a + mid.hi * b, a + n * b, Acc{});
+      } else {
+        std::fill(acc.begin(), acc.end(), Acc{});
+      }
       for (int64_t o : offs) {
         const T* go = grad_out + o;
         auto sum_edge = [&](int64_t k0, int64_t k1) {
@@ -195,7 +204,10 @@ void pad_backward_gather(const PadParams& p) {
           }
         };
         sum_edge(0, mid.lo);
-        if (s_out == b) {  // one source each: a[k] += grad_out[k + before], contiguous
+        if (direct) {
+          const T* gm = go + ld.before * b;
+          for (int64_t e = mid.lo * b; e < mid.hi * b; ++e) gi[e] = static_cast<T>(Acc{} + static_cast<Acc>(gm[e]));
+        } else if (s_out == b) {  // one source each: a[k] += grad_out[k + before], contiguous
           const T* gm = go + ld.before * b;
           for (int64_t e = mid.lo * b; e < mid.hi * b; ++e) a[e] = a[e] + static_cast<Acc>(gm[e]);
         } else {
@@ -204,8 +216,10 @@ void pad_backward_gather(const PadParams& p) {
         }
         sum_edge(mid.hi, n);
       }
-      T* gi = grad_in + in_off;
-      if (s_in == b) {
+      if (direct) {
+        for (int64_t e = 0; e < mid.lo * b; ++e) gi[e] = static_cast<T>(a[e]);
+        for (int64_t e = mid.hi * b; e < n * b; ++e) gi[e] = static_cast<T>(a[e]);
+      } else if (s_in == b) {
         for (int64_t e = 0; e < n * b; ++e) gi[e] = static_cast<T>(a[e]);
       } else {
         for (int64_t k = 0; k < n; ++k)
