@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "expect_throws.h"
+#include "finite_diff.h"
 #include "harness.h"
 
 namespace {
@@ -12,26 +13,16 @@ namespace {
 using namespace anvil;
 using th::Layout;
 
-ref::Array arr(Shape s, std::vector<double> v) {
-  ref::Array a(std::move(s));
-  a.v = std::move(v);
-  return a;
-}
+using th::array_of;
 
 // Element i of b broadcast to a's shape (b's shape a suffix of a's, as the cases below use).
 double at_b(const ref::Array& b, size_t i) { return b.v[i % b.v.size()]; }
 
-// d f / d x_i by central differences with step 1e-6 (f of float64 values, x's shape).
+// central_differences over an array's values, in its shape.
 template <typename F>
 ref::Array central_differences(const ref::Array& x, F&& f) {
   ref::Array fd(x.sizes);
-  const double h = 1e-6;
-  for (size_t i = 0; i < fd.v.size(); ++i) {
-    std::vector<double> p = x.v, m = x.v;
-    p[i] += h;
-    m[i] -= h;
-    fd.v[i] = (f(p) - f(m)) / (2 * h);
-  }
+  fd.v = th::central_differences(x.v, f);
   return fd;
 }
 
@@ -90,18 +81,18 @@ TEST_P(Loss, ForwardTable) {
 // and autograd through it): the 2 / N factor and 1 / N division rounded to bfloat16 first.
 TEST_P(Loss, BFloat16AsPyTorch) {
   const TensorOptions o = TensorOptions(kBFloat16).device(dev());
-  Tensor a = th::make_tensor(arr({3}, {1.5, 2.25, -0.69921875}), kBFloat16, dev());
-  Tensor b = th::make_tensor(arr({3}, {0.10009765625, 3.296875, 0.30078125}), kBFloat16, dev());
+  Tensor a = th::make_tensor(array_of({3}, {1.5, 2.25, -0.69921875}), kBFloat16, dev());
+  Tensor b = th::make_tensor(array_of({3}, {0.10009765625, 3.296875, 0.30078125}), kBFloat16, dev());
   EXPECT_TRUE(th::expect_equal(mse_loss_backward(full({}, 1.0, o), a, b, Reduction::Mean),
-                               arr({3}, {0.93359375, -0.69921875, -0.66796875})));
+                               array_of({3}, {0.93359375, -0.69921875, -0.66796875})));
   EXPECT_TRUE(th::expect_equal(mse_loss_backward(full({}, 0.3, o), a, b, Reduction::Sum),
-                               arr({3}, {0.83984375, -0.62890625, -0.6015625})));
-  EXPECT_TRUE(th::expect_equal(mse_loss(a, b), arr({}, {1.3515625})));
-  EXPECT_TRUE(th::expect_equal(mse_loss(a, b, Reduction::Sum), arr({}, {4.0625})));
-  EXPECT_TRUE(th::expect_equal(mse_loss(a, b, Reduction::None), arr({3}, {1.953125, 1.09375, 1.0})));
+                               array_of({3}, {0.83984375, -0.62890625, -0.6015625})));
+  EXPECT_TRUE(th::expect_equal(mse_loss(a, b), array_of({}, {1.3515625})));
+  EXPECT_TRUE(th::expect_equal(mse_loss(a, b, Reduction::Sum), array_of({}, {4.0625})));
+  EXPECT_TRUE(th::expect_equal(mse_loss(a, b, Reduction::None), array_of({3}, {1.953125, 1.09375, 1.0})));
   EXPECT_TRUE(th::expect_equal(l1_loss_backward(full({}, 1.0, o), a, b, Reduction::Mean),
-                               arr({3}, {0.333984375, -0.333984375, -0.333984375})));
-  EXPECT_TRUE(th::expect_equal(l1_loss(a, b), arr({}, {1.1484375})));
+                               array_of({3}, {0.333984375, -0.333984375, -0.333984375})));
+  EXPECT_TRUE(th::expect_equal(l1_loss(a, b), array_of({}, {1.1484375})));
 }
 
 // d sum(w * loss(x)) / dx by central differences of the float64 loss, against the backward with
@@ -134,8 +125,8 @@ TEST_P(Loss, BackwardMatchesFiniteDifferences) {
 TEST_P(Loss, EmptyBroadcastAndErrors) {
   const TensorOptions f = TensorOptions(kFloat32).device(dev());
   // Empty: mean NaN, sum 0, as PyTorch.
-  EXPECT_TRUE(th::expect_equal(mse_loss(zeros({0}, f), zeros({0}, f)), arr({}, {std::nan("")})));
-  EXPECT_TRUE(th::expect_equal(l1_loss(zeros({0}, f), zeros({0}, f), Reduction::Sum), arr({}, {0.0})));
+  EXPECT_TRUE(th::expect_equal(mse_loss(zeros({0}, f), zeros({0}, f)), array_of({}, {std::nan("")})));
+  EXPECT_TRUE(th::expect_equal(l1_loss(zeros({0}, f), zeros({0}, f), Reduction::Sum), array_of({}, {0.0})));
   // A float32 / float64 pair computes in float64.
   EXPECT_EQ(mse_loss(ones({3}, f), ones({3}, TensorOptions(kFloat64).device(dev()))).dtype(), kFloat64);
   // Integers: mse refuses them; l1 sums them (int64) and refuses their mean, as PyTorch.
@@ -230,7 +221,7 @@ ClsInputs cls_inputs(const ClsCase& k, DType t, Device dev, th::Gen& g, size_t i
   if (k.weighted)
     for (int64_t c = 0; c < k.c; ++c) in.w.push_back(th::round_to_dtype(g.uniform(0.5, 2.0), t));
   in.tt = k.prob ? th::make_tensor(in.ta, t, dev) : th::make_index(in.ta, dev);
-  in.wt = k.weighted ? th::make_tensor(arr({k.c}, in.w), t, dev) : Tensor();
+  in.wt = k.weighted ? th::make_tensor(array_of({k.c}, in.w), t, dev) : Tensor();
   return in;
 }
 
@@ -261,11 +252,11 @@ TEST_P(Loss, CrossEntropyAndNllTable) {
               const double u = th::unit_roundoff(t), scale = 8.0 + std::log(static_cast<double>(k.c));
               const double tol_row = 16 * u * scale * std::sqrt(static_cast<double>(k.c)) * (k.weighted ? 2 : 1);
               if (r == Reduction::None) {
-                ASSERT_TRUE(th::expect_close(out, arr(target_shape(k).size() && !k.prob ? target_shape(k)
+                ASSERT_TRUE(th::expect_close(out, array_of(target_shape(k).size() && !k.prob ? target_shape(k)
                                                       : (k.n == 0 ? Shape{} : (k.s ? Shape{k.n, k.s} : Shape{k.n})), rows),
                                              th::Tol{tol_row, 4 * u}));
               } else {
-                ASSERT_TRUE(th::expect_close(out, arr({}, {want}), th::Tol{tol_row * std::sqrt(static_cast<double>(rows.size())), 4 * u}));
+                ASSERT_TRUE(th::expect_close(out, array_of({}, {want}), th::Tol{tol_row * std::sqrt(static_cast<double>(rows.size())), 4 * u}));
               }
               // nll_loss of the log-probabilities is the unsmoothed index case.
               if (!k.prob && k.eps == 0) {
@@ -297,7 +288,7 @@ TEST_P(Loss, CrossEntropyBackwardMatchesFiniteDifferences) {
       for (double& v : gw) v = g.uniform(0.5, 1.5);
       const double gs = 0.7;
       const Shape row_shape = k.n == 0 ? Shape{} : (k.s ? Shape{k.n, k.s} : Shape{k.n});
-      Tensor go = r == Reduction::None ? th::make_tensor(arr(row_shape, gw), kFloat64, dev())
+      Tensor go = r == Reduction::None ? th::make_tensor(array_of(row_shape, gw), kFloat64, dev())
                                        : full({}, gs, TensorOptions(kFloat64).device(dev()));
       Tensor gi = cross_entropy_backward(go, x.t, tt, wt, r, -100, k.eps);
       ASSERT_TRUE(th::expect_shape(gi, in_shape(k), kFloat64));
@@ -325,8 +316,8 @@ TEST_P(Loss, ClassificationEdgesAndErrors) {
   Tensor x = zeros({3, 4}, f);
   // Every target ignored: Mean is 0 / 0.
   Tensor all_ignored = full({3}, -100, l);
-  EXPECT_TRUE(th::expect_equal(cross_entropy(x, all_ignored), arr({}, {std::nan("")})));
-  EXPECT_TRUE(th::expect_equal(nll_loss(x, all_ignored, {}, Reduction::Sum), arr({}, {0.0})));
+  EXPECT_TRUE(th::expect_equal(cross_entropy(x, all_ignored), array_of({}, {std::nan("")})));
+  EXPECT_TRUE(th::expect_equal(nll_loss(x, all_ignored, {}, Reduction::Sum), array_of({}, {0.0})));
   EXPECT_THROWS_SAYING(DTypeError, "nll_loss", "expected scalar type Long but found int32",
                        nll_loss(x, zeros({3}, TensorOptions(kInt32).device(dev()))));
   EXPECT_THROWS_SAYING(ShapeError, "cross_entropy", "Expected input batch_size (3) to match target batch_size (2).",

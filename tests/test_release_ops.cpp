@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "expect_throws.h"
+#include "finite_diff.h"
 #include "harness.h"
 
 namespace {
@@ -37,11 +38,7 @@ std::vector<double> decode_all(const nlohmann::json& a) {
 }
 
 
-ref::Array arr(Shape s, std::vector<double> v) {
-  ref::Array a(std::move(s));
-  a.v = std::move(v);
-  return a;
-}
+using th::array_of;
 
 bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
@@ -73,7 +70,7 @@ TEST_P(ReleaseOps, FrexpMatchesPyTorch) {
     const DType t = dtype_from_name(c["dtype"].get<std::string>());
     SCOPED_TRACE(c["dtype"].get<std::string>());
     const std::vector<double> x = decode_all(c["x"]);
-    Tensor xt = th::make_tensor(arr({static_cast<int64_t>(x.size())}, x), t, dev());
+    Tensor xt = th::make_tensor(array_of({static_cast<int64_t>(x.size())}, x), t, dev());
     auto [m, e] = frexp(xt);
     ASSERT_TRUE(th::expect_shape(m, xt.sizes(), t));
     ASSERT_TRUE(th::expect_shape(e, xt.sizes(), kInt32));
@@ -100,7 +97,7 @@ TEST_P(ReleaseOps, FrexpEveryBinade) {
         x.push_back(v);
         x.push_back(-v);
       }
-    Tensor xt = th::make_tensor(arr({static_cast<int64_t>(x.size())}, x), t, dev(), Layout::Offset);
+    Tensor xt = th::make_tensor(array_of({static_cast<int64_t>(x.size())}, x), t, dev(), Layout::Offset);
     auto [m, e] = frexp(xt);
     const std::vector<double> gm = th::to_array(m).v, ge = th::to_array(e).v;
     int bad = 0;
@@ -123,22 +120,22 @@ TEST_P(ReleaseOps, FrexpEveryBinade) {
 TEST_P(ReleaseOps, Heaviside) {
   const std::vector<double> xs = {-2.5, -0.0, 0.0, 3.0, kNaN, -kInf, kInf, 1e-30};
   for (DType t : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
-    Tensor x = th::make_tensor(arr({8}, xs), t, dev(), Layout::Offset);
-    Tensor v = th::make_tensor(arr({1}, {0.5}), t, dev());
+    Tensor x = th::make_tensor(array_of({8}, xs), t, dev(), Layout::Offset);
+    Tensor v = th::make_tensor(array_of({1}, {0.5}), t, dev());
     Tensor y = heaviside(x, v);
     ASSERT_TRUE(th::expect_shape(y, {8}, t));
     // NaN gives 0 (PyTorch's x == 0 ? v : x > 0), -0 gives the value.
-    EXPECT_TRUE(th::expect_equal(y, arr({8}, {0, 0.5, 0.5, 1, 0, 0, 1, th::round_to_dtype(1e-30, t) > 0 ? 1 : 0.5})));
+    EXPECT_TRUE(th::expect_equal(y, array_of({8}, {0, 0.5, 0.5, 1, 0, 0, 1, th::round_to_dtype(1e-30, t) > 0 ? 1 : 0.5})));
   }
   // Integer and bool dtypes, values broadcast along a dim.
-  Tensor xi = th::make_tensor(arr({2, 3}, {-3, 0, 7, 0, 0, -1}), kInt32, dev(), Layout::Transposed);
-  Tensor vi = th::make_tensor(arr({3}, {10, 20, 30}), kInt32, dev());
-  EXPECT_TRUE(th::expect_equal(heaviside(xi, vi), arr({2, 3}, {0, 20, 1, 10, 20, 0})));
-  Tensor xb = th::make_tensor(arr({4}, {1, 0, 1, 0}), kBool, dev());
-  Tensor vb = th::make_tensor(arr({4}, {0, 0, 1, 1}), kBool, dev());
-  EXPECT_TRUE(th::expect_equal(heaviside(xb, vb), arr({4}, {1, 0, 1, 1})));
-  Tensor xu = th::make_tensor(arr({3}, {0, 5, 0}), kUInt8, dev());
-  EXPECT_TRUE(th::expect_equal(heaviside(xu, th::make_tensor(arr({}, {9}), kUInt8, dev())), arr({3}, {9, 1, 9})));
+  Tensor xi = th::make_tensor(array_of({2, 3}, {-3, 0, 7, 0, 0, -1}), kInt32, dev(), Layout::Transposed);
+  Tensor vi = th::make_tensor(array_of({3}, {10, 20, 30}), kInt32, dev());
+  EXPECT_TRUE(th::expect_equal(heaviside(xi, vi), array_of({2, 3}, {0, 20, 1, 10, 20, 0})));
+  Tensor xb = th::make_tensor(array_of({4}, {1, 0, 1, 0}), kBool, dev());
+  Tensor vb = th::make_tensor(array_of({4}, {0, 0, 1, 1}), kBool, dev());
+  EXPECT_TRUE(th::expect_equal(heaviside(xb, vb), array_of({4}, {1, 0, 1, 1})));
+  Tensor xu = th::make_tensor(array_of({3}, {0, 5, 0}), kUInt8, dev());
+  EXPECT_TRUE(th::expect_equal(heaviside(xu, th::make_tensor(array_of({}, {9}), kUInt8, dev())), array_of({3}, {9, 1, 9})));
   const TensorOptions f = TensorOptions(kFloat32).device(dev());
   EXPECT_THROWS_SAYING(DTypeError, "heaviside", "heaviside is not yet implemented for tensors with different dtypes.",
                        heaviside(ones({2}, f), ones({2}, TensorOptions(kFloat64).device(dev()))));
@@ -156,8 +153,8 @@ TEST_P(ReleaseOps, LaguerreMatchesPyTorch) {
     const DType t = dtype_from_name(c["dtype"].get<std::string>());
     const std::vector<double> xs = c["x"].get<std::vector<double>>(), ns = c["n"].get<std::vector<double>>();
     const int64_t nx = static_cast<int64_t>(xs.size()), nn = static_cast<int64_t>(ns.size());
-    Tensor x = th::make_tensor(arr({nx, 1}, xs), t, dev());
-    Tensor n = th::make_tensor(arr({1, nn}, ns), t, dev());
+    Tensor x = th::make_tensor(array_of({nx, 1}, xs), t, dev());
+    Tensor n = th::make_tensor(array_of({1, nn}, ns), t, dev());
     Tensor y = special_laguerre_polynomial_l(x, n);
     ASSERT_TRUE(th::expect_shape(y, {nx, nn}, t));
     const std::vector<double> got = th::to_array(y).v, want = decode_all(c["y"]);
@@ -183,15 +180,15 @@ TEST_P(ReleaseOps, LaguerreMatchesPyTorch) {
       }
   }
   // Integers promote to float32; the scalar overloads wrap their number.
-  Tensor xi = th::make_tensor(arr({3}, {0, 1, 2}), kInt64, dev());
+  Tensor xi = th::make_tensor(array_of({3}, {0, 1, 2}), kInt64, dev());
   Tensor y = special_laguerre_polynomial_l(xi, Scalar(2));
   ASSERT_TRUE(th::expect_shape(y, {3}, kFloat32));
   // L_2(x) = (x^2 - 4x + 2) / 2
-  EXPECT_TRUE(th::expect_equal(y, arr({3}, {1, -0.5, -1})));
-  Tensor y2 = special_laguerre_polynomial_l(Scalar(2.0), th::make_tensor(arr({3}, {0, 1, 3}), kFloat64, dev()));
+  EXPECT_TRUE(th::expect_equal(y, array_of({3}, {1, -0.5, -1})));
+  Tensor y2 = special_laguerre_polynomial_l(Scalar(2.0), th::make_tensor(array_of({3}, {0, 1, 3}), kFloat64, dev()));
   ASSERT_TRUE(th::expect_shape(y2, {3}, kFloat64));
   // L_3(2) = (-8 + 36 - 36 + 6) / 6 = -1/3
-  EXPECT_TRUE(th::expect_close(y2, arr({3}, {1, -1, -1.0 / 3}), th::Tol{0, 4 * th::unit_roundoff(kFloat64)}));
+  EXPECT_TRUE(th::expect_close(y2, array_of({3}, {1, -1, -1.0 / 3}), th::Tol{0, 4 * th::unit_roundoff(kFloat64)}));
   EXPECT_THROWS_SAYING(DTypeError, "special_laguerre_polynomial_l", "not implemented for 'bfloat16'",
                        special_laguerre_polynomial_l(ones({2}, TensorOptions(kBFloat16).device(dev())), Scalar(2)));
 }
@@ -278,7 +275,7 @@ TEST_P(ReleaseOps, TakePutErrors) {
                        take(zeros({0}, f), zeros({1}, TensorOptions(kInt64).device(dev()))));
   EXPECT_EQ(take(zeros({0}, f), zeros({0}, TensorOptions(kInt64).device(dev()))).numel(), 0);
   auto index = [&](std::vector<double> v) {
-    return th::make_index(arr({static_cast<int64_t>(v.size())}, v), dev());
+    return th::make_index(array_of({static_cast<int64_t>(v.size())}, v), dev());
   };
   // Out of range: IndexError (on CUDA raised by the device-side check at the next synchronisation).
   EXPECT_THROW(th::to_array(take(x, index({0, 6}))), IndexError);
@@ -361,14 +358,14 @@ TEST_P(ReleaseOps, BincountEdgesAndErrors) {
   EXPECT_TRUE(th::expect_equal(e, ref::Array({4}, 0.0)));
   EXPECT_EQ(bincount(zeros({0}, l)).numel(), 0);
   // Half weights give float64 sums.
-  Tensor x = th::make_tensor(arr({4}, {0, 1, 1, 3}), kInt64, dev());
-  Tensor wh = th::make_tensor(arr({4}, {0.5, 1, 2, 4}), kFloat16, dev());
+  Tensor x = th::make_tensor(array_of({4}, {0, 1, 1, 3}), kInt64, dev());
+  Tensor wh = th::make_tensor(array_of({4}, {0.5, 1, 2, 4}), kFloat16, dev());
   Tensor yh = bincount(x, wh);
   ASSERT_TRUE(th::expect_shape(yh, {4}, kFloat64));
-  EXPECT_TRUE(th::expect_equal(yh, arr({4}, {0.5, 3, 0, 4})));
+  EXPECT_TRUE(th::expect_equal(yh, array_of({4}, {0.5, 3, 0, 4})));
   EXPECT_THROWS_SAYING(ValueError, "bincount", "minlength should be >= 0", bincount(x, {}, -1));
   EXPECT_THROWS_SAYING(ValueError, "bincount", "bincount only supports 1-d non-negative integral inputs.",
-                       bincount(th::make_tensor(arr({2}, {1, -1}), kInt64, dev())));
+                       bincount(th::make_tensor(array_of({2}, {1, -1}), kInt64, dev())));
   EXPECT_THROWS_SAYING(ShapeError, "bincount", "bincount only supports 1-d non-negative integral inputs.",
                        bincount(zeros({2, 2}, l)));
   EXPECT_THROWS_SAYING(DTypeError, "bincount", "not implemented for 'float32'",

@@ -9,6 +9,7 @@
 #include "anvil/numeric.h"
 #include "anvil/ops.h"
 #include "anvil/loss.h"
+#include "anvil/norm.h"
 #include "anvil/pad.h"
 #include "anvil/scalar.h"
 #include "anvil/stream.h"

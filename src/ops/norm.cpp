@@ -1,9 +1,11 @@
 // rms_norm, the fused residual add + rms_norm, and that followed by a projection (add_rms_norm_linear):
-// validation, x as [rows, cols] with unit-stride cols.
+// validation, x as [rows, cols] with unit-stride cols. Layer and group norm with their backward
+// (anvil/norm.h): compositions of the reduction and elementwise kernels in the compute dtype.
 #include <limits>
 #include <optional>
 
 #include "anvil/nn.h"
+#include "anvil/norm.h"
 #include "anvil/ops.h"
 #include "core/dispatch.h"
 #include "core/kernels/linear.h"
@@ -184,6 +186,187 @@ std::tuple<Tensor, Tensor> add_rms_norm_linear(const Tensor& x, const Tensor& re
     auto [h, sum] = add_rms_norm(x, residual, {x.size(-1)}, norm_weight, eps);
     Tensor y = weight_scale.defined() ? scaled_linear(h, weight, weight_scale, {}, block) : linear(h, weight);
     return {y, sum};
+  });
+}
+
+// ---- layer / group norm
+
+namespace {
+
+// float32 for the half types, else the dtype (float32 / float64); other dtypes refused.
+DType norm_compute_dtype(const char* name, const Tensor& x) {
+  ANVIL_CHECK(x.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(is_floating_point(x.dtype()) && !is_float8(x.dtype()), DTypeError, name, " expected a floating input, got ",
+              describe(x));
+  return x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+}
+
+// x as [rows, n] statistics over dim 1: (xhat, mean [rows, 1], rstd [rows, 1]) in the compute dtype.
+struct Normalized {
+  Tensor xhat, mean, rstd;
+};
+Normalized normalize_rows(const Tensor& x2, double eps) {
+  auto [var, mean] = var_mean(x2, {1}, 0, true);
+  const Tensor rstd = rsqrt(add(var, eps));
+  return {mul(sub(x2, mean), rstd), mean, rstd};
+}
+
+// d/dx of xhat rows given dxhat: rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+Tensor normalize_rows_backward(const Tensor& dxhat, const Tensor& xhat, const Tensor& rstd) {
+  const Tensor m1 = mean(dxhat, {1}, true), m2 = mean(mul(dxhat, xhat), {1}, true);
+  return mul(rstd, sub(sub(dxhat, m1), mul(xhat, m2)));
+}
+
+void check_affine(const char* name, const Tensor& t, const Shape& want, const char* what, const Tensor& x) {
+  if (!t.defined()) return;
+  check_same_device(name, x, t);
+  ANVIL_CHECK(t.sizes() == want, ShapeError, name, " Expected ", what, " to be of same shape as normalized_shape, but got ",
+              what, " of shape ", shape_str(t.sizes()), " and normalized_shape = ", shape_str(want));
+}
+
+int64_t layer_norm_axis(const char* name, const Tensor& x, const Shape& normalized_shape) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size()), axis = x.dim() - k;
+  ANVIL_CHECK(k >= 1, ShapeError, name, " Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but got normalized_shape = ",
+              shape_str(normalized_shape));
+  bool ok = axis >= 0;
+  for (int64_t i = 0; ok && i < k; ++i) ok = x.size(axis + i) == normalized_shape[static_cast<size_t>(i)];
+  ANVIL_CHECK(ok, ShapeError, name, " Given normalized_shape=", shape_str(normalized_shape),
+              ", expected input with shape [*", k > 0 ? ", " : "", shape_str(normalized_shape).substr(1),
+              ", but got input of size", shape_str(x.sizes()));
+  return axis;
+}
+
+Shape stats_shape(const Tensor& x, int64_t axis) {
+  Shape s(x.sizes().begin(), x.sizes().begin() + axis);
+  s.resize(static_cast<size_t>(x.dim()), 1);
+  return s;
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor& input, const Shape& normalized_shape,
+                                                     const Tensor& weight, const Tensor& bias, double eps) {
+  const char* name = "[native_layer_norm]";
+  const DType ct = norm_compute_dtype(name, input);
+  const int64_t axis = layer_norm_axis(name, input, normalized_shape);
+  check_affine(name, weight, normalized_shape, "weight", input);
+  check_affine(name, bias, normalized_shape, "bias", input);
+  return as_op(name, [&] {
+    const int64_t n = shape_numel(normalized_shape), rows = n == 0 ? 0 : input.numel() / n;
+    const Normalized z = normalize_rows(input.to(ct).reshape({rows, n}), eps);
+    Tensor y = z.xhat.reshape(input.sizes());
+    if (weight.defined()) y = mul(y, weight.to(ct));
+    if (bias.defined()) y = add(y, bias.to(ct));
+    const Shape ss = stats_shape(input, axis);
+    return std::tuple<Tensor, Tensor, Tensor>{y.to(input.dtype()), z.mean.reshape(ss).to(input.dtype()),
+                                              z.rstd.reshape(ss).to(input.dtype())};
+  });
+}
+
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  return as_op("[layer_norm]", [&] { return std::get<0>(native_layer_norm(input, normalized_shape, weight, bias, eps)); });
+}
+
+std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(const Tensor& grad_out, const Tensor& input,
+                                                              const Shape& normalized_shape, const Tensor& mean_in,
+                                                              const Tensor& rstd_in, const Tensor& weight,
+                                                              const Tensor& bias, std::array<bool, 3> output_mask) {
+  const char* name = "[native_layer_norm_backward]";
+  const DType ct = norm_compute_dtype(name, input);
+  const int64_t axis = layer_norm_axis(name, input, normalized_shape);
+  check_affine(name, weight, normalized_shape, "weight", input);
+  check_affine(name, bias, normalized_shape, "bias", input);
+  ANVIL_CHECK(grad_out.defined() && mean_in.defined() && rstd_in.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(grad_out.sizes() == input.sizes(), ShapeError, name, " grad_out ", describe(grad_out),
+              " does not match input ", describe(input));
+  return as_op(name, [&] {
+    const int64_t n = shape_numel(normalized_shape), rows = n == 0 ? 0 : input.numel() / n;
+    const Tensor x2 = input.to(ct).reshape({rows, n}), g2 = grad_out.to(ct).reshape({rows, n});
+    const Tensor mean = mean_in.to(ct).reshape({rows, 1}), rstd = rstd_in.to(ct).reshape({rows, 1});
+    const Tensor xhat = mul(sub(x2, mean), rstd);
+    std::tuple<Tensor, Tensor, Tensor> r;
+    if (output_mask[0]) {
+      const Tensor dxhat = weight.defined() ? mul(g2, weight.to(ct).reshape({1, n})) : g2;
+      std::get<0>(r) = normalize_rows_backward(dxhat, xhat, rstd).reshape(input.sizes()).to(input.dtype());
+    }
+    if (output_mask[1] && weight.defined())
+      std::get<1>(r) = sum(mul(g2, xhat), {0}).reshape(normalized_shape).to(weight.dtype());
+    if (output_mask[2] && bias.defined()) std::get<2>(r) = sum(g2, {0}).reshape(normalized_shape).to(bias.dtype());
+    (void)axis;
+    return r;
+  });
+}
+
+namespace {
+
+void check_group_norm(const char* name, const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t n, int64_t c,
+                      int64_t hxw, int64_t group) {
+  ANVIL_CHECK(x.dim() >= 2, ShapeError, name, " Expected at least 2 dimensions for input tensor but received ", x.dim());
+  ANVIL_CHECK(group > 0 && c % group == 0, ShapeError, name, " Expected number of channels in input to be divisible by ",
+              "num_groups, but got input of shape ", shape_str(x.sizes()), " and num_groups=", group);
+  ANVIL_CHECK(x.size(0) == n && x.size(1) == c && x.numel() == n * c * hxw, ShapeError, name, " input ", describe(x),
+              " does not match N=", n, ", C=", c, ", HxW=", hxw);
+  for (const Tensor* t : {&weight, &bias}) {
+    if (!t->defined()) continue;
+    check_same_device(name, x, *t);
+    ANVIL_CHECK(t->dim() == 1 && t->numel() == c, ShapeError, name, " Expected ", t == &weight ? "weight" : "bias",
+                " to be a vector of size equal to the number of channels in input, but got ",
+                t == &weight ? "weight" : "bias", " of shape ", shape_str(t->sizes()), " and input of shape ",
+                shape_str(x.sizes()));
+  }
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> native_group_norm(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                                                     int64_t n, int64_t c, int64_t hxw, int64_t group, double eps) {
+  const char* name = "[native_group_norm]";
+  const DType ct = norm_compute_dtype(name, input);
+  check_group_norm(name, input, weight, bias, n, c, hxw, group);
+  return as_op(name, [&] {
+    const Normalized z = normalize_rows(input.to(ct).reshape({n * group, (c / group) * hxw}), eps);
+    Tensor y = z.xhat.reshape({n, c, hxw});
+    if (weight.defined()) y = mul(y, weight.to(ct).reshape({1, c, 1}));
+    if (bias.defined()) y = add(y, bias.to(ct).reshape({1, c, 1}));
+    return std::tuple<Tensor, Tensor, Tensor>{y.reshape(input.sizes()).to(input.dtype()),
+                                              z.mean.reshape({n, group}).to(input.dtype()),
+                                              z.rstd.reshape({n, group}).to(input.dtype())};
+  });
+}
+
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* name = "[group_norm]";
+  ANVIL_CHECK(input.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(input.dim() >= 2, ShapeError, name, " Expected at least 2 dimensions for input tensor but received ",
+              input.dim());
+  const int64_t n = input.size(0), c = input.size(1), hxw = c * n == 0 ? 0 : input.numel() / (n * c);
+  return as_op(name, [&] { return std::get<0>(native_group_norm(input, weight, bias, n, c, hxw, num_groups, eps)); });
+}
+
+std::tuple<Tensor, Tensor, Tensor> native_group_norm_backward(const Tensor& grad_out, const Tensor& input,
+                                                              const Tensor& mean_in, const Tensor& rstd_in,
+                                                              const Tensor& weight, int64_t n, int64_t c, int64_t hxw,
+                                                              int64_t group, std::array<bool, 3> output_mask) {
+  const char* name = "[native_group_norm_backward]";
+  const DType ct = norm_compute_dtype(name, input);
+  check_group_norm(name, input, weight, Tensor(), n, c, hxw, group);
+  ANVIL_CHECK(grad_out.defined() && mean_in.defined() && rstd_in.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(grad_out.sizes() == input.sizes(), ShapeError, name, " grad_out ", describe(grad_out),
+              " does not match input ", describe(input));
+  return as_op(name, [&] {
+    const int64_t rows = n * group, m = (c / group) * hxw;
+    const Tensor x3 = input.to(ct).reshape({n, c, hxw}), g3 = grad_out.to(ct).reshape({n, c, hxw});
+    const Tensor mean = mean_in.to(ct).reshape({rows, 1}), rstd = rstd_in.to(ct).reshape({rows, 1});
+    const Tensor xhat = mul(sub(x3.reshape({rows, m}), mean), rstd);
+    std::tuple<Tensor, Tensor, Tensor> r;
+    if (output_mask[0]) {
+      const Tensor dy = weight.defined() ? mul(g3, weight.to(ct).reshape({1, c, 1})) : g3;
+      std::get<0>(r) = normalize_rows_backward(dy.reshape({rows, m}), xhat, rstd).reshape(input.sizes()).to(input.dtype());
+    }
+    if (output_mask[1])
+      std::get<1>(r) = sum(mul(g3, xhat.reshape({n, c, hxw})), {0, 2}).to(weight.defined() ? weight.dtype() : input.dtype());
+    if (output_mask[2]) std::get<2>(r) = sum(g3, {0, 2}).to(weight.defined() ? weight.dtype() : input.dtype());
+    return r;
   });
 }
 
