@@ -149,6 +149,42 @@ TEST_P(LayerGroupNorm, BackwardMatchesFiniteDifferences) {
   EXPECT_FALSE(gb.defined());
 }
 
+// rms_norm's backward against central differences of sum(g * x * rsqrt(mean(x^2) + eps) * w) in
+// float64, and in bfloat16 against that float64 gradient within a few of its ulps.
+TEST_P(LayerGroupNorm, RmsNormBackward) {
+  th::Gen g(5303);
+  for (DType t : {kFloat64, kBFloat16, kFloat32}) {
+    SCOPED_TRACE(th::dtype_str(t));
+    const Shape xs = {3, 2, 8}, ws = {8};
+    th::Input x = th::make_input(xs, t, dev(), Layout::Contiguous, g, -2, 2);
+    th::Input w = th::make_input(ws, t, dev(), Layout::Contiguous, g, 0.5, 1.5);
+    th::Input go = th::make_input(xs, t, dev(), Layout::Contiguous, g, -1, 1);
+    const double eps = 1e-6;
+    auto objective = [&](const std::vector<double>& xv, const std::vector<double>& wv) {
+      double s = 0;
+      for (int64_t i = 0; i < 6; ++i) {
+        double ms = 0;
+        for (int64_t j = 0; j < 8; ++j) ms += xv[i * 8 + j] * xv[i * 8 + j];
+        const double r = 1.0 / std::sqrt(ms / 8 + eps);
+        for (int64_t j = 0; j < 8; ++j) s += go.a.v[i * 8 + j] * xv[i * 8 + j] * r * wv[j];
+      }
+      return s;
+    };
+    const std::vector<double> dx = central_differences(x.a.v, [&](const std::vector<double>& v) { return objective(v, w.a.v); });
+    const std::vector<double> dw = central_differences(w.a.v, [&](const std::vector<double>& v) { return objective(x.a.v, v); });
+    auto [gx, gw] = rms_norm_backward(go.t, x.t, {8}, w.t, eps);
+    ASSERT_TRUE(th::expect_shape(gx, xs, t));
+    ASSERT_TRUE(th::expect_shape(gw, ws, t));
+    const double uo = th::unit_roundoff(t), tol = t == kFloat64 ? 1e-7 : 32 * th::unit_roundoff(th::compute_dtype(t));
+    EXPECT_TRUE(th::expect_close(gx, array_of(xs, dx), th::Tol{tol * 4, 2 * uo + 1e-6}));
+    EXPECT_TRUE(th::expect_close(gw, array_of(ws, dw), th::Tol{tol * 8, 2 * uo + 1e-6}));
+  }
+  const TensorOptions f = TensorOptions(kFloat32).device(dev());
+  auto [gx, gw] = rms_norm_backward(ones({2, 3}, f), ones({2, 3}, f), {3}, {}, std::nullopt, {true, false});
+  EXPECT_TRUE(gx.defined());
+  EXPECT_FALSE(gw.defined());
+}
+
 TEST_P(LayerGroupNorm, Errors) {
   const TensorOptions f = TensorOptions(kFloat32).device(dev());
   EXPECT_THROWS_SAYING(ShapeError, "layer_norm", "Given normalized_shape=[4], expected input with shape [*, 4], but got input of size[2, 3]",

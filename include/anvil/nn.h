@@ -2,6 +2,7 @@
 // Neural-network ops of the decode hot path, with libtorch's names and argument order where
 // libtorch has the op. Every CUDA op here is asynchronous, makes no host sync and can be
 // captured in a CUDA graph.
+#include <array>
 #include <optional>
 #include <tuple>
 
@@ -26,6 +27,12 @@ ANVIL_API Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> 
 // weight has normalized_shape and x's dtype or float32.
 ANVIL_API Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                           std::optional<double> eps = std::nullopt);
+// rms_norm's backward: (grad_input, grad_weight), r = rsqrt(mean(x^2) + eps) per row,
+// grad_input = r * (g w - x r^2 mean(g w x)), grad_weight = sum over rows of g x r; float32
+// compute (float64 for float64), one rounding each. output_mask picks which are computed.
+ANVIL_API std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& grad_out, const Tensor& x, const Shape& normalized_shape,
+                                                       const Tensor& weight = {}, std::optional<double> eps = std::nullopt,
+                                                       std::array<bool, 2> output_mask = {true, true});
 // Fused residual add + rms_norm: h = x + residual (rounded to the dtype), returns
 // (rms_norm(h, ...), h). Reference composition: add then rms_norm.
 ANVIL_API std::tuple<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,

@@ -244,6 +244,32 @@ Shape stats_shape(const Tensor& x, int64_t axis) {
 
 }  // namespace
 
+std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& grad_out, const Tensor& x, const Shape& normalized_shape,
+                                             const Tensor& weight, std::optional<double> eps, std::array<bool, 2> output_mask) {
+  const char* name = "[rms_norm_backward]";
+  const DType ct = norm_compute_dtype(name, x);
+  layer_norm_axis(name, x, normalized_shape);
+  check_affine(name, weight, normalized_shape, "weight", x);
+  ANVIL_CHECK(grad_out.defined() && grad_out.sizes() == x.sizes(), ShapeError, name, " grad_out ", describe(grad_out),
+              " does not match input ", describe(x));
+  check_same_device(name, x, grad_out);
+  const double e = eps ? *eps : default_eps(x.dtype());
+  return as_op(name, [&] {
+    const int64_t n = shape_numel(normalized_shape), rows = n == 0 ? 0 : x.numel() / n;
+    const Tensor x2 = x.to(ct).reshape({rows, n}), g2 = grad_out.to(ct).reshape({rows, n});
+    const Tensor r = rsqrt(add(mean(mul(x2, x2), {1}, true), e));
+    std::tuple<Tensor, Tensor> out;
+    if (output_mask[0]) {
+      const Tensor dy = weight.defined() ? mul(g2, weight.to(ct).reshape({1, n})) : g2;
+      const Tensor m = mean(mul(dy, x2), {1}, true);
+      std::get<0>(out) = mul(r, sub(dy, mul(mul(x2, mul(r, r)), m))).reshape(x.sizes()).to(x.dtype());
+    }
+    if (output_mask[1] && weight.defined())
+      std::get<1>(out) = sum(mul(mul(g2, x2), r), {0}).reshape(normalized_shape).to(weight.dtype());
+    return out;
+  });
+}
+
 std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor& input, const Shape& normalized_shape,
                                                      const Tensor& weight, const Tensor& bias, double eps) {
   const char* name = "[native_layer_norm]";
