@@ -188,7 +188,7 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& input, const T
     if (reduction == Reduction::None) g = k.unbatched ? g.reshape({1}) : g;
     else if (reduction == Reduction::Mean) g = div(g, sum(p.w));
     const Tensor vals = where(p.keep, mul(p.w, neg(g)), Scalar(0));
-    Tensor grad = scatter(zeros_like(k.x), 1, p.safe.unsqueeze(1), vals.expand(p.safe.sizes()).contiguous().unsqueeze(1));
+    Tensor grad = scatter(zeros_like(k.x), 1, p.safe.unsqueeze(1), vals.unsqueeze(1));
     return k.unbatched ? grad.squeeze(0) : grad;
   });
 }
@@ -275,13 +275,12 @@ Tensor cross_entropy_backward(const Tensor& grad_output, const Tensor& input, co
       if (reduction == Reduction::Mean) g = div(g, Scalar(logp.numel() / std::max<int64_t>(k.c, 1)));
       grad_logp = neg(mul(d, g));
     } else {
-      const Picks p = picks(k, weight, ignore_index, t);
-      const Tensor gn = reduction == Reduction::None ? g.squeeze(1) : g;
-      grad_logp = nll_loss_backward(k.unbatched && reduction == Reduction::None ? gn.reshape({}) : gn,
-                                    k.unbatched ? logp.squeeze(0) : logp, target, weight, reduction, ignore_index);
+      grad_logp = nll_loss_backward(grad_output.to(t), k.unbatched ? logp.squeeze(0) : logp, target, weight, reduction,
+                                    ignore_index);
       if (k.unbatched) grad_logp = grad_logp.unsqueeze(0);
       if (label_smoothing > 0) {
         // The smoothing term: -weight[c] * keep * g / norm at every class, norm as smooth_term's.
+        const Picks p = picks(k, weight, ignore_index, t);
         Tensor s = reduction == Reduction::Mean ? div(g, weight.defined() ? sum(p.w) : sum(p.keep.to(t))) : g;
         Tensor per = mul(p.keep.to(t).unsqueeze(1), s);
         per = weight.defined() ? mul(per, class_weight_view(weight, logp.dim(), t)) : per;

@@ -299,7 +299,7 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(const Tensor& grad
                                                               const Tensor& bias, std::array<bool, 3> output_mask) {
   const char* name = "[native_layer_norm_backward]";
   const DType ct = norm_compute_dtype(name, input);
-  const int64_t axis = layer_norm_axis(name, input, normalized_shape);
+  layer_norm_axis(name, input, normalized_shape);
   check_affine(name, weight, normalized_shape, "weight", input);
   check_affine(name, bias, normalized_shape, "bias", input);
   ANVIL_CHECK(grad_out.defined() && mean_in.defined() && rstd_in.defined(), Error, name, " undefined tensor");
@@ -318,7 +318,6 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(const Tensor& grad
     if (output_mask[1] && weight.defined())
       std::get<1>(r) = sum(mul(g2, xhat), {0}).reshape(normalized_shape).to(weight.dtype());
     if (output_mask[2] && bias.defined()) std::get<2>(r) = sum(g2, {0}).reshape(normalized_shape).to(bias.dtype());
-    (void)axis;
     return r;
   });
 }
