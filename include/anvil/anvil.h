@@ -2,6 +2,7 @@
 // Everything public in anvil.
 #include "anvil/cuda.h"
 #include "anvil/device.h"
+#include "anvil/dropout.h"
 #include "anvil/dtype.h"
 #include "anvil/error.h"
 #include "anvil/memory.h"

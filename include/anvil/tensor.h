@@ -165,6 +165,10 @@ ANVIL_API Tensor logspace(double start, double end, int64_t steps, double base =
 // Seeded counter-based RNG (Philox-4x32-10): element i of a call depends only on (seed, offset + i),
 // so CPU and CUDA give the same numbers. manual_seed resets the global seed and offset.
 ANVIL_API void manual_seed(uint64_t seed);
+// The global generator's next counter, as torch.Generator.get_offset / set_offset: saving it
+// with the seed and setting it back replays the draws that followed.
+ANVIL_API uint64_t rng_offset();
+ANVIL_API void set_rng_offset(uint64_t offset);
 ANVIL_API Tensor rand(const Shape& sizes, TensorOptions opts = {});
 ANVIL_API Tensor randn(const Shape& sizes, TensorOptions opts = {});
 ANVIL_API Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opts = kInt64);

@@ -15,6 +15,13 @@ struct Philox4 {
   uint32_t v[4];
 };
 
+// The global generator (manual_seed): its seed and the first of `counters` counters it hands
+// to one call, which advance the offset past them (src/ops/factory.cpp).
+struct PhiloxSlot {
+  uint64_t seed, offset;
+};
+PhiloxSlot philox_reserve(uint64_t counters);
+
 ANVIL_HD Philox4 philox4x32(uint64_t seed, uint64_t counter) {
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);

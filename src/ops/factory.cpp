@@ -6,6 +6,7 @@
 #include "core/dispatch.h"
 #include "core/element.h"
 #include "core/kernels/random.h"
+#include "core/philox.h"
 #include "core/util.h"
 #include "ops/iter.h"
 
@@ -158,6 +159,17 @@ RngState& rng_state() {
   static RngState s;
   return s;
 }
+}  // namespace
+
+PhiloxSlot philox_reserve(uint64_t counters) {
+  auto& st = rng_state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  const PhiloxSlot slot{st.seed, st.offset};
+  st.offset += counters;
+  return slot;
+}
+
+namespace {
 Tensor random_tensor(const char* op, const Shape& sizes, TensorOptions opts, RandomKind kind, int64_t low, int64_t high) {
   Tensor out = empty(sizes, opts);
   RandomParams p;
@@ -167,13 +179,9 @@ Tensor random_tensor(const char* op, const Shape& sizes, TensorOptions opts, Ran
   p.kind = kind;
   p.low = low;
   p.high = high;
-  {
-    auto& st = rng_state();
-    std::lock_guard<std::mutex> lock(st.mu);
-    p.seed = st.seed;
-    p.offset = st.offset;
-    st.offset += static_cast<uint64_t>(p.numel);
-  }
+  const PhiloxSlot slot = philox_reserve(static_cast<uint64_t>(p.numel));
+  p.seed = slot.seed;
+  p.offset = slot.offset;
   if (p.numel > 0) ANVIL_KERNEL(opts.device_, random, p);
   return out;
 }
@@ -184,6 +192,18 @@ void manual_seed(uint64_t seed) {
   std::lock_guard<std::mutex> lock(st.mu);
   st.seed = seed;
   st.offset = 0;
+}
+
+uint64_t rng_offset() {
+  auto& st = rng_state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  return st.offset;
+}
+
+void set_rng_offset(uint64_t offset) {
+  auto& st = rng_state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.offset = offset;
 }
 
 Tensor rand(const Shape& sizes, TensorOptions opts) {

@@ -1,8 +1,10 @@
 // rms_norm, the fused residual add + rms_norm, and that followed by a projection (add_rms_norm_linear):
 // validation, x as [rows, cols] with unit-stride cols. Layer and group norm with their backward
 // (anvil/norm.h): compositions of the reduction and elementwise kernels in the compute dtype.
+#include <initializer_list>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "anvil/nn.h"
 #include "anvil/norm.h"
@@ -391,6 +393,192 @@ std::tuple<Tensor, Tensor, Tensor> native_group_norm_backward(const Tensor& grad
     if (output_mask[1])
       std::get<1>(r) = sum(mul(g3, xhat.reshape({n, c, hxw})), {0, 2}).to(weight.defined() ? weight.dtype() : input.dtype());
     if (output_mask[2]) std::get<2>(r) = sum(g3, {0, 2}).to(weight.defined() ? weight.dtype() : input.dtype());
+    return r;
+  });
+}
+
+// ---- batch norm
+
+namespace {
+
+bool channels_last_input(const Tensor& x) {
+  const MemoryFormat f = x.suggest_memory_format();
+  return f == MemoryFormat::ChannelsLast || f == MemoryFormat::ChannelsLast3d;
+}
+
+// input [N, C, *] as [A, C, B]: [N, C, prod(*)] for a contiguous layout, [N * prod(*), C, 1] for
+// channels-last (a view of its memory), so an elementwise result in [A, C, B] order is already
+// in the input's layout (from_channel_rows gives it the input's shape back).
+Tensor channel_rows(const Tensor& x, bool cl) {
+  const int64_t n = x.size(0), c = x.size(1);
+  if (!cl) return x.reshape({n, c, n * c == 0 ? 0 : x.numel() / (n * c)});
+  Shape perm{0};
+  for (int64_t d = 2; d < x.dim(); ++d) perm.push_back(d);
+  perm.push_back(1);
+  return x.permute(perm).reshape({c == 0 ? 0 : x.numel() / c, c, 1});
+}
+
+Tensor from_channel_rows(const Tensor& y3, const Tensor& x, bool cl) {
+  if (!cl) return y3.reshape(x.sizes());
+  Shape s{x.size(0)}, perm{0, x.dim() - 1};
+  for (int64_t d = 2; d < x.dim(); ++d) s.push_back(x.size(d));
+  s.push_back(x.size(1));
+  for (int64_t d = 1; d < x.dim() - 1; ++d) perm.push_back(d);
+  return y3.reshape(s).permute(perm);
+}
+
+// Shapes, devices and dtypes of batch norm's per-channel tensors; returns the dtype of
+// save_mean / save_invstd (float32 when a float32 parameter meets a half input, as PyTorch's CPU).
+DType check_batch_norm(const char* name, const Tensor& x, std::initializer_list<std::pair<const Tensor*, const char*>> params) {
+  ANVIL_CHECK(x.dim() >= 2, ShapeError, name, " Expected at least 2 dimensions for input (N, C, *), but got input of size ",
+              shape_str(x.sizes()));
+  const bool half = x.dtype() == kFloat16 || x.dtype() == kBFloat16;
+  bool mixed = false;
+  for (const auto& [t, what] : params) {
+    if (!t->defined()) continue;
+    check_same_device(name, x, *t);
+    ANVIL_CHECK(t->numel() == x.size(1), ShapeError, name, " ", what, " should contain ", x.size(1), " elements not ",
+                t->numel());
+    ANVIL_CHECK(t->dtype() == x.dtype() || (half && t->dtype() == kFloat32), DTypeError, name, " Expected ", what,
+                " to have the input's dtype (", dtype_name(x.dtype()), ") or float32 for a float16 / bfloat16 input, got ",
+                dtype_name(t->dtype()));
+    mixed |= t->dtype() != x.dtype();
+  }
+  return mixed ? kFloat32 : x.dtype();
+}
+
+// running <- (1 - m) * running + m * batch in float64, m the momentum or, when `factor` is
+// defined (a float64 scalar tensor), its value; rounded once to running's dtype.
+void update_running(const Tensor& running, const Tensor& batch, double momentum, const Tensor& factor) {
+  if (!running.defined()) return;
+  const Tensor b = batch.reshape({running.numel()}).to(kFloat64), r = running.reshape({running.numel()}).to(kFloat64);
+  const Tensor upd = factor.defined() ? add(mul(b, factor), mul(r, add(neg(factor), 1.0)))
+                                      : add(mul(b, momentum), mul(r, 1.0 - momentum));
+  Tensor(running).copy_(upd.reshape(running.sizes()));  // a handle on the same storage
+}
+
+std::tuple<Tensor, Tensor, Tensor> batch_norm_impl(const char* name, const Tensor& input, const Tensor& weight,
+                                                   const Tensor& bias, const Tensor& running_mean,
+                                                   const Tensor& running_var, bool training, double momentum,
+                                                   const Tensor& factor, double eps) {
+  const DType ct = norm_compute_dtype(name, input);
+  const DType st = check_batch_norm(name, input, {{&weight, "weight"}, {&bias, "bias"}, {&running_mean, "running_mean"},
+                                                  {&running_var, "running_var"}});
+  ANVIL_CHECK(training || (running_mean.defined() && running_var.defined()), Error, name,
+              " running_mean and running_var must be defined in evaluation mode");
+  return as_op(name, [&] {
+    const int64_t c = input.size(1), per_channel = c == 0 ? 0 : input.numel() / c;
+    const TensorOptions so = TensorOptions(st).device(input.device());
+    const bool cl = channels_last_input(input);
+    if (input.numel() == 0)  // as PyTorch: running statistics untouched
+      return std::tuple<Tensor, Tensor, Tensor>{input.clone(), zeros({training ? c : 0}, so), zeros({training ? c : 0}, so)};
+    const Tensor x3 = channel_rows(input, cl).to(ct);
+    Tensor mean, invstd, save_mean, save_invstd;
+    if (training) {
+      const auto [var, m] = var_mean(x3, {0, 2}, 0, true);
+      mean = m;
+      invstd = rsqrt(add(var, eps));
+      save_mean = mean.reshape({c}).to(st);
+      save_invstd = invstd.reshape({c}).to(st);
+      update_running(running_mean, mean, momentum, factor);
+      update_running(running_var, mul(var.to(kFloat64), static_cast<double>(per_channel) / static_cast<double>(per_channel - 1)),
+                     momentum, factor);
+    } else {
+      mean = running_mean.to(ct).reshape({1, c, 1});
+      invstd = rsqrt(add(running_var.to(ct).reshape({1, c, 1}), eps));
+      save_mean = empty({0}, so);
+      save_invstd = empty({0}, so);
+    }
+    Tensor y = mul(sub(x3, mean), invstd);
+    if (weight.defined()) y = mul(y, weight.to(ct).reshape({1, c, 1}));
+    if (bias.defined()) y = add(y, bias.to(ct).reshape({1, c, 1}));
+    return std::tuple<Tensor, Tensor, Tensor>{from_channel_rows(y.to(input.dtype()), input, cl), save_mean, save_invstd};
+  });
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> native_batch_norm(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                                                     const Tensor& running_mean, const Tensor& running_var, bool training,
+                                                     double momentum, double eps) {
+  return batch_norm_impl("[native_batch_norm]", input, weight, bias, running_mean, running_var, training, momentum,
+                         Tensor(), eps);
+}
+
+Tensor batch_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, std::optional<double> momentum, double eps,
+                  const Tensor& num_batches_tracked) {
+  const char* name = "[batch_norm]";
+  ANVIL_CHECK(input.defined(), Error, name, " undefined tensor");
+  if (training) {
+    int64_t per_channel = 1;
+    for (int64_t d = 0; d < input.dim(); ++d)
+      if (d != 1) per_channel *= input.size(d);
+    ANVIL_CHECK(input.dim() < 2 || per_channel != 1, ShapeError, name,
+                " Expected more than 1 value per channel when training, got input size ", shape_str(input.sizes()));
+  }
+  ANVIL_CHECK(momentum || num_batches_tracked.defined() || !training, Error, name,
+              " momentum = None (the cumulative average) needs num_batches_tracked");
+  Tensor factor;
+  if (num_batches_tracked.defined() && training) {
+    check_same_device(name, input, num_batches_tracked);
+    ANVIL_CHECK(num_batches_tracked.numel() == 1 && is_integral(num_batches_tracked.dtype()), ShapeError, name,
+                " num_batches_tracked must be one integer, got ", describe(num_batches_tracked));
+    Tensor(num_batches_tracked).copy_(add(num_batches_tracked, 1));
+    if (!momentum) factor = div(ones({}, TensorOptions(kFloat64).device(input.device())),
+                                num_batches_tracked.reshape({}).to(kFloat64));
+  }
+  return std::get<0>(batch_norm_impl(name, input, weight, bias, running_mean, running_var, training,
+                                     momentum.value_or(0.0), factor, eps));
+}
+
+std::tuple<Tensor, Tensor, Tensor> native_batch_norm_backward(const Tensor& grad_out, const Tensor& input,
+                                                              const Tensor& weight, const Tensor& running_mean,
+                                                              const Tensor& running_var, const Tensor& save_mean,
+                                                              const Tensor& save_invstd, bool train, double eps,
+                                                              std::array<bool, 3> output_mask) {
+  const char* name = "[native_batch_norm_backward]";
+  const DType ct = norm_compute_dtype(name, input);
+  check_batch_norm(name, input, {{&weight, "weight"}, {&running_mean, "running_mean"}, {&running_var, "running_var"}});
+  ANVIL_CHECK(grad_out.defined() && grad_out.sizes() == input.sizes(), ShapeError, name, " grad_out ", describe(grad_out),
+              " does not match input ", describe(input));
+  check_same_device(name, input, grad_out);
+  const Tensor& m_in = train ? save_mean : running_mean;
+  const Tensor& v_in = train ? save_invstd : running_var;
+  ANVIL_CHECK(m_in.defined() && v_in.defined(), Error, name,
+              train ? " training needs save_mean and save_invstd" : " eval needs running_mean and running_var");
+  ANVIL_CHECK(m_in.numel() == input.size(1) && v_in.numel() == input.size(1), ShapeError, name, " statistics ",
+              describe(m_in), " and ", describe(v_in), " should contain ", input.size(1), " elements");
+  return as_op(name, [&] {
+    const int64_t c = input.size(1);
+    const DType wt = weight.defined() ? weight.dtype() : input.dtype();
+    const TensorOptions wo = TensorOptions(wt).device(input.device());
+    std::tuple<Tensor, Tensor, Tensor> r;
+    if (input.numel() == 0) {
+      if (output_mask[0]) std::get<0>(r) = input.clone();
+      if (output_mask[1]) std::get<1>(r) = zeros({c}, wo);
+      if (output_mask[2]) std::get<2>(r) = zeros({c}, wo);
+      return r;
+    }
+    const bool cl = channels_last_input(input);
+    const Tensor x3 = channel_rows(input, cl).to(ct), g3 = channel_rows(grad_out, cl).to(ct);
+    const Tensor mu = m_in.to(ct).reshape({1, c, 1});
+    const Tensor invstd = train ? save_invstd.to(ct).reshape({1, c, 1}) : rsqrt(add(running_var.to(ct).reshape({1, c, 1}), eps));
+    const Tensor xhat = mul(sub(x3, mu), invstd);
+    if (output_mask[0]) {
+      const Tensor w = weight.defined() ? weight.to(ct).reshape({1, c, 1}) : Tensor();
+      Tensor gi;
+      if (train) {
+        const Tensor dxhat = w.defined() ? mul(g3, w) : g3;
+        const Tensor m1 = mean(dxhat, {0, 2}, true), m2 = mean(mul(dxhat, xhat), {0, 2}, true);
+        gi = mul(invstd, sub(sub(dxhat, m1), mul(xhat, m2)));
+      } else {
+        gi = mul(g3, w.defined() ? mul(invstd, w) : invstd);
+      }
+      std::get<0>(r) = from_channel_rows(gi.to(input.dtype()), input, cl);
+    }
+    if (output_mask[1]) std::get<1>(r) = sum(mul(g3, xhat), {0, 2}).to(wt);
+    if (output_mask[2]) std::get<2>(r) = sum(g3, {0, 2}).to(wt);
     return r;
   });
 }
