@@ -15,4 +15,5 @@
 #include "anvil/scalar.h"
 #include "anvil/stream.h"
 #include "anvil/tensor.h"
+#include "anvil/upsample.h"
 #include "anvil/version.h"

@@ -1,0 +1,164 @@
+// CUDA upsampling, forward and backward. A thread per destination element, in the destination's
+// memory order (NC(D)HW or channels-last), computes each axis's taps from core/kernels/upsample.h
+// and sums in the CPU backend's nested order (W innermost, then H, then D). The backward first
+// writes each axis's output ranges (upsample_output_range) into the workspace, then gathers:
+// each grad_input element sums the weighted gradients of the outputs in its ranges, no atomics.
+// Values accumulate in float (double for float64) and round once.
+#include <cstdint>
+#include <type_traits>
+
+#include "core/dispatch.h"
+#include "core/element.h"
+#include "core/kernels/upsample.h"
+#include "cuda/device/map.cuh"
+#include "cuda/runtime.h"
+
+namespace anvil::cuda_backend {
+namespace {
+
+using cuda_device::kThreads;
+
+// Element e of a [n, c, D, H, W] tensor in its memory order: its five indices.
+struct Coord {
+  int64_t n, c, d, h, w;
+};
+__device__ __forceinline__ Coord coord_of(int64_t e, bool channels_last, int64_t c, int64_t D, int64_t H, int64_t W) {
+  Coord k;
+  if (channels_last) {
+    k.c = e % c;
+    e /= c;
+    k.w = e % W;
+    e /= W;
+    k.h = e % H;
+    e /= H;
+    k.d = e % D;
+    k.n = e / D;
+  } else {
+    k.w = e % W;
+    e /= W;
+    k.h = e % H;
+    e /= H;
+    k.d = e % D;
+    e /= D;
+    k.c = e % c;
+    k.n = e / c;
+  }
+  return k;
+}
+
+// Offset of (n, c) at spatial (d, h, w) in a tensor of that layout and extents.
+__device__ __forceinline__ int64_t offset_of(bool channels_last, int64_t n, int64_t ch, int64_t c, int64_t D, int64_t H,
+                                             int64_t W, int64_t d, int64_t h, int64_t w) {
+  return channels_last ? (((n * D + d) * H + h) * W + w) * c + ch : (((n * c + ch) * D + d) * H + h) * W + w;
+}
+
+template <typename T, typename Acc>
+__global__ void __launch_bounds__(kThreads) upsample_kernel(const __grid_constant__ UpsampleParams p, int64_t total) {
+  const T* src = static_cast<const T*>(p.src);
+  T* dst = static_cast<T*>(p.dst);
+  const UpsampleAxis &aD = p.axis[0], &aH = p.axis[1], &aW = p.axis[2];
+  for (int64_t e = cuda_device::global_thread(); e < total; e += cuda_device::grid_threads()) {
+    const Coord k = coord_of(e, p.channels_last, p.c, aD.out, aH.out, aW.out);
+    int64_t id[4], ih[4], iw[4];
+    Acc wd[4], wh[4], ww[4];
+    const int nd = upsample_taps<Acc>(p.mode, p.align_corners, aD, k.d, id, wd);
+    const int nh = upsample_taps<Acc>(p.mode, p.align_corners, aH, k.h, ih, wh);
+    const int nw = upsample_taps<Acc>(p.mode, p.align_corners, aW, k.w, iw, ww);
+    Acc acc_d = Acc(0);
+    for (int a = 0; a < nd; ++a) {
+      Acc acc_h = Acc(0);
+      for (int b = 0; b < nh; ++b) {
+        Acc acc_w = Acc(0);
+        for (int j = 0; j < nw; ++j)
+          acc_w += ww[j] * convert<Acc>(src[offset_of(p.channels_last, k.n, k.c, p.c, aD.in, aH.in, aW.in, id[a], ih[b], iw[j])]);
+        acc_h += wh[b] * acc_w;
+      }
+      acc_d += wd[a] * acc_h;
+    }
+    dst[e] = convert<T>(acc_d);
+  }
+}
+
+template <typename Acc>
+__global__ void __launch_bounds__(kThreads) upsample_ranges_kernel(const __grid_constant__ UpsampleParams p) {
+  const int64_t total = p.axis[0].in + p.axis[1].in + p.axis[2].in;
+  for (int64_t t = cuda_device::global_thread(); t < total; t += cuda_device::grid_threads()) {
+    const int a = t < p.axis[0].in ? 0 : t < p.axis[0].in + p.axis[1].in ? 1 : 2;
+    const int64_t i = a == 0 ? t : a == 1 ? t - p.axis[0].in : t - p.axis[0].in - p.axis[1].in;
+    const UpsampleRange r = upsample_output_range<Acc>(p.mode, p.align_corners, p.axis[a], i);
+    p.ranges[2 * t] = r.lo;
+    p.ranges[2 * t + 1] = r.hi;
+  }
+}
+
+// The summed weight with which output o of axis a reads input i (false: it does not).
+template <typename Acc>
+__device__ __forceinline__ bool weight_at(const UpsampleParams& p, const UpsampleAxis& a, int64_t o, int64_t i, Acc& w) {
+  int64_t idx[4];
+  Acc tw[4];
+  const int n = upsample_taps<Acc>(p.mode, p.align_corners, a, o, idx, tw);
+  bool reads = false;
+  w = Acc(0);
+  for (int j = 0; j < n; ++j)
+    if (idx[j] == i) w += tw[j], reads = true;
+  return reads;
+}
+
+template <typename T, typename Acc>
+__global__ void __launch_bounds__(kThreads) upsample_backward_kernel(const __grid_constant__ UpsampleParams p,
+                                                                      int64_t total) {
+  const T* src = static_cast<const T*>(p.src);
+  T* dst = static_cast<T*>(p.dst);
+  const UpsampleAxis &aD = p.axis[0], &aH = p.axis[1], &aW = p.axis[2];
+  const int64_t* rD = p.ranges;
+  const int64_t* rH = rD + 2 * aD.in;
+  const int64_t* rW = rH + 2 * aH.in;
+  for (int64_t e = cuda_device::global_thread(); e < total; e += cuda_device::grid_threads()) {
+    const Coord k = coord_of(e, p.channels_last, p.c, aD.in, aH.in, aW.in);
+    Acc acc_d = Acc(0);
+    for (int64_t od = rD[2 * k.d]; od < rD[2 * k.d + 1]; ++od) {
+      Acc wd;
+      if (!weight_at(p, aD, od, k.d, wd)) continue;
+      Acc acc_h = Acc(0);
+      for (int64_t oh = rH[2 * k.h]; oh < rH[2 * k.h + 1]; ++oh) {
+        Acc wh;
+        if (!weight_at(p, aH, oh, k.h, wh)) continue;
+        Acc acc_w = Acc(0);
+        for (int64_t ow = rW[2 * k.w]; ow < rW[2 * k.w + 1]; ++ow) {
+          Acc ww;
+          if (!weight_at(p, aW, ow, k.w, ww)) continue;
+          acc_w += ww * convert<Acc>(src[offset_of(p.channels_last, k.n, k.c, p.c, aD.out, aH.out, aW.out, od, oh, ow)]);
+        }
+        acc_h += wh * acc_w;
+      }
+      acc_d += wd * acc_h;
+    }
+    dst[e] = convert<T>(acc_d);
+  }
+}
+
+}  // namespace
+
+void upsample(const UpsampleParams& p) {
+  const int64_t total = p.n * p.c * p.axis[0].out * p.axis[1].out * p.axis[2].out;
+  if (total == 0) return;
+  KernelLaunch launch(p.dst);
+  dispatch_upsample(p, "[upsample]", [&](auto t, auto acc) {
+    upsample_kernel<decltype(t), decltype(acc)><<<launch.blocks(total), kThreads, 0, launch.stream()>>>(p, total);
+  });
+  launch.check("[upsample]");
+}
+
+void upsample_backward(const UpsampleParams& p) {
+  const int64_t total = p.n * p.c * p.axis[0].in * p.axis[1].in * p.axis[2].in;
+  if (total == 0) return;
+  KernelLaunch launch(p.dst);
+  dispatch_upsample(p, "[upsample_backward]", [&](auto t, auto acc) {
+    const int64_t axes = p.axis[0].in + p.axis[1].in + p.axis[2].in;
+    upsample_ranges_kernel<decltype(acc)><<<launch.blocks(axes), kThreads, 0, launch.stream()>>>(p);
+    upsample_backward_kernel<decltype(t), decltype(acc)><<<launch.blocks(total), kThreads, 0, launch.stream()>>>(p, total);
+  });
+  launch.check("[upsample_backward]");
+}
+
+}  // namespace anvil::cuda_backend
