@@ -53,7 +53,11 @@ std::tuple<Tensor, Tensor> native_dropout(const Tensor& input, double p, std::op
   if (input.numel() == 0) return {input, empty(input.sizes(), bool_opts)};
   if (train.has_value() && !*train) {
     const MemoryFormat fmt = input.suggest_memory_format();
-    return {input.contiguous(fmt).clone(), ones(input.sizes(), bool_opts).contiguous(fmt)};
+    Tensor out = empty(input.sizes(), TensorOptions(input.dtype()).device(input.device()), fmt);
+    Tensor mask = empty(input.sizes(), bool_opts, fmt);
+    out.copy_(input);
+    mask.fill_(true);
+    return {out, mask};
   }
   return as_op(op, [&] { return run_dropout(input, p); });
 }

@@ -401,10 +401,7 @@ std::tuple<Tensor, Tensor, Tensor> native_group_norm_backward(const Tensor& grad
 
 namespace {
 
-bool channels_last_input(const Tensor& x) {
-  const MemoryFormat f = x.suggest_memory_format();
-  return f == MemoryFormat::ChannelsLast || f == MemoryFormat::ChannelsLast3d;
-}
+bool channels_last_input(const Tensor& x) { return x.suggest_memory_format() != MemoryFormat::Contiguous; }
 
 // input [N, C, *] as [A, C, B]: [N, C, prod(*)] for a contiguous layout, [N * prod(*), C, 1] for
 // channels-last (a view of its memory), so an elementwise result in [A, C, B] order is already

@@ -87,11 +87,6 @@ UpsampleParams make_params(const char* op, DType dtype, const Mode& m, const Sha
   return p;
 }
 
-MemoryFormat layout_of(const Tensor& t) {
-  const MemoryFormat f = t.suggest_memory_format();
-  return f == MemoryFormat::ChannelsLast || f == MemoryFormat::ChannelsLast3d ? f : MemoryFormat::Contiguous;
-}
-
 }  // namespace
 
 Tensor upsample(const Tensor& input, const Shape& output_size, const std::string& mode, bool align_corners,
@@ -101,7 +96,7 @@ Tensor upsample(const Tensor& input, const Shape& output_size, const std::string
   const Mode m = parse_mode(op, mode);
   check_rank(op, input, m, mode);
   UpsampleParams p = make_params(op, input.dtype(), m, input.sizes(), output_size, align_corners, scales);
-  const MemoryFormat fmt = layout_of(input);
+  const MemoryFormat fmt = input.suggest_memory_format();
   Shape out_sizes{input.size(0), input.size(1)};
   out_sizes.insert(out_sizes.end(), output_size.begin(), output_size.end());
   Tensor out = empty(out_sizes, TensorOptions(input.dtype()).device(input.device()), fmt);
@@ -127,7 +122,7 @@ Tensor upsample_backward(const Tensor& grad_output, const Shape& output_size, co
   want.insert(want.end(), output_size.begin(), output_size.end());
   ANVIL_CHECK(grad_output.sizes() == want, ShapeError, op, " Expected grad_output to have the shape of the output ",
               shape_str(want), " but got grad_output ", describe(grad_output));
-  const MemoryFormat fmt = input_size.size() >= 4 ? layout_of(grad_output) : MemoryFormat::Contiguous;
+  const MemoryFormat fmt = input_size.size() >= 4 ? grad_output.suggest_memory_format() : MemoryFormat::Contiguous;
   Tensor grad_input = empty(input_size, TensorOptions(grad_output.dtype()).device(grad_output.device()), fmt);
   if (grad_input.numel() == 0) return grad_input;
   const Tensor g = grad_output.contiguous(fmt);
