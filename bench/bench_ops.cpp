@@ -1,5 +1,6 @@
 // Op benchmarks: every case knows its bytes moved; each prints median time, GB/s and the
-// fraction of a ceiling measured in the same run (copy bandwidth, and read bandwidth on CPU).
+// fraction of a ceiling measured in the same run (copy bandwidth, and read bandwidth on CPU);
+// compute-bound cases print TFLOP/s against the mm of their dtype measured in the same run.
 // CUDA: events around each eager call, plus CUDA-graph replay of 20 calls for kernel time;
 // inputs are rotated over several copies so every call reads from DRAM, not cache.
 #include "bench_ops.h"
@@ -21,6 +22,8 @@ struct Result {
   std::string name, ceiling, group;
   double eager_us = 0, graph_us = 0, bytes = 0, gbps = 0, fraction = 0;
   nlohmann::json spec;
+  double flops = 0;
+  DType dtype = kFloat32;
 };
 
 double median(std::vector<double> v) {
@@ -124,12 +127,23 @@ int run_bench_ops(const BenchOpsOptions& o) {
   for (Case& c : moe_cases(dev)) cases.push_back(std::move(c));
   for (Case& c : pad_cases(dev)) cases.push_back(std::move(c));
   for (Case& c : release_cases(dev)) cases.push_back(std::move(c));
+  for (Case& c : conv_cases(dev)) cases.push_back(std::move(c));
+  // GEMM ceilings in TFLOP/s per dtype, measured when a case needs one (square mm, the best of
+  // every measurement): CUDA 8192 (float32: 4096, no TF32), CPU 1024.
+  std::map<DType, double> gemm_tflops;
+  auto measure_gemm = [&](DType t, int runs) {
+    const int64_t n = dev.is_cpu() ? 1024 : t == kFloat32 || t == kFloat64 ? 4096 : 8192;
+    const Tensor a = rand({n, n}, TensorOptions(t).device(dev)), b = rand({n, n}, TensorOptions(t).device(dev));
+    const double us = time_eager(dev, [&](int) { (void)mm(a, b); }, runs, true);
+    gemm_tflops[t] = std::max(gemm_tflops[t], 2.0 * static_cast<double>(n * n) * static_cast<double>(n) / us * 1e-6);
+  };
   std::vector<Result> results;
   for (const Case& c : cases) {
     if (!matches_filter(c.name, o.filter)) continue;
     std::printf("  %s\n", c.name.c_str());
     std::fflush(stdout);
-    Result r{c.name, c.ceiling, c.group, 0, 0, c.bytes, 0, 0, c.spec};
+    Result r{c.name, c.ceiling, c.group, 0, 0, c.bytes, 0, 0, c.spec, c.flops, c.dtype};
+    if (c.ceiling == "gemm") measure_gemm(c.dtype, gemm_tflops.count(c.dtype) ? 2 : 5);
     {
       Runner run = c.prepare();
       r.eager_us = time_eager(dev, run, reps);
@@ -142,15 +156,22 @@ int run_bench_ops(const BenchOpsOptions& o) {
 
   std::printf("\nceiling (best of all runs): copy %.1f GB/s (read+write%s), read %.1f GB/s (float32 sum)\n\n",
               copy_gbps, dev.is_cuda() ? ", best of copy_ and cudaMemcpyAsync" : "", read_gbps);
+  for (const auto& [t, tf] : gemm_tflops) std::printf("gemm ceiling %s: %.2f TFLOP/s (square mm)\n", dtype_name(t), tf);
   std::printf("%-52s %10s %10s %9s %10s\n", "case", dev.is_cpu() ? "median us" : "eager us", dev.is_cpu() ? "" : "graph us",
               "GB/s", "of ceiling");
   std::map<std::string, std::pair<double, int>> group_log;  // group -> (sum of log fractions, count)
   for (Result& r : results) {
-    r.fraction = r.gbps / (r.ceiling == "copy" ? copy_gbps : read_gbps);
+    const double us = r.graph_us > 0 ? r.graph_us : r.eager_us;
+    const double tflops = r.flops / us * 1e-6;
+    r.fraction = r.ceiling == "gemm" ? tflops / gemm_tflops[r.dtype] : r.gbps / (r.ceiling == "copy" ? copy_gbps : read_gbps);
     char graph[32] = "";
     if (dev.is_cuda()) std::snprintf(graph, sizeof graph, "%.2f", r.graph_us);
-    std::printf("%-52s %10.2f %10s %9.1f %9.2f%s\n", r.name.c_str(), r.eager_us, graph, r.gbps, r.fraction,
-                r.ceiling == "copy" ? " copy" : " read");
+    if (r.ceiling == "gemm")
+      std::printf("%-52s %10.2f %10s %6.2f TF %9.2f gemm %s\n", r.name.c_str(), r.eager_us, graph, tflops, r.fraction,
+                  dtype_name(r.dtype));
+    else
+      std::printf("%-52s %10.2f %10s %9.1f %9.2f%s\n", r.name.c_str(), r.eager_us, graph, r.gbps, r.fraction,
+                  r.ceiling == "copy" ? " copy" : " read");
     if (!r.group.empty()) {
       group_log[r.group].first += std::log(r.fraction);
       group_log[r.group].second += 1;
@@ -158,13 +179,14 @@ int run_bench_ops(const BenchOpsOptions& o) {
   }
   for (const auto& [group, acc] : group_log)
     std::printf("\n%s: %d cases, geometric mean %.3f of the %s ceiling\n", group.c_str(), acc.second,
-                std::exp(acc.first / acc.second), dev.is_cpu() ? "read" : "copy");
+                std::exp(acc.first / acc.second), group == "conv" ? "gemm" : dev.is_cpu() ? "read" : "copy");
   if (!o.json_path.empty()) {
     nlohmann::json j;
     j["device"] = dev.str();
     j["threads"] = get_num_threads();
     j["ceiling_copy_gbps"] = copy_gbps;
     j["ceiling_read_gbps"] = read_gbps;
+    for (const auto& [t, tf] : gemm_tflops) j["ceiling_gemm_tflops"][dtype_name(t)] = tf;
     for (const Result& r : results)
       j["cases"].push_back({{"name", r.name}, {"eager_us", r.eager_us}, {"graph_us", r.graph_us}, {"bytes", r.bytes},
                             {"gbps", r.gbps}, {"fraction", r.fraction}, {"ceiling", r.ceiling}, {"group", r.group},

@@ -16,11 +16,13 @@ using Runner = std::function<void(int)>;
 struct Case {
   std::string name;
   double bytes = 0;              // bytes read + written by one call
-  std::string ceiling = "copy";  // "copy" or "read": which ceiling the fraction refers to
+  std::string ceiling = "copy";  // "copy", "read" or "gemm" (flops against mm of `dtype`)
   std::function<Runner()> prepare;
   std::string group;             // cases of a group get a geometric-mean line (e.g. decode-linear)
   nlohmann::json spec;           // {"op": ..., shapes, dtype}: the torch script's recipe
   bool graphable = true;         // false: the op reads a result back to the host (bincount), no CUDA graph
+  double flops = 0;              // "gemm" cases: floating-point operations of one call
+  DType dtype = kFloat32;        // "gemm" cases: the dtype of the mm ceiling
 };
 
 // Copies of an input needed so that consecutive calls read from memory, not cache: the working
@@ -34,5 +36,6 @@ std::vector<Case> decode_cases(Device dev);  // linear suite, softmax, norms, Ro
 std::vector<Case> moe_cases(Device dev);     // routing, combine, the whole experts block (bench/cases_moe.cpp)
 std::vector<Case> pad_cases(Device dev);     // the models' pads and their backward (bench/cases_pad.cpp)
 std::vector<Case> release_cases(Device dev);  // bincount, var_mean, losses (bench/cases_release.cpp)
+std::vector<Case> conv_cases(Device dev);     // the models' convolutions, forward and backward (bench/cases_conv.cpp)
 
 }  // namespace anvil::bench

@@ -147,6 +147,26 @@ def build_pad(op, spec, dev, t):
     return lambda i: aten(gs[i % rot], x, pad)
 
 
+def build_conv(op, spec, dev, t):
+    """F.conv{1,2,3}d, or aten.convolution_backward for grad_input and grad_weight (no bias)."""
+    xs, ws, groups = spec["x"], spec["w"], spec["groups"]
+    n = len(xs) - 2
+    fmt = torch.contiguous_format
+    if spec["channels_last"]:
+        fmt = torch.channels_last if len(xs) == 4 else torch.channels_last_3d
+    x = torch.randn(*xs, device=dev).to(t).contiguous(memory_format=fmt)
+    w = torch.randn(*ws, device=dev).to(t).contiguous(memory_format=fmt)
+    stride = spec["stride"] * n if len(spec["stride"]) == 1 else spec["stride"]
+    padding = spec["padding"] * n if len(spec["padding"]) == 1 else spec["padding"]
+    conv = getattr(F, f"conv{n}d")
+    if op == "conv":
+        return lambda i: conv(x, w, None, stride, padding, 1, groups)
+    out = conv(x, w, None, stride, padding, 1, groups)
+    gy = torch.randn(*out.shape, device=dev).to(t).contiguous(memory_format=fmt)
+    return lambda i: torch.ops.aten.convolution_backward(gy, x, w, None, stride, padding, [1] * n, False, [0] * n,
+                                                         groups, [True, True, False])
+
+
 def build(spec, dev):
     """Returns fn(i) for call i, the PyTorch composition of the anvil op the spec names."""
     op = spec["op"]
@@ -237,6 +257,8 @@ def build(spec, dev):
         return build_moe(op, spec, dev, t)
     if op in ("pad", "pad_backward"):
         return build_pad(op, spec, dev, t)
+    if op in ("conv", "conv_backward"):
+        return build_conv(op, spec, dev, t)
     if op == "bincount":
         n, bins, hot = spec["n"], spec["bins"], spec["hot"]
         rot = rotations(dev, n * 8)
@@ -320,6 +342,8 @@ def main():
         run = json.load(f)
     dev = torch.device(run["device"])
     cuda = dev.type == "cuda"
+    # anvil never computes float32 in TF32; PyTorch's cuDNN convolutions do by default.
+    torch.backends.cudnn.allow_tf32 = False
     if not cuda:
         torch.set_num_threads(run.get("threads", torch.get_num_threads()))
     where = torch.cuda.get_device_name(dev) if cuda else f"cpu, {torch.get_num_threads()} threads"

@@ -1,5 +1,6 @@
 #pragma once
 // Everything public in anvil.
+#include "anvil/conv.h"
 #include "anvil/cuda.h"
 #include "anvil/device.h"
 #include "anvil/dropout.h"

@@ -31,7 +31,8 @@ BlasOperand blas_layout(int64_t stride_row, int64_t stride_col, int64_t cols) {
 // runs on vdpbf16ps (the panel path widens every weight to float32 one element at a time:
 // qwen3-0.6b prefill of 64 tokens on 2 Zen 5 threads 55 -> see docs/PERFORMANCE.md). float32
 // accumulation, one rounding. A is packed to bfloat16 once. false: no such path (nothing written).
-bool gemm_bf16_dots(const BmmParams& p, const float* a32, const BFloat16* B, BFloat16* C) {
+template <typename Store>
+bool gemm_bf16_dots(const BmmParams& p, const float* a32, const BFloat16* B, const Store& store) {
   const int64_t m = p.m, n = p.n, k = p.k;
   if (p.stride_b_row != 1 || k < 64 || !simd::bf16_dots_supported()) return false;
   std::vector<uint16_t> xp;
@@ -50,7 +51,7 @@ bool gemm_bf16_dots(const BmmParams& p, const float* a32, const BFloat16* B, BFl
         simd::bf16_dots_packed(B + j0 * p.stride_b_col, p.stride_b_col, xp.data() + i0 * k64, a32 + i0 * k, mi, k,
                                dots.data(), w, 0, w);
         for (int64_t i = 0; i < mi; ++i)
-          for (int64_t j = 0; j < w; ++j) C[(i0 + i) * n + j0 + j] = BFloat16(dots[static_cast<size_t>(i * w + j)]);
+          for (int64_t j = 0; j < w; ++j) store(i0 + i, j0 + j, dots[static_cast<size_t>(i * w + j)]);
       }
     }
   }
@@ -59,9 +60,9 @@ bool gemm_bf16_dots(const BmmParams& p, const float* a32, const BFloat16* B, BFl
 
 // bfloat16 / float16 GEMM of one batch: A widened to float32 once, B packed panel by panel
 // (widened, zero-padded to the panel width) by the thread that owns the panel, a Highway
-// micro-kernel over each panel, one rounding per output element.
-template <typename T>
-void gemm_lowp(const BmmParams& p, const T* A, const T* B, T* C) {
+// micro-kernel over each panel, one rounding per output element. store(i, j, v) writes C.
+template <typename T, typename Store>
+void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
   const int64_t m = p.m, n = p.n, k = p.k;
   const int64_t width = simd::gemm_panel_width();
   std::vector<float> a32(static_cast<size_t>(m * k)), c32(static_cast<size_t>(m * n));
@@ -69,7 +70,7 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, T* C) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t q = 0; q < k; ++q) a32[i * k + q] = static_cast<float>(A[i * p.stride_a_row + q * p.stride_a_col]);
   if constexpr (std::is_same_v<T, BFloat16>) {
-    if (gemm_bf16_dots(p, a32.data(), B, C)) return;
+    if (gemm_bf16_dots(p, a32.data(), B, store)) return;
   }
   const int64_t npanels = (n + width - 1) / width;
 #pragma omp parallel if (m * n * k >= kParallelGrain)
@@ -85,13 +86,26 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, T* C) {
     }
   }
 #pragma omp parallel for schedule(static) if (m * n >= kParallelGrain)
-  for (int64_t i = 0; i < m * n; ++i) C[i] = T(c32[i]);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) store(i, j, c32[i * n + j]);
+}
+
+// C[i, j] (=|+=) v for one batch's C of type C_t, the sum formed in float32, one rounding.
+template <typename C_t>
+auto lowp_store(C_t* C, int64_t ldc, bool accumulate) {
+  return [C, ldc, accumulate](int64_t i, int64_t j, float v) {
+    C_t& c = C[i * ldc + j];
+    c = C_t(accumulate ? static_cast<float>(c) + v : v);
+  };
 }
 
 }  // namespace
 
 void bmm(const BmmParams& p) {
   const int64_t m = p.m, n = p.n, k = p.k;
+  const bool lowp = p.dtype == DType::Float16 || p.dtype == DType::BFloat16;
+  ANVIL_CHECK(p.c_dtype == p.dtype || (lowp && p.c_dtype == DType::Float32), DTypeError, "[bmm] output dtype ",
+              dtype_name(p.c_dtype), " does not fit ", dtype_name(p.dtype), " operands");
   if (p.dtype == DType::Float32 || p.dtype == DType::Float64) {
     BlasOperand la = blas_layout(p.stride_a_row, p.stride_a_col, k);
     BlasOperand lb = blas_layout(p.stride_b_row, p.stride_b_col, n);
@@ -99,13 +113,15 @@ void bmm(const BmmParams& p) {
       if (p.dtype == DType::Float32) {
         const float* A = static_cast<const float*>(p.a) + b * p.stride_a_batch;
         const float* B = static_cast<const float*>(p.b) + b * p.stride_b_batch;
-        float* C = static_cast<float*>(p.c) + b * m * n;
-        cblas_sgemm(CblasRowMajor, la.trans, lb.trans, m, n, k, 1.f, A, la.ld, B, lb.ld, 0.f, C, n);
+        float* C = static_cast<float*>(p.c) + b * p.stride_c_batch;
+        cblas_sgemm(CblasRowMajor, la.trans, lb.trans, m, n, k, 1.f, A, la.ld, B, lb.ld, p.accumulate ? 1.f : 0.f, C,
+                    p.stride_c_row);
       } else {
         const double* A = static_cast<const double*>(p.a) + b * p.stride_a_batch;
         const double* B = static_cast<const double*>(p.b) + b * p.stride_b_batch;
-        double* C = static_cast<double*>(p.c) + b * m * n;
-        cblas_dgemm(CblasRowMajor, la.trans, lb.trans, m, n, k, 1.0, A, la.ld, B, lb.ld, 0.0, C, n);
+        double* C = static_cast<double*>(p.c) + b * p.stride_c_batch;
+        cblas_dgemm(CblasRowMajor, la.trans, lb.trans, m, n, k, 1.0, A, la.ld, B, lb.ld, p.accumulate ? 1.0 : 0.0, C,
+                    p.stride_c_row);
       }
     }
     return;
@@ -113,9 +129,14 @@ void bmm(const BmmParams& p) {
   dispatch_float_types(p.dtype, "[bmm]", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      for (int64_t b = 0; b < p.batch; ++b)
-        gemm_lowp(p, static_cast<const T*>(p.a) + b * p.stride_a_batch, static_cast<const T*>(p.b) + b * p.stride_b_batch,
-                  static_cast<T*>(p.c) + b * m * n);
+      for (int64_t b = 0; b < p.batch; ++b) {
+        const T* A = static_cast<const T*>(p.a) + b * p.stride_a_batch;
+        const T* B = static_cast<const T*>(p.b) + b * p.stride_b_batch;
+        if (p.c_dtype == DType::Float32)
+          gemm_lowp(p, A, B, lowp_store(static_cast<float*>(p.c) + b * p.stride_c_batch, p.stride_c_row, p.accumulate));
+        else
+          gemm_lowp(p, A, B, lowp_store(static_cast<T*>(p.c) + b * p.stride_c_batch, p.stride_c_row, p.accumulate));
+      }
     }
   });
 }

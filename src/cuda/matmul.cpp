@@ -78,8 +78,9 @@ lt::Plan make_plan(cublasLtHandle_t handle, const BmmParams& p, const Operand& f
             kOp);
   plan.first = lt::make_layout(Tr::kData, first.rows, first.cols, first.ld, p.batch, p.stride_b_batch);
   plan.second = lt::make_layout(Tr::kData, second.rows, second.cols, second.ld, p.batch, p.stride_a_batch);
-  plan.out =
-      lt::make_layout(Tr::kData, static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.m), p.n, p.batch, p.m * p.n);
+  const cudaDataType_t c_type = p.c_dtype == p.dtype ? Tr::kData : CUDA_R_32F;
+  plan.out = lt::make_layout(c_type, static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.m), p.stride_c_row, p.batch,
+                             p.stride_c_batch);
   const cublasStatus_t st = lt::choose_algo(handle, plan, align);
   if (!plan.found) {
     lt::destroy(plan);
@@ -93,9 +94,13 @@ lt::Plan make_plan(cublasLtHandle_t handle, const BmmParams& p, const Operand& f
 template <typename T>
 void bmm_lt(BmmParams p, const KernelLaunch& launch) {
   using Tr = LtTraits<T>;
-  const int64_t es = sizeof(T);
+  const int64_t es = sizeof(T), es_c = static_cast<int64_t>(element_size(p.c_dtype));
+  ANVIL_CHECK(p.c_dtype == p.dtype || ((p.dtype == kFloat16 || p.dtype == kBFloat16) && p.c_dtype == kFloat32),
+              DTypeError, "[bmm] output dtype ", dtype_name(p.c_dtype), " does not fit ", dtype_name(p.dtype),
+              " operands");
   // A batched against a shared B with rows continuing across batches is one [batch * m, k] GEMM.
-  if (p.batch > 1 && p.stride_b_batch == 0 && p.stride_a_col == 1 && p.stride_a_batch == p.m * p.stride_a_row) {
+  if (p.batch > 1 && p.stride_b_batch == 0 && p.stride_a_col == 1 && p.stride_a_batch == p.m * p.stride_a_row &&
+      p.stride_c_batch == p.m * p.stride_c_row) {
     p.m *= p.batch;
     p.batch = 1;
   }
@@ -104,15 +109,16 @@ void bmm_lt(BmmParams p, const KernelLaunch& launch) {
   const Operand second = transposed_view(p.m, p.k, p.stride_a_row, p.stride_a_col);   // A^T: k x m
   const std::array<uint32_t, 3> align = {lt::alignment_of(p.b, p.stride_b_batch * es, p.batch),
                                          lt::alignment_of(p.a, p.stride_a_batch * es, p.batch),
-                                         lt::alignment_of(p.c, p.m * p.n * es, p.batch)};
+                                         lt::alignment_of(p.c, p.stride_c_batch * es_c, p.batch)};
   const lt::PlanKey key = {lt::kKeyBmm, launch.device(), static_cast<int64_t>(p.dtype), p.batch, p.m, p.n, p.k,
                            static_cast<int64_t>(first.op), first.ld, static_cast<int64_t>(second.op), second.ld,
-                           p.stride_a_batch, p.stride_b_batch, align[0], align[1], align[2]};
+                           p.stride_a_batch, p.stride_b_batch, align[0], align[1], align[2],
+                           static_cast<int64_t>(p.c_dtype), p.stride_c_batch, p.stride_c_row};
   const lt::Context ctx = lt::context(launch.device(), launch.stream());
   const lt::Plan& plan = lt::plan(launch.device(), key, [&](cublasLtHandle_t handle) {
     return make_plan<T>(handle, p, first, second, align);
   });
-  const typename Tr::Scale alpha(1), beta(0);
+  const typename Tr::Scale alpha(1), beta(p.accumulate ? 1 : 0);
   lt::check(cublasLtMatmul(ctx.handle, plan.desc, &alpha, p.b, plan.first, p.a, plan.second, &beta, p.c, plan.out,
                            p.c, plan.out, &plan.algo, ctx.workspace, lt::kWorkspaceBytes, launch.stream()),
             kOp);
@@ -123,8 +129,11 @@ void bmm_lt(BmmParams p, const KernelLaunch& launch) {
 void bmm(const BmmParams& p) {
   if (p.batch == 0 || p.m == 0 || p.n == 0) return;
   KernelLaunch launch(p.c);
-  if (p.k == 0) {  // an empty sum: C = 0 (cuBLASLt rejects k = 0)
-    size_t bytes = static_cast<size_t>(p.batch * p.m * p.n) * element_size(p.dtype);
+  if (p.k == 0) {  // an empty sum: C = 0 (cuBLASLt rejects k = 0), unchanged when accumulating
+    if (p.accumulate) return;
+    ANVIL_CHECK(p.stride_c_batch == p.m * p.n && p.stride_c_row == p.n, ShapeError,
+                "[bmm] an empty sum into a strided C is not supported");
+    size_t bytes = static_cast<size_t>(p.batch * p.m * p.n) * element_size(p.c_dtype);
     ANVIL_CUDA_CHECK("[bmm]", cudaMemsetAsync(p.c, 0, bytes, launch.stream()));
     return;
   }

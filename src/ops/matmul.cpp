@@ -45,12 +45,15 @@ Tensor bmm_core(const char* name, const Tensor& a_in, const Tensor& b_in, int64_
   p.b = b.raw_data_ptr();
   p.c = c.raw_data_ptr();
   p.dtype = a.dtype();
+  p.c_dtype = a.dtype();
   p.batch = batch;
   p.m = m;
   p.n = n;
   p.k = k;
   fill_strides(a, p.stride_a_batch, p.stride_a_row, p.stride_a_col);
   fill_strides(b, p.stride_b_batch, p.stride_b_row, p.stride_b_col);
+  p.stride_c_batch = m * n;
+  p.stride_c_row = n;
   ANVIL_KERNEL(a.device(), bmm, p);
   return c;
 }

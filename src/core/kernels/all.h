@@ -3,6 +3,7 @@
 // A new family adds its header and lists here.
 #include "core/kernels/activation.h"
 #include "core/kernels/attention.h"
+#include "core/kernels/conv.h"
 #include "core/kernels/dropout.h"
 #include "core/kernels/elementwise.h"
 #include "core/kernels/grouped_mm.h"
@@ -25,5 +26,5 @@
   ANVIL_RANDOM_KERNELS(X) ANVIL_LINEAR_KERNELS(X) ANVIL_SOFTMAX_KERNELS(X) ANVIL_NORM_KERNELS(X)      \
   ANVIL_ACTIVATION_KERNELS(X) ANVIL_ROPE_KERNELS(X) ANVIL_TOPK_KERNELS(X) ANVIL_SCALED_MM_KERNELS(X)  \
   ANVIL_GROUPED_MM_KERNELS(X) ANVIL_MOE_KERNELS(X) ANVIL_ATTENTION_KERNELS(X) \
-  ANVIL_PAD_KERNELS(X) ANVIL_DROPOUT_KERNELS(X) ANVIL_UPSAMPLE_KERNELS(X)
+  ANVIL_PAD_KERNELS(X) ANVIL_DROPOUT_KERNELS(X) ANVIL_UPSAMPLE_KERNELS(X) ANVIL_CONV_KERNELS(X)
 #define ANVIL_ALL_FUSED(X) ANVIL_LINEAR_FUSED(X) ANVIL_MOE_FUSED(X)

@@ -1,0 +1,368 @@
+// Convolution (anvil/conv.h): convolution / convolution_backward against the float64 loops of
+// tests/reference/ref_conv (1-, 2- and 3-d, groups and depthwise, stride, padding, dilation,
+// transposed with output_padding, pointwise, bias; four dtypes; contiguous, channels-last
+// input, channels-last weight and non-contiguous inputs), the backward also against central
+// differences, chunked columns (a tiny workspace limit), the same bits on every run, the
+// conv{1,2,3}d / conv_transpose wrappers (unbatched input, "same" / "valid"), extents past
+// 2^16, and PyTorch's messages, on every device.
+#include <cmath>
+
+#include "expect_throws.h"
+#include "finite_diff.h"
+#include "harness.h"
+#include "reference/ref_conv.h"
+#include "reference/ref_pad.h"
+
+namespace {
+
+using namespace anvil;
+using th::Layout;
+
+class Conv : public th::DeviceTest {};
+
+struct Case {
+  Shape x, w;
+  Shape stride, padding, dilation, output_padding;
+  int64_t groups = 1;
+  bool transposed = false;
+  bool bias = false;
+};
+
+std::vector<Case> table() {
+  return {
+      // conv1d
+      {{2, 4, 11}, {6, 4, 3}, {1}, {1}, {1}, {0}, 1, false, true},
+      {{1, 6, 17}, {6, 2, 5}, {2}, {2}, {2}, {0}, 3, false, false},
+      {{3, 2, 9}, {5, 2, 1}, {1}, {0}, {1}, {0}, 1, false, true},
+      {{2, 8, 20}, {8, 1, 7}, {1}, {3}, {1}, {0}, 8, false, true},
+      {{2, 4, 7}, {4, 3, 3}, {2}, {1}, {1}, {1}, 1, true, true},
+      {{1, 4, 6}, {4, 2, 3}, {3}, {0}, {2}, {2}, 2, true, false},
+      // conv2d
+      {{2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
+      {{1, 4, 10, 7}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, {0}, 2, false, false},
+      {{2, 6, 5, 5}, {6, 1, 3, 3}, {1}, {1}, {1}, {0}, 6, false, true},
+      {{2, 5, 4, 6}, {3, 5, 1, 1}, {1}, {0}, {1}, {0}, 1, false, true},
+      {{1, 3, 7, 7}, {2, 3, 1, 1}, {2}, {0}, {1}, {0}, 1, false, false},
+      {{2, 4, 5, 4}, {4, 3, 4, 4}, {2}, {1}, {1}, {0}, 1, true, true},
+      {{1, 4, 3, 5}, {4, 1, 3, 3}, {2, 3}, {0, 1}, {1}, {1, 2}, 4, true, false},
+      {{2, 3, 4, 4}, {3, 2, 1, 1}, {1}, {0}, {1}, {0}, 1, true, true},
+      // conv3d
+      {{1, 3, 4, 6, 5}, {4, 3, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
+      {{2, 4, 5, 4, 4}, {4, 2, 3, 1, 3}, {1, 2, 1}, {1, 0, 1}, {2, 1, 1}, {0}, 2, false, false},
+      {{1, 2, 3, 3, 4}, {2, 3, 2, 2, 2}, {2}, {0}, {1}, {0}, 1, true, true},
+      {{1, 4, 3, 5, 6}, {2, 4, 3, 3, 3}, {1}, {0, 1, 1}, {1}, {0}, 1, false, true},
+  };
+}
+
+ref::ConvSpec spec_of(const Case& c) {
+  const size_t k = c.x.size() - 2;
+  auto full = [k](const Shape& v) { return v.size() == 1 ? Shape(k, v[0]) : v; };
+  return {full(c.stride), full(c.padding), full(c.dilation), full(c.output_padding), c.groups, c.transposed};
+}
+
+ref::Array abs_of(ref::Array a) {
+  for (double& v : a.v) v = std::abs(v);
+  return a;
+}
+
+MemoryFormat channels_last_of(size_t rank) { return rank == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::ChannelsLast3d; }
+
+int64_t taps_of(const Case& c) {
+  int64_t k = 1;
+  for (size_t i = 2; i < c.w.size(); ++i) k *= c.w[i];
+  return k;
+}
+// Products per element at most: of the output (input channels per group times taps, plus the
+// bias) and of grad_input (output channels per group times taps).
+int64_t fan_in(const Case& c) { return (c.transposed ? c.w[0] / c.groups : c.w[1]) * taps_of(c) + 1; }
+int64_t fan_out(const Case& c) { return (c.transposed ? c.w[1] : c.w[0] / c.groups) * taps_of(c); }
+
+// Forward, input / weight / bias gradients of one case, in dtype t and layout `layout`
+// (0 contiguous, 1 channels-last input, 2 channels-last weight, 3 non-contiguous input).
+void check_case(const Case& c, DType t, int layout, Device dev, th::Gen& g) {
+  const ref::ConvSpec s = spec_of(c);
+  th::Input x = th::make_input(c.x, t, dev, layout == 3 ? Layout::Transposed : Layout::Contiguous, g, -2, 2);
+  th::Input w = th::make_input(c.w, t, dev, Layout::Contiguous, g, -1, 1);
+  const int64_t c_out = c.transposed ? c.w[1] * c.groups : c.w[0];
+  th::Input b = th::make_input({c_out}, t, dev, Layout::Contiguous, g, -1, 1);
+  const Tensor xt = layout == 1 ? x.t.contiguous(channels_last_of(c.x.size())) : x.t;
+  const Tensor wt = layout == 2 ? w.t.contiguous(channels_last_of(c.w.size())) : w.t;
+  // A 1 x 1 weight is as contiguous as it is channels-last: PyTorch then suggests contiguous.
+  const bool cl = layout == 1 || (layout == 2 && wt.suggest_memory_format() != MemoryFormat::Contiguous);
+  const Tensor bt = c.bias ? b.t : Tensor();
+  Tensor y = convolution(xt, wt, bt, c.stride, c.padding, c.dilation, c.transposed, c.output_padding, c.groups);
+  const ref::Array want = ref::conv(x.a, w.a, c.bias ? &b.a : nullptr, s);
+  const ref::Array abs_b = abs_of(b.a);
+  const ref::Array fwd_abs = ref::conv(abs_of(x.a), abs_of(w.a), c.bias ? &abs_b : nullptr, s);
+  const ref::Array fwd_extra = th::sum_tol(t, fan_in(c), fwd_abs);
+  ASSERT_TRUE(th::expect_close(y, want, th::Tol{th::underflow_atol(t), 2 * th::unit_roundoff(t)}, &fwd_extra)) << "forward";
+  if (cl) {
+    ASSERT_TRUE(y.is_contiguous(channels_last_of(c.x.size()))) << "channels-last output";
+  }
+
+  th::Input gy = th::make_input(want.sizes, t, dev, Layout::Contiguous, g, -1, 1);
+  const Tensor gyt = cl ? gy.t.contiguous(channels_last_of(c.x.size())) : gy.t;
+  const Shape bias_sizes = c.bias ? Shape{c_out} : Shape{};
+  auto [gx, gw, gb] = convolution_backward(gyt, xt, wt, bias_sizes, c.stride, c.padding, c.dilation, c.transposed,
+                                           c.output_padding, c.groups);
+  int64_t positions = want.sizes[0];
+  for (size_t i = 2; i < want.sizes.size(); ++i) positions *= want.sizes[i];
+  const ref::Array gx_extra = th::sum_tol(t, fan_out(c), ref::conv_grad_input(abs_of(gy.a), abs_of(w.a), c.x, s));
+  ASSERT_TRUE(th::expect_close(gx, ref::conv_grad_input(gy.a, w.a, c.x, s),
+                               th::Tol{th::underflow_atol(t), 2 * th::unit_roundoff(t)}, &gx_extra))
+      << "grad_input";
+  const ref::Array gw_extra = th::sum_tol(t, positions, ref::conv_grad_weight(abs_of(x.a), abs_of(gy.a), c.w, s));
+  ASSERT_TRUE(th::expect_close(gw, ref::conv_grad_weight(x.a, gy.a, c.w, s),
+                               th::Tol{th::underflow_atol(t), 2 * th::unit_roundoff(t)}, &gw_extra))
+      << "grad_weight";
+  if (cl) {
+    ASSERT_TRUE(gx.is_contiguous(channels_last_of(c.x.size()))) << "channels-last grad_input";
+    ASSERT_TRUE(gw.is_contiguous(channels_last_of(c.x.size()))) << "channels-last grad_weight";
+  }
+  if (c.bias) {
+    ref::Array want_gb({c_out}), abs_gb({c_out});
+    const int64_t plane = positions / want.sizes[0];
+    for (int64_t i = 0; i < gy.a.numel(); ++i) {
+      want_gb.v[static_cast<size_t>(i / plane % c_out)] += gy.a.v[static_cast<size_t>(i)];
+      abs_gb.v[static_cast<size_t>(i / plane % c_out)] += std::abs(gy.a.v[static_cast<size_t>(i)]);
+    }
+    const ref::Array gb_extra = th::sum_tol(t, positions, abs_gb);
+    ASSERT_TRUE(th::expect_close(gb, want_gb, th::Tol{th::underflow_atol(t), 2 * th::unit_roundoff(t)}, &gb_extra));
+  } else {
+    ASSERT_FALSE(gb.defined());
+  }
+  auto [gx2, gw2, gb2] = convolution_backward(gyt, xt, wt, bias_sizes, c.stride, c.padding, c.dilation, c.transposed,
+                                              c.output_padding, c.groups);
+  ASSERT_EQ(th::to_bits(gx2), th::to_bits(gx)) << "the same bits every run";
+  ASSERT_EQ(th::to_bits(gw2), th::to_bits(gw)) << "the same bits every run";
+}
+
+std::string case_label(const Case& c, DType t, int layout, Device dev) {
+  return th::case_name(c.x, t, Layout::Contiguous, dev) + " w " + ref::shape_to_string(c.w) + " s " +
+         ref::shape_to_string(c.stride) + " p " + ref::shape_to_string(c.padding) + " d " +
+         ref::shape_to_string(c.dilation) + " g " + std::to_string(c.groups) + (c.transposed ? " transposed op " : "") +
+         (c.transposed ? ref::shape_to_string(c.output_padding) : "") + (c.bias ? " bias" : "") + " layout " +
+         std::to_string(layout);
+}
+
+TEST_P(Conv, Table) {
+  th::CaseLoop loop;
+  th::Gen g(8100);
+  for (const Case& c : table())
+    for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64})
+      for (int layout = 0; layout < 4; ++layout) {
+        if ((layout == 1 || layout == 2) && c.x.size() < 4) continue;
+        if (!loop.run(case_label(c, t, layout, dev()), [&] { check_case(c, t, layout, dev(), g); })) return;
+      }
+}
+
+// Restores the default workspace limit when a test ends.
+struct WorkspaceLimit {
+  explicit WorkspaceLimit(int64_t bytes) { set_conv_workspace_limit(bytes); }
+  ~WorkspaceLimit() { set_conv_workspace_limit(0); }
+};
+
+// Columns built one or a few output rows at a time (a 1 KiB limit): the same values.
+TEST_P(Conv, ChunkedColumns) {
+  WorkspaceLimit limit(1024);
+  th::CaseLoop loop;
+  th::Gen g(8101);
+  for (const Case& c : table())
+    for (DType t : {kFloat32, kBFloat16})
+      for (int layout : {0, 1}) {
+        if (layout == 1 && c.x.size() < 4) continue;
+        if (!loop.run(case_label(c, t, layout, dev()) + " chunked", [&] { check_case(c, t, layout, dev(), g); })) return;
+      }
+  EXPECT_EQ(conv_workspace_limit(dev()), 1024);
+}
+
+// The backward is the forward's adjoint: central differences of sum(gy * conv(x, w) + b) in float64.
+TEST_P(Conv, BackwardMatchesFiniteDifferences) {
+  th::Gen g(8102);
+  for (const Case& c : std::vector<Case>{{{1, 4, 7, 6}, {4, 2, 3, 2}, {2, 1}, {1, 1}, {1, 2}, {0}, 2, false, true},
+                                         {{2, 2, 4, 3}, {2, 3, 3, 3}, {2}, {1}, {1}, {1}, 1, true, true},
+                                         {{1, 3, 9}, {3, 1, 3}, {1}, {2}, {2}, {0}, 3, false, true},
+                                         {{1, 2, 3, 3, 2}, {2, 2, 2, 2, 2}, {1}, {1}, {1}, {0}, 1, false, false}}) {
+    SCOPED_TRACE(case_label(c, kFloat64, 0, dev()));
+    const ref::ConvSpec s = spec_of(c);
+    th::Input x = th::make_input(c.x, kFloat64, dev(), Layout::Contiguous, g, -2, 2);
+    th::Input w = th::make_input(c.w, kFloat64, dev(), Layout::Contiguous, g, -1, 1);
+    const int64_t c_out = c.transposed ? c.w[1] * c.groups : c.w[0];
+    th::Input b = th::make_input({c_out}, kFloat64, dev(), Layout::Contiguous, g, -1, 1);
+    const Shape ys = ref::conv_output_sizes(c.x, c.w, s);
+    th::Input gy = th::make_input(ys, kFloat64, dev(), Layout::Contiguous, g, -1, 1);
+    auto loss = [&](const ref::Array& xa, const ref::Array& wa, const ref::Array& ba) {
+      const ref::Array y = ref::conv(xa, wa, c.bias ? &ba : nullptr, s);
+      double sum = 0;
+      for (size_t i = 0; i < y.v.size(); ++i) sum += gy.a.v[i] * y.v[i];
+      return sum;
+    };
+    auto [gx, gw, gb] = convolution_backward(gy.t, x.t, w.t, c.bias ? Shape{c_out} : Shape{}, c.stride, c.padding,
+                                             c.dilation, c.transposed, c.output_padding, c.groups);
+    const th::Tol tol{1e-8, 1e-7};
+    EXPECT_TRUE(th::expect_close(gx, th::array_of(c.x, th::central_differences(x.a.v, [&](const std::vector<double>& v) {
+                                   return loss(th::array_of(c.x, v), w.a, b.a);
+                                 })), tol));
+    EXPECT_TRUE(th::expect_close(gw, th::array_of(c.w, th::central_differences(w.a.v, [&](const std::vector<double>& v) {
+                                   return loss(x.a, th::array_of(c.w, v), b.a);
+                                 })), tol));
+    if (c.bias)
+      EXPECT_TRUE(th::expect_close(gb, th::array_of({c_out}, th::central_differences(b.a.v, [&](const std::vector<double>& v) {
+                                     return loss(x.a, w.a, th::array_of({c_out}, v));
+                                   })), tol));
+  }
+}
+
+// conv{1,2,3}d / conv_transpose{1,2,3}d: unbatched inputs, padding "same" (odd total pads put
+// the extra element at the end, as PyTorch) and "valid".
+TEST_P(Conv, Wrappers) {
+  th::Gen g(8103);
+  const th::Tol tol{1e-5, 1e-5};
+  {  // conv2d "same" with an even kernel and dilation: total pads 3 (H) and 2 (W)
+    th::Input x = th::make_input({2, 3, 6, 5}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    th::Input w = th::make_input({4, 3, 4, 2}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    Tensor y = conv2d(x.t, w.t, {}, {1}, "same", {1, 2});
+    ASSERT_TRUE(th::expect_shape(y, {2, 4, 6, 5}, kFloat32));
+    // left pads 1 (H) and 1 (W); the odd H total adds one more row at the end
+    const ref::Array xp = ref::pad(x.a, {1, 1, 1, 2}, ref::PadKind::Constant);
+    EXPECT_TRUE(th::expect_close(y, ref::conv(xp, w.a, nullptr, {{1, 1}, {0, 0}, {1, 2}, {0, 0}, 1, false}), tol));
+    EXPECT_TRUE(th::expect_close(conv2d(x.t, w.t, {}, {1}, "valid"),
+                                 ref::conv(x.a, w.a, nullptr, {{1, 1}, {0, 0}, {1, 1}, {0, 0}, 1, false}), tol));
+  }
+  {  // conv1d unbatched, "same" symmetric
+    th::Input x = th::make_input({3, 10}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    th::Input w = th::make_input({2, 3, 5}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    th::Input b = th::make_input({2}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    Tensor y = conv1d(x.t, w.t, b.t, {1}, "same");
+    ASSERT_TRUE(th::expect_shape(y, {2, 10}, kFloat32));
+    ref::Array xb = x.a;
+    xb.sizes.insert(xb.sizes.begin(), 1);
+    ref::Array want = ref::conv(xb, w.a, &b.a, {{1}, {2}, {1}, {0}, 1, false});
+    want.sizes.erase(want.sizes.begin());
+    EXPECT_TRUE(th::expect_close(y, want, tol));
+  }
+  {  // conv3d and conv_transpose3d unbatched
+    th::Input x = th::make_input({2, 3, 4, 3}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    th::Input w = th::make_input({2, 2, 2, 3, 2}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    ref::Array xb = x.a;
+    xb.sizes.insert(xb.sizes.begin(), 1);
+    ref::Array want = ref::conv(xb, w.a, nullptr, {{1, 1, 1}, {1, 0, 1}, {1, 1, 1}, {0, 0, 0}, 1, false});
+    want.sizes.erase(want.sizes.begin());
+    EXPECT_TRUE(th::expect_close(conv3d(x.t, w.t, {}, {1}, {1, 0, 1}), want, tol));
+    ref::Array want_t = ref::conv(xb, w.a, nullptr, {{2, 1, 2}, {0, 0, 1}, {1, 1, 1}, {1, 0, 0}, 1, true});
+    want_t.sizes.erase(want_t.sizes.begin());
+    EXPECT_TRUE(th::expect_close(conv_transpose3d(x.t, w.t, {}, {2, 1, 2}, {0, 0, 1}, {1, 0, 0}), want_t, tol));
+  }
+  {  // conv_transpose1d / 2d batched with groups and dilation
+    th::Input x = th::make_input({2, 4, 5}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    th::Input w = th::make_input({4, 3, 3}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    EXPECT_TRUE(th::expect_close(conv_transpose1d(x.t, w.t, {}, {2}, {1}, {1}, 2, {2}),
+                                 ref::conv(x.a, w.a, nullptr, {{2}, {1}, {2}, {1}, 2, true}), tol));
+    th::Input x2 = th::make_input({1, 4, 3, 3}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    th::Input w2 = th::make_input({4, 2, 2, 2}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    EXPECT_TRUE(th::expect_close(conv_transpose2d(x2.t, w2.t, {}, {2}),
+                                 ref::conv(x2.a, w2.a, nullptr, {{2, 2}, {0, 0}, {1, 1}, {0, 0}, 1, true}), tol));
+  }
+}
+
+// Spatial extents whose products cross 2^16 (and a 1-d length past it): every element exact
+// against the reference.
+TEST_P(Conv, ExtentsPast2To16) {
+  th::Gen g(8104);
+  const th::Tol tol{1e-5, 1e-5};
+  {
+    th::Input x = th::make_input({1, 2, 70001}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    th::Input w = th::make_input({3, 2, 3}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    const ref::ConvSpec s{{2}, {1}, {1}, {0}, 1, false};
+    EXPECT_TRUE(th::expect_close(convolution(x.t, w.t, {}, {2}, {1}, {1}, false, {0}, 1), ref::conv(x.a, w.a, nullptr, s), tol));
+  }
+  {
+    th::Input x = th::make_input({1, 1, 2, 300, 260}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    th::Input w = th::make_input({2, 1, 1, 3, 3}, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    const ref::ConvSpec s{{1, 1, 1}, {0, 1, 1}, {1, 1, 1}, {0, 0, 0}, 1, false};
+    Tensor xt = x.t.contiguous(MemoryFormat::ChannelsLast3d);
+    EXPECT_TRUE(th::expect_close(convolution(xt, w.t, {}, {1}, {0, 1, 1}, {1}, false, {0}, 1), ref::conv(x.a, w.a, nullptr, s), tol));
+    th::Input gy = th::make_input(ref::conv_output_sizes(x.a.sizes, w.a.sizes, s), kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+    auto [gx, gw, gb] = convolution_backward(gy.t, x.t, w.t, {}, {1}, {0, 1, 1}, {1}, false, {0}, 1, {true, true, false});
+    EXPECT_TRUE(th::expect_close(gx, ref::conv_grad_input(gy.a, w.a, x.a.sizes, s), tol));
+    const ref::Array gw_extra = th::sum_tol(kFloat32, 2 * 300 * 260, ref::conv_grad_weight(abs_of(x.a), abs_of(gy.a), w.a.sizes, s));
+    EXPECT_TRUE(th::expect_close(gw, ref::conv_grad_weight(x.a, gy.a, w.a.sizes, s), th::Tol{0, 0}, &gw_extra));
+    EXPECT_FALSE(gb.defined());
+  }
+}
+
+// Empty batches give empty outputs; zero output channels give empty outputs and zero grads.
+TEST_P(Conv, EmptyShapes) {
+  const TensorOptions o = TensorOptions(kFloat32).device(dev());
+  Tensor y = conv2d(zeros({0, 3, 5, 5}, o), ones({4, 3, 3, 3}, o));
+  ASSERT_TRUE(th::expect_shape(y, {0, 4, 3, 3}, kFloat32));
+  auto [gx, gw, gb] = convolution_backward(zeros({0, 4, 3, 3}, o), zeros({0, 3, 5, 5}, o), ones({4, 3, 3, 3}, o), {4},
+                                           {1}, {0}, {1}, false, {0}, 1);
+  ASSERT_TRUE(th::expect_shape(gx, {0, 3, 5, 5}, kFloat32));
+  EXPECT_TRUE(th::expect_equal(gw, ref::Array({4, 3, 3, 3})));
+  EXPECT_TRUE(th::expect_equal(gb, ref::Array({4})));
+}
+
+TEST_P(Conv, Errors) {
+  const TensorOptions o = TensorOptions(kFloat32).device(dev());
+  const Tensor x = ones({1, 4, 5, 5}, o), w = ones({6, 4, 3, 3}, o);
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d", "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [4, 5]",
+                       conv2d(ones({4, 5}, o), w));
+  EXPECT_THROWS_SAYING(ShapeError, "convolution", "weight should have at least three dimensions",
+                       convolution(x, ones({6, 4}, o), {}, {1}, {0}, {1}, false, {0}, 1));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d", "non-positive groups is not supported", conv2d(x, w, {}, {1}, {0}, {1}, 0));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d",
+                       "expected stride to be a single integer value or a list of 2 values to match the convolution dimensions, but got stride=[1, 1, 1]",
+                       conv2d(x, w, {}, {1, 1, 1}));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d", "negative padding is not supported", conv2d(x, w, {}, {1}, {-1}));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d", "non-positive stride is not supported", conv2d(x, w, {}, {0}));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d", "dilation should be greater than zero", conv2d(x, w, {}, {1}, {0}, {0}));
+  EXPECT_THROWS_SAYING(ShapeError, "conv_transpose2d", "negative output_padding is not supported",
+                       conv_transpose2d(x, ones({4, 2, 3, 3}, o), {}, {2}, {0}, {-1}));
+  EXPECT_THROWS_SAYING(ShapeError, "convolution",
+                       "Expected 4-dimensional input for 4-dimensional weight [6, 4, 3, 3], but got 5-dimensional input of size [1, 4, 5, 5, 1] instead",
+                       convolution(ones({1, 4, 5, 5, 1}, o), w, {}, {1}, {0}, {1}, false, {0}, 1));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d", "Given groups=8, expected weight to be at least 8 at dimension 0, but got weight of size [6, 4, 3, 3] instead",
+                       conv2d(x, w, {}, {1}, {0}, {1}, 8));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d", "Given groups=4, expected weight to be divisible by 4 at dimension 0, but got weight of size [6, 1, 3, 3] instead",
+                       conv2d(x, ones({6, 1, 3, 3}, o), {}, {1}, {0}, {1}, 4));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d",
+                       "Given groups=1, weight of size [6, 3, 3, 3], expected input[1, 4, 5, 5] to have 3 channels, but got 4 channels instead",
+                       conv2d(x, ones({6, 3, 3, 3}, o)));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d",
+                       "Given weight of size [6, 4, 3, 3], expected bias to be 1-dimensional with 6 elements, but got bias of size [5] instead",
+                       conv2d(x, w, ones({5}, o)));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d",
+                       "Calculated padded input size per channel: (5 x 5). Kernel size: (7 x 7). Kernel size can't be greater than actual input size",
+                       conv2d(x, ones({6, 4, 7, 7}, o)));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d", "Kernel size: (7 x 7)", conv2d(x, w, {}, {1}, {0}, {3}));
+  EXPECT_THROWS_SAYING(ShapeError, "conv_transpose2d",
+                       "Given transposed=1, weight of size [6, 4, 3, 3], expected input[1, 4, 5, 5] to have 6 channels, but got 4 channels instead",
+                       conv_transpose2d(x, w));
+  EXPECT_THROWS_SAYING(ShapeError, "conv_transpose2d",
+                       "Given transposed=1, weight of size [4, 2, 3, 3], expected bias to be 1-dimensional with 2 elements, but got bias of size [4] instead",
+                       conv_transpose2d(x, ones({4, 2, 3, 3}, o), ones({4}, o)));
+  EXPECT_THROWS_SAYING(ShapeError, "conv_transpose2d", "output padding must be smaller than either stride or dilation",
+                       conv_transpose2d(x, ones({4, 2, 3, 3}, o), {}, {2}, {0}, {2}));
+  EXPECT_THROWS_SAYING(ShapeError, "conv_transpose1d", "Output size is too small",
+                       conv_transpose1d(ones({1, 4, 1}, o), ones({4, 2, 1}, o), {}, {1}, {1}));
+  EXPECT_THROWS_SAYING(ShapeError, "conv2d", "padding='same' is not supported for strided convolutions",
+                       conv2d(x, w, {}, {2}, "same"));
+  EXPECT_THROWS_SAYING(Error, "conv2d", "Invalid padding string: 'full'", conv2d(x, w, {}, {1}, "full"));
+  EXPECT_THROWS_SAYING(DTypeError, "conv2d", "Input type (float32) and weight type (bfloat16) should be the same",
+                       conv2d(x, w.to(kBFloat16)));
+  EXPECT_THROWS_SAYING(DTypeError, "conv2d", "Input type (float32) and bias type (float64) should be the same",
+                       conv2d(x, w, ones({6}, TensorOptions(kFloat64).device(dev()))));
+  EXPECT_THROWS_SAYING(DTypeError, "conv2d", "\"convolution\" not implemented for 'int64'",
+                       conv2d(x.to(kInt64), w.to(kInt64)));
+  EXPECT_THROWS_SAYING(ShapeError, "convolution_backward", "Expected grad_output of the output's shape [1, 6, 3, 3]",
+                       convolution_backward(ones({1, 6, 3, 4}, o), x, w, {6}, {1}, {0}, {1}, false, {0}, 1));
+  EXPECT_THROWS_SAYING(DTypeError, "convolution_backward", "grad_output type (float64) and input type (float32) should be the same",
+                       convolution_backward(ones({1, 6, 3, 3}, TensorOptions(kFloat64).device(dev())), x, w, {6}, {1}, {0}, {1},
+                                            false, {0}, 1));
+  EXPECT_THROWS_SAYING(Error, "set_conv_workspace_limit", "expected bytes >= 0", set_conv_workspace_limit(-1));
+}
+
+ANVIL_INSTANTIATE_DEVICE_TESTS(Conv);
+
+}  // namespace
