@@ -337,6 +337,8 @@ def main():
     ap.add_argument("anvil_json")
     ap.add_argument("--filter", default="")
     ap.add_argument("--json", default="")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="torch.backends.cudnn.deterministic (anvil's convolutions always are)")
     args = ap.parse_args()
     with open(args.anvil_json) as f:
         run = json.load(f)
@@ -344,6 +346,7 @@ def main():
     cuda = dev.type == "cuda"
     # anvil never computes float32 in TF32; PyTorch's cuDNN convolutions do by default.
     torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.deterministic = args.deterministic
     if not cuda:
         torch.set_num_threads(run.get("threads", torch.get_num_threads()))
     where = torch.cuda.get_device_name(dev) if cuda else f"cpu, {torch.get_num_threads()} threads"

@@ -94,7 +94,13 @@ void check_case(const Case& c, DType t, int layout, Device dev, th::Gen& g) {
   const ref::Array want = ref::conv(x.a, w.a, c.bias ? &b.a : nullptr, s);
   const ref::Array abs_b = abs_of(b.a);
   const ref::Array fwd_abs = ref::conv(abs_of(x.a), abs_of(w.a), c.bias ? &abs_b : nullptr, s);
-  const ref::Array fwd_extra = th::sum_tol(t, fan_in(c), fwd_abs);
+  ref::Array fwd_extra = th::sum_tol(t, fan_in(c), fwd_abs);
+  if (c.bias && dev.is_cuda() && cudnn_enabled()) {
+    // cuDNN's engines may round the conv to the dtype before adding the bias (as PyTorch's CUDA
+    // path always does): one more rounding, of the conv without its bias.
+    const ref::Array conv_only = ref::conv(x.a, w.a, nullptr, s);
+    for (size_t i = 0; i < fwd_extra.v.size(); ++i) fwd_extra.v[i] += 2 * th::unit_roundoff(t) * std::abs(conv_only.v[i]);
+  }
   ASSERT_TRUE(th::expect_close(y, want, th::Tol{th::underflow_atol(t), 2 * th::unit_roundoff(t)}, &fwd_extra)) << "forward";
   if (cl) {
     ASSERT_TRUE(y.is_contiguous(channels_last_of(c.x.size()))) << "channels-last output";
@@ -145,15 +151,52 @@ std::string case_label(const Case& c, DType t, int layout, Device dev) {
          std::to_string(layout);
 }
 
+// Restores cuDNN's use when a test ends.
+struct CudnnUse {
+  explicit CudnnUse(bool on) { set_cudnn_enabled(on); }
+  ~CudnnUse() { set_cudnn_enabled(true); }
+};
+
+// On CUDA both plans: cuDNN's (where it has one) and, with cuDNN turned off, the composition.
 TEST_P(Conv, Table) {
   th::CaseLoop loop;
   th::Gen g(8100);
-  for (const Case& c : table())
-    for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64})
-      for (int layout = 0; layout < 4; ++layout) {
-        if ((layout == 1 || layout == 2) && c.x.size() < 4) continue;
-        if (!loop.run(case_label(c, t, layout, dev()), [&] { check_case(c, t, layout, dev(), g); })) return;
-      }
+  for (bool direct : {true, false}) {
+    if (!direct && dev().is_cpu()) continue;
+    CudnnUse use(direct);
+    for (const Case& c : table())
+      for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64})
+        for (int layout = 0; layout < 4; ++layout) {
+          if ((layout == 1 || layout == 2) && c.x.size() < 4) continue;
+          const std::string name = case_label(c, t, layout, dev()) + (direct ? "" : " composed");
+          if (!loop.run(name, [&] { check_case(c, t, layout, dev(), g); })) return;
+        }
+  }
+}
+
+// Which plan runs: the CPU composes; CUDA runs cuDNN where this build has it and libcudnn
+// loads, unless turned off; the plan cache keeps at most its capacity.
+TEST_P(Conv, Plans) {
+  const TensorOptions o = TensorOptions(kBFloat16).device(dev());
+  const Tensor x = ones({2, 8, 12, 12}, o), w = ones({16, 8, 3, 3}, o);
+  const FusedPlan want = dev().is_cuda() && cudnn_is_available() ? FusedPlan::Fused : FusedPlan::Composed;
+  EXPECT_EQ(convolution_plan(x, w, {1}, {1}, {1}, false, {0}, 1), want) << "cudnn_is_available " << cudnn_is_available();
+  // cuDNN needs 16-byte aligned tensors: an input one element into its buffer is composed.
+  const Tensor shifted = ones({2 * 8 * 12 * 12 + 1}, o).narrow(0, 1, 2 * 8 * 12 * 12).view({2, 8, 12, 12});
+  EXPECT_EQ(convolution_plan(shifted, w, {1}, {1}, {1}, false, {0}, 1), FusedPlan::Composed);
+  EXPECT_EQ(convolution_plan(x, ones({8, 4, 2, 2}, o), {2}, {0}, {1}, true, {1}, 2), want);
+  {
+    CudnnUse off(false);
+    EXPECT_FALSE(cudnn_enabled());
+    EXPECT_EQ(convolution_plan(x, w, {1}, {1}, {1}, false, {0}, 1), FusedPlan::Composed);
+  }
+  EXPECT_TRUE(cudnn_enabled() || dev().is_cpu());
+  if (want == FusedPlan::Fused) {
+    set_conv_plan_cache_capacity(2);
+    for (int64_t c : {3, 5, 7}) (void)conv2d(ones({1, c, 6, 6}, o), ones({4, c, 3, 3}, o));
+    EXPECT_LE(conv_plan_cache_size(), 2u);
+    set_conv_plan_cache_capacity(256);
+  }
 }
 
 // Restores the default workspace limit when a test ends.

@@ -8,14 +8,18 @@
 // rounding with the bias added in float32), float64. TF32 is never used. The output (and each
 // gradient) is channels-last when the input or the weight is (4-d / 5-d), as PyTorch's
 // suggested conv memory format.
-// Plan (docs/SEMANTICS.md): im2col / col2im over chunks of output rows plus the backend GEMM
-// (OpenBLAS / our bfloat16 GEMM on the CPU, cuBLASLt on CUDA); col2im sums in a fixed order, so
-// every gradient has the same bits run to run.
+// Plans (convolution_plan says which runs; docs/SEMANTICS.md): Fused, the backend's own kernel
+// for the pass (CUDA: cuDNN 9 with deterministic, exact-sum engines, no TF32, the bias fused);
+// Composed, im2col / col2im over chunks of output rows plus the backend GEMM (OpenBLAS / our
+// bfloat16 GEMM on the CPU, cuBLASLt on CUDA), the bias added before the one rounding (cuDNN's
+// fused engines mostly do too; some round the conv first, as PyTorch's CUDA path always does).
+// Every gradient has the same bits run to run.
 #include <array>
 #include <string>
 #include <tuple>
 #include <type_traits>
 
+#include "anvil/plan.h"
 #include "anvil/tensor.h"
 
 namespace anvil {
@@ -76,5 +80,19 @@ ANVIL_API std::tuple<Tensor, Tensor, Tensor> convolution_backward(
 // the defaults; a positive value applies to every device.
 ANVIL_API void set_conv_workspace_limit(int64_t bytes);
 ANVIL_API int64_t conv_workspace_limit(const Device& device);
+
+// Which plan convolution(...) runs for these arguments (its forward pass), with or without a bias.
+ANVIL_API FusedPlan convolution_plan(const Tensor& input, const Tensor& weight, const Shape& stride,
+                                     const Shape& padding, const Shape& dilation, bool transposed,
+                                     const Shape& output_padding, int64_t groups, bool has_bias = false);
+// The CUDA backend's plan cache (cuDNN plans, one per pass and configuration, the least
+// recently used dropped past the capacity; default 256): its size and capacity.
+ANVIL_API size_t conv_plan_cache_size();
+ANVIL_API void set_conv_plan_cache_capacity(size_t plans);
+// As torch.backends.cudnn: whether this build has cuDNN and libcudnn.so.9 loads; whether CUDA
+// convolutions may use it (default true; false runs every pass as the composition).
+ANVIL_API bool cudnn_is_available();
+ANVIL_API void set_cudnn_enabled(bool enabled);
+ANVIL_API bool cudnn_enabled();
 
 }  // namespace anvil

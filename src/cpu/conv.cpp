@@ -139,6 +139,10 @@ void col2im_channels_last(const Col2imParams& p, const T* col, T* x) {
 
 }  // namespace
 
+// The CPU has no kernel of its own for a whole pass yet: every pass is the im2col composition.
+FusedPlan conv_direct_plan(const ConvDirectParams&) { return FusedPlan::Composed; }
+void conv_direct(const ConvDirectParams&) { throw DeviceError("[conv] the CPU backend runs every pass as im2col + GEMM"); }
+
 void im2col(const Im2colParams& p) {
   dispatch_element_size(element_size(p.dtype), "[im2col]", [&](auto tag) {
     using T = typename decltype(tag)::type;

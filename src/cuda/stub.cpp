@@ -22,6 +22,11 @@ ANVIL_ALL_FUSED(ANVIL_STUB_PLAN)
 #undef ANVIL_STUB_PLAN
 
 std::shared_ptr<StorageImpl> allocate(Device, size_t) { no_cuda("allocate"); }
+size_t conv_plan_cache_size() { return 0; }
+void set_conv_plan_cache_capacity(size_t) {}
+bool cudnn_is_available() { return false; }
+void set_cudnn_enabled(bool) {}
+bool cudnn_enabled() { return false; }
 void memcpy_to_device(void*, const void*, size_t, Device) { no_cuda("memcpy_to_device"); }
 void memcpy_to_host(void*, const void*, size_t, Device) { no_cuda("memcpy_to_host"); }
 void memcpy_device_to_device(void*, const void*, size_t, Device) { no_cuda("memcpy_device_to_device"); }

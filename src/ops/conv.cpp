@@ -37,6 +37,7 @@ void* at(void* base, int64_t elems, DType t) {
 // y [N, c_out, axes.out]; spatial dims map to axes 0.. (the rest have extent 1). Tensors are
 // in `fmt`'s layout.
 struct Problem {
+  int spatial = 2;
   std::array<ConvAxis, 3> axes;
   int64_t n = 0, c_in = 0, c_out = 0, groups = 1;
   MemoryFormat fmt = MemoryFormat::Contiguous;
@@ -137,13 +138,43 @@ Tensor bias_view(const Tensor& bias, int64_t rank) {
   return bias.view(s);
 }
 
+// The backend's own kernel for one pass (cuDNN on CUDA) when its plan says so.
+ConvDirectParams direct_params(const Problem& p, ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y,
+                               const Tensor& bias = {}) {
+  ConvDirectParams d;
+  d.pass = pass;
+  d.dtype = p.dtype;
+  d.spatial = p.spatial;
+  d.n = p.n;
+  d.c_in = p.c_in;
+  d.c_out = p.c_out;
+  d.groups = p.groups;
+  for (int i = 0; i < 3; ++i) d.axis[i] = p.axes[static_cast<size_t>(i)];
+  d.channels_last = p.channels_last();
+  d.device = p.device.index;
+  d.x = x.defined() ? x.raw_data_ptr() : nullptr;
+  d.w = w.defined() ? w.raw_data_ptr() : nullptr;
+  d.y = y.defined() ? y.raw_data_ptr() : nullptr;
+  d.bias = bias.defined() ? bias.raw_data_ptr() : nullptr;
+  d.has_bias = bias.defined();
+  return d;
+}
+
+bool run_direct(const ConvDirectParams& d, const Device& device) {
+  if (ANVIL_PLAN(device, conv_direct, d) != FusedPlan::Fused) return false;
+  ANVIL_KERNEL(device, conv_direct, d);
+  return true;
+}
+
 // y [N, c_out, out] = conv(x, w) + bias, in p.fmt.
 Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Shape& y_sizes) {
   Tensor y = empty(y_sizes, TensorOptions(p.dtype).device(p.device), p.fmt);
   if (y.numel() == 0) return y;
+  const Tensor x = x_in.contiguous(p.fmt), w = w_in.contiguous(p.fmt);
+  const Tensor b = bias.defined() ? bias.contiguous() : bias;
+  if (p.kc() > 0 && p.n > 0 && run_direct(direct_params(p, ConvPass::Forward, x, w, y, b), p.device)) return y;
   if (bias.defined()) y.copy_(bias_view(bias, y.dim()).expand(y_sizes));
   if (p.kc() == 0 || p.n == 0) return bias.defined() ? y : y.zero_();
-  const Tensor x = x_in.contiguous(p.fmt), w = w_in.contiguous(p.fmt);
   const int64_t L = p.out_plane(), kc = p.kc(), cog = p.cout_g(), K = p.taps();
   const Operand wt = {w.raw_data_ptr(), cog * kc, kc, 1};  // W_g [cout_g, kc]
   for_each_chunk(p, x, [&](int64_t n, int64_t r0, int64_t r1, const void* cols) {
@@ -167,6 +198,11 @@ Tensor conv_input_grad(const Problem& p, const Tensor& gy_in, const Tensor& w_in
   const TensorOptions opts = TensorOptions(p.dtype).device(p.device);
   Tensor gx = empty(x_sizes, opts, p.fmt);
   if (gx.numel() == 0) return gx;
+  const Tensor gy = gy_in.contiguous(p.fmt), w = w_in.contiguous(p.fmt);
+  const Tensor b = bias.defined() ? bias.contiguous() : bias;
+  if (p.cout_g() > 0 && p.n > 0 && p.out_plane() > 0 &&
+      run_direct(direct_params(p, ConvPass::BackwardInput, gx, w, gy, b), p.device))
+    return gx;
   const DType acc = accumulation_dtype(p.dtype);
   const bool pointwise = p.pointwise();
   Tensor sum = pointwise || acc == p.dtype ? gx : empty(x_sizes, TensorOptions(acc).device(p.device), p.fmt);
@@ -176,7 +212,6 @@ Tensor conv_input_grad(const Problem& p, const Tensor& gy_in, const Tensor& w_in
     if (sum.raw_data_ptr() != gx.raw_data_ptr()) gx.copy_(sum);
     return gx;
   }
-  const Tensor gy = gy_in.contiguous(p.fmt), w = w_in.contiguous(p.fmt);
   const int64_t L = p.out_plane(), kc = p.kc(), cog = p.cout_g(), K = p.taps();
   const int64_t rows = p.rows_per_chunk(acc);
   Tensor cols;
@@ -214,13 +249,14 @@ Tensor conv_input_grad(const Problem& p, const Tensor& gy_in, const Tensor& w_in
 Tensor conv_weight_grad(const Problem& p, const Tensor& x_in, const Tensor& gy_in, const Shape& w_sizes) {
   Tensor gw = empty(w_sizes, TensorOptions(p.dtype).device(p.device), p.fmt);
   if (gw.numel() == 0) return gw;
-  const DType acc = accumulation_dtype(p.dtype);
-  Tensor sum = acc == p.dtype ? gw : empty(w_sizes, TensorOptions(acc).device(p.device), p.fmt);
   if (p.n == 0 || p.out_plane() == 0) {
     gw.zero_();
     return gw;
   }
   const Tensor x = x_in.contiguous(p.fmt), gy = gy_in.contiguous(p.fmt);
+  if (run_direct(direct_params(p, ConvPass::BackwardWeight, x, gw, gy), p.device)) return gw;
+  const DType acc = accumulation_dtype(p.dtype);
+  Tensor sum = acc == p.dtype ? gw : empty(w_sizes, TensorOptions(acc).device(p.device), p.fmt);
   const int64_t L = p.out_plane(), kc = p.kc(), cog = p.cout_g(), K = p.taps();
   bool first = true;
   for_each_chunk(p, x, [&](int64_t n, int64_t r0, int64_t r1, const void* cols) {
@@ -363,6 +399,7 @@ MemoryFormat conv_format(const Tensor& input, const Tensor& weight) {
 // transposed output's extents (out_spatial) and whose output has the transposed input's.
 Problem make_problem(const Args& a, const Tensor& input, const Tensor& weight, const Shape& out_spatial) {
   Problem p;
+  p.spatial = static_cast<int>(a.dims);
   p.n = input.size(0);
   p.groups = a.groups;
   p.dtype = input.dtype();
@@ -470,6 +507,27 @@ int64_t conv_workspace_limit(const Device& device) {
   const int64_t set = g_workspace_limit.load();
   return set > 0 ? set : device.is_cpu() ? int64_t{16} << 20 : int64_t{128} << 20;
 }
+
+FusedPlan convolution_plan(const Tensor& input, const Tensor& weight, const Shape& stride, const Shape& padding,
+                           const Shape& dilation, bool transposed, const Shape& output_padding, int64_t groups,
+                           bool has_bias) {
+  const char* op = "[convolution_plan]";
+  const Args a = check_args(op, input, weight, nullptr, stride, padding, dilation, transposed, output_padding, groups);
+  const Problem p = make_problem(a, input, weight, output_spatial(op, a, input, weight));
+  if (p.kc() == 0 || p.n == 0 || p.c_out == 0) return FusedPlan::Composed;
+  // Tensors not yet in the layout are copied first (fresh, aligned): null stands for those.
+  auto given = [&](const Tensor& t) { return t.is_contiguous(p.fmt) ? t : Tensor(); };
+  ConvDirectParams d = transposed ? direct_params(p, ConvPass::BackwardInput, Tensor(), given(weight), given(input))
+                                  : direct_params(p, ConvPass::Forward, given(input), given(weight), Tensor());
+  d.has_bias = has_bias;
+  return ANVIL_PLAN(p.device, conv_direct, d);
+}
+
+size_t conv_plan_cache_size() { return cuda_backend::conv_plan_cache_size(); }
+void set_conv_plan_cache_capacity(size_t plans) { cuda_backend::set_conv_plan_cache_capacity(plans); }
+bool cudnn_is_available() { return cuda_backend::cudnn_is_available(); }
+void set_cudnn_enabled(bool enabled) { cuda_backend::set_cudnn_enabled(enabled); }
+bool cudnn_enabled() { return cuda_backend::cudnn_enabled(); }
 
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride, const Shape& padding,
               const Shape& dilation, int64_t groups) {

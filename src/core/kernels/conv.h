@@ -70,9 +70,46 @@ ANVIL_HD void conv_taps_reading(const ConvAxis& a, int64_t i, int64_t lo, int64_
   }
 }
 
+// One pass of a plain convolution run by a backend's own kernel (cuDNN on CUDA) instead of the
+// im2col composition: x [N, c_in, in], w [c_out, c_in / groups, kernel], y [N, c_out, out] over
+// `spatial` axes (axis[0..spatial)), all dense in one layout (channels-last or not).
+//   Forward         y = conv(x, w)                        reads x, w; writes y
+//   BackwardInput   x = the adjoint of conv applied to y  reads y, w; writes x
+//   BackwardWeight  w = the sum over N and positions      reads x, y; writes w
+// Products accumulate in float32 (float64); bias [c_out] (Forward) or [c_in] (BackwardInput, a
+// transposed conv's) when set is added before the one rounding.
+enum class ConvPass : int8_t { Forward, BackwardInput, BackwardWeight };
+struct ConvDirectParams {
+  ConvPass pass = ConvPass::Forward;
+  DType dtype = kFloat32;
+  int spatial = 2;
+  int64_t n = 0, c_in = 0, c_out = 0, groups = 1;
+  ConvAxis axis[3];
+  bool channels_last = false;
+  int device = 0;  // CUDA device index
+  void* x = nullptr;
+  void* w = nullptr;
+  void* y = nullptr;  // a plan query may leave the written tensor null (a fresh allocation)
+  const void* bias = nullptr;
+  bool has_bias = false;  // plan queries know whether there is a bias before its pointer
+};
+
 #define ANVIL_CONV_KERNELS(X) \
   X(im2col, const Im2colParams&) \
   X(col2im, const Col2imParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_CONV_KERNELS)
+
+#define ANVIL_CONV_FUSED(X) \
+  X(conv_direct, const ConvDirectParams&)
+ANVIL_DECLARE_FUSED(ANVIL_CONV_FUSED)
+
+namespace cuda_backend {
+// cuDNN behind conv_direct (anvil/conv.h's conv_plan_cache_* and cudnn_*).
+size_t conv_plan_cache_size();
+void set_conv_plan_cache_capacity(size_t plans);
+bool cudnn_is_available();
+void set_cudnn_enabled(bool enabled);
+bool cudnn_enabled();
+}  // namespace cuda_backend
 
 }  // namespace anvil
