@@ -28,6 +28,31 @@ fi
 CUDA_FLAG="-DANVIL_CUDA=OFF"
 command -v nvcc >/dev/null && CUDA_FLAG="-DANVIL_CUDA=ON"
 
+# cuDNN's header-only frontend for CUDA builds: the include/ folder of PyPI's nvidia-cudnn-frontend
+# wheel (headers only; libcudnn itself is loaded at run time), unpacked once into the build folder.
+# Without it CUDA convolutions run as im2col + cuBLASLt.
+CUDNN_FRONTEND_VERSION=1.32.0
+fe_dir="$BUILD_DIR/_deps/cudnn-frontend"
+if [[ $CUDA_FLAG == "-DANVIL_CUDA=ON" && ! -f "$fe_dir/include/cudnn_frontend.h" ]]; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    SUDO=""
+    [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-pip >/dev/null) || true
+  fi
+  tmp=$(mktemp -d)
+  if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+       --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" >/dev/null 2>&1; then
+    mkdir -p "$fe_dir"
+    python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' "$tmp"/*.whl "$fe_dir"
+    echo "[setup] cudnn-frontend $CUDNN_FRONTEND_VERSION headers in $fe_dir"
+  else
+    echo "[setup] cudnn-frontend not downloadable: CUDA convolutions will run as im2col + cuBLASLt"
+  fi
+  rm -rf "$tmp"
+fi
+
 echo "[setup] configuring $BUILD_DIR ($CUDA_FLAG)"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$CUDA_FLAG" "$@" >/dev/null
 echo "[setup] building with $(nproc) jobs"

@@ -185,6 +185,9 @@ TEST_P(Conv, Plans) {
   const Tensor shifted = ones({2 * 8 * 12 * 12 + 1}, o).narrow(0, 1, 2 * 8 * 12 * 12).view({2, 8, 12, 12});
   EXPECT_EQ(convolution_plan(shifted, w, {1}, {1}, {1}, false, {0}, 1), FusedPlan::Composed);
   EXPECT_EQ(convolution_plan(x, ones({8, 4, 2, 2}, o), {2}, {0}, {1}, true, {1}, 2), want);
+  // Depthwise: the CPU's own direct kernel, cuDNN on CUDA.
+  EXPECT_EQ(convolution_plan(x, ones({8, 1, 3, 3}, o), {1}, {1}, {1}, false, {0}, 8),
+            dev().is_cpu() ? FusedPlan::Fused : want);
   {
     CudnnUse off(false);
     EXPECT_FALSE(cudnn_enabled());
@@ -344,6 +347,45 @@ TEST_P(Conv, EmptyShapes) {
   ASSERT_TRUE(th::expect_shape(gx, {0, 3, 5, 5}, kFloat32));
   EXPECT_TRUE(th::expect_equal(gw, ref::Array({4, 3, 3, 3})));
   EXPECT_TRUE(th::expect_equal(gb, ref::Array({4})));
+}
+
+// The release's headline failure, with the convs themselves: a Wan-style tiled video decode
+// (28 tiles, each a little different in H and W, of causal constant / replicate pads then a
+// 3 x 3 x 3 conv3d with bias, bf16) must keep the CUDA allocator's reserved memory within 1.25x
+// its peak allocation and flat from one decode to the next, cuDNN's plans (one per tile shape,
+// cached) and workspaces (from the allocator) included.
+TEST_P(Conv, MemoryStableUnderTiledDecode) {
+  if (!dev().is_cuda()) GTEST_SKIP() << "the caching allocator under test is CUDA's";
+  const TensorOptions o = TensorOptions(kBFloat16).device(dev());
+  const Tensor w = rand({64, 64, 3, 3, 3}, o), b = rand({64}, o);
+  auto decode = [&] {
+    for (int tile = 0; tile < 28; ++tile) {
+      const int64_t h = 60 + (tile * 7) % 13, wd = 90 + (tile * 5) % 17;
+      Tensor x = rand({1, 64, 3, h, wd}, o);
+      for (int layer = 0; layer < 8; ++layer) {
+        Tensor p = layer % 4 == 3 ? pad(x, {1, 1, 1, 1, 2, 0}, "replicate") : constant_pad_nd(x, {1, 1, 1, 1, 2, 0});
+        x = conv3d(p, w, b);
+      }
+    }
+  };
+  synchronize(dev());
+  empty_cache(dev());
+  reset_peak_memory_stats(dev());
+  const MemoryStats base = memory_stats(dev());
+  decode();
+  synchronize(dev());
+  std::vector<int64_t> reserved;
+  for (int rep = 1; rep <= 3; ++rep) {
+    decode();
+    synchronize(dev());
+    reserved.push_back(memory_stats(dev()).reserved_bytes);
+  }
+  const MemoryStats m = memory_stats(dev());
+  const double grown = static_cast<double>(m.peak_reserved_bytes - base.reserved_bytes);
+  const double used = static_cast<double>(m.peak_allocated_bytes - base.allocated_bytes);
+  EXPECT_LE(grown, 1.25 * used) << memory_stats_str(dev());
+  EXPECT_EQ(reserved[1], reserved[0]) << memory_stats_str(dev());
+  EXPECT_EQ(reserved[2], reserved[1]) << memory_stats_str(dev());
 }
 
 TEST_P(Conv, Errors) {

@@ -168,6 +168,15 @@ bool run_direct(const ConvDirectParams& d, const Device& device) {
 
 // y [N, c_out, out] = conv(x, w) + bias, in p.fmt.
 Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Shape& y_sizes) {
+  // CPU bfloat16, channels-first 4-d: the channels-last GEMM (columns against W^T) runs on the
+  // bf16 dot kernel; with the layout conversions it is 2.5x faster (Zen 5, 2 threads, [1, 128,
+  // 64, 64] k3: 6.6 ms vs 16.7 ms). Not 5-d: a Wan decoder chunk of 14400 positions x 864 taps
+  // made that GEMM widen 50 MB of columns (88 ms vs 17 ms).
+  if (p.device.is_cpu() && p.dtype == kBFloat16 && !p.channels_last() && y_sizes.size() == 4 && !p.pointwise()) {
+    Problem q = p;
+    q.fmt = MemoryFormat::ChannelsLast;
+    return conv_forward(q, x_in, w_in, bias, y_sizes).contiguous();
+  }
   Tensor y = empty(y_sizes, TensorOptions(p.dtype).device(p.device), p.fmt);
   if (y.numel() == 0) return y;
   const Tensor x = x_in.contiguous(p.fmt), w = w_in.contiguous(p.fmt);
