@@ -37,5 +37,6 @@ std::vector<Case> moe_cases(Device dev);     // routing, combine, the whole expe
 std::vector<Case> pad_cases(Device dev);     // the models' pads and their backward (bench/cases_pad.cpp)
 std::vector<Case> release_cases(Device dev);  // bincount, var_mean, losses (bench/cases_release.cpp)
 std::vector<Case> conv_cases(Device dev);     // the models' convolutions, forward and backward (bench/cases_conv.cpp)
+std::vector<Case> vision_cases(Device dev);   // dropout, batch norm, the decoders' upsampling (bench/cases_vision.cpp)
 
 }  // namespace anvil::bench

@@ -167,6 +167,33 @@ def build_conv(op, spec, dev, t):
                                                          groups, [True, True, False])
 
 
+def build_vision(op, spec, dev, t):
+    """F.dropout, F.batch_norm in training, F.interpolate 2x and its aten backward."""
+    shape = spec["shape"]
+    fmt = torch.channels_last if spec.get("channels_last") else torch.contiguous_format
+    if op == "upsample_backward":
+        out = [shape[0], shape[1], 2 * shape[2], 2 * shape[3]]
+        rot = rotations(dev, 2 * math.prod(out))
+        gs = [torch.rand(*out, device=dev).to(t) for _ in range(rot)]
+        size, mode = out[2:], spec["mode"]
+        if mode == "bilinear":
+            return lambda i: torch.ops.aten.upsample_bilinear2d_backward(gs[i % rot], size, shape, False)
+        aten = torch.ops.aten.upsample_nearest2d_backward if mode == "nearest" else \
+            torch.ops.aten._upsample_nearest_exact2d_backward
+        return lambda i: aten(gs[i % rot], size, shape)
+    rot = rotations(dev, 2 * math.prod(shape))
+    xs = [torch.rand(*shape, device=dev).to(t).contiguous(memory_format=fmt) for _ in range(rot)]
+    if op == "dropout":
+        return lambda i: F.dropout(xs[i % rot], spec["p"], True)
+    if op == "batch_norm":
+        c = shape[1]
+        w, b = torch.ones(c, device=dev, dtype=t), torch.zeros(c, device=dev, dtype=t)
+        rm, rv = torch.zeros(c, device=dev, dtype=t), torch.ones(c, device=dev, dtype=t)
+        return lambda i: F.batch_norm(xs[i % rot], rm, rv, w, b, training=True)
+    size = [2 * shape[2], 2 * shape[3]]
+    return lambda i: F.interpolate(xs[i % rot], size=size, mode=spec["mode"])
+
+
 def build(spec, dev):
     """Returns fn(i) for call i, the PyTorch composition of the anvil op the spec names."""
     op = spec["op"]
@@ -259,6 +286,8 @@ def build(spec, dev):
         return build_pad(op, spec, dev, t)
     if op in ("conv", "conv_backward"):
         return build_conv(op, spec, dev, t)
+    if op in ("dropout", "batch_norm", "upsample", "upsample_backward"):
+        return build_vision(op, spec, dev, t)
     if op == "bincount":
         n, bins, hot = spec["n"], spec["bins"], spec["hot"]
         rot = rotations(dev, n * 8)

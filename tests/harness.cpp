@@ -546,3 +546,34 @@ std::string case_name(const Shape& s, DType t, Layout l, Device d) {
 }
 
 }  // namespace th
+
+namespace th {
+
+::testing::AssertionResult memory_stable(Device dev, const std::function<void()>& decode) {
+  using namespace anvil;
+  // Measured above what the process already holds (other tests' tensors and cached blocks).
+  synchronize(dev);
+  empty_cache(dev);
+  reset_peak_memory_stats(dev);
+  const MemoryStats base = memory_stats(dev);
+  decode();
+  synchronize(dev);
+  std::vector<int64_t> reserved;
+  for (int rep = 1; rep <= 3; ++rep) {
+    decode();
+    synchronize(dev);
+    reserved.push_back(memory_stats(dev).reserved_bytes);
+  }
+  const MemoryStats m = memory_stats(dev);
+  const double grown = static_cast<double>(m.peak_reserved_bytes - base.reserved_bytes);
+  const double used = static_cast<double>(m.peak_allocated_bytes - base.allocated_bytes);
+  if (grown > 1.25 * used)
+    return ::testing::AssertionFailure() << "reserved grew " << grown << " bytes for a peak of " << used
+                                         << " allocated: " << memory_stats_str(dev);
+  if (reserved[1] != reserved[0] || reserved[2] != reserved[1])
+    return ::testing::AssertionFailure() << "reserved after each decode " << reserved[0] << ", " << reserved[1] << ", "
+                                         << reserved[2] << ": " << memory_stats_str(dev);
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace th

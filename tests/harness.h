@@ -5,6 +5,8 @@
 // the same float64 reference (tests/reference/).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cstdint>
 #include <set>
 #include <string>
@@ -157,6 +159,12 @@ ref::Array sum_tol(DType out, int64_t n, const ref::Array& abs_sum);
 // Equal values (NaN == NaN, -0 == +0), equal shape; dtype must be `t` when given.
 ::testing::AssertionResult expect_equal(const Tensor& got, const ref::Array& want);
 ::testing::AssertionResult expect_shape(const Tensor& got, const Shape& sizes, DType t);
+
+// ---- memory stability -----------------------------------------------------------------------
+// Runs decode() once, then three more times, on a CUDA device: the allocator's reserved memory
+// above what the process held before stays within 1.25x the peak allocation, and is the same
+// after each of the three repetitions.
+::testing::AssertionResult memory_stable(Device dev, const std::function<void()>& decode);
 
 // ---- guard bytes ----------------------------------------------------------------------------
 // A view (contiguous, strided or offset) into a larger buffer whose every byte starts as
