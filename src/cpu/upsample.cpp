@@ -5,6 +5,7 @@
 // contiguous call's bits: rows of the innermost spatial dim for NC(D)HW, rows of C for
 // channels-last. Values accumulate in float (double for float64) and round once.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -130,6 +131,46 @@ void gather(const UpsampleParams& p, const AxisList<Acc> (&l)[3], const int64_t 
   }
 }
 
+// Every index reads exactly one source with weight 1 (the nearest modes' forward).
+template <typename Acc>
+bool single_taps(const AxisList<Acc>& l) {
+  for (size_t i = 0; i + 1 < l.start.size(); ++i)
+    if (l.start[i + 1] - l.start[i] != 1 || l.w[static_cast<size_t>(l.start[i])] != Acc(1)) return false;
+  return true;
+}
+
+// The nearest forward as a copy (weights of 1 make the sum the element itself): E is the
+// element's storage type. Zen 5, 2 threads, nearest 2x of [1, 64, 64, 64] bf16: 2.2 ms as the
+// weighted gather.
+template <typename E, typename Acc>
+void gather_copy(const UpsampleParams& p, const AxisList<Acc> (&l)[3]) {
+  const E* src = static_cast<const E*>(p.src);
+  E* dst = static_cast<E*>(p.dst);
+  const int64_t sD = p.axis[0].in, sH = p.axis[1].in, sW = p.axis[2].in;
+  const int64_t dD = p.axis[0].out, dH = p.axis[1].out, dW = p.axis[2].out;
+  const int64_t total = p.n * p.c * dD * dH * dW;
+  const int64_t* iw = l[2].at.data();
+  if (!p.channels_last) {
+    const int64_t rows = p.n * p.c * dD * dH;
+#pragma omp parallel for schedule(static) if (total >= kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t nc = r / (dD * dH), d = r / dH % dD, h = r % dH;
+      const E* line = src + (nc * sD * sH + l[0].at[static_cast<size_t>(d)] * sH + l[1].at[static_cast<size_t>(h)]) * sW;
+      E* out = dst + r * dW;
+      for (int64_t w = 0; w < dW; ++w) out[w] = line[iw[w]];
+    }
+    return;
+  }
+  const int64_t c = p.c, rows = p.n * dD * dH;
+#pragma omp parallel for schedule(static) if (total >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = r / (dD * dH), d = r / dH % dD, h = r % dH;
+    const E* line = src + ((n * sD + l[0].at[static_cast<size_t>(d)]) * sH + l[1].at[static_cast<size_t>(h)]) * sW * c;
+    E* out = dst + r * dW * c;
+    for (int64_t w = 0; w < dW; ++w) std::memcpy(out + w * c, line + iw[w] * c, static_cast<size_t>(c) * sizeof(E));
+  }
+}
+
 }  // namespace
 
 void upsample(const UpsampleParams& p) {
@@ -138,6 +179,10 @@ void upsample(const UpsampleParams& p) {
     using Acc = decltype(acc);
     const AxisList<Acc> l[3] = {forward_list<Acc>(p, p.axis[0]), forward_list<Acc>(p, p.axis[1]),
                                 forward_list<Acc>(p, p.axis[2])};
+    if (single_taps(l[0]) && single_taps(l[1]) && single_taps(l[2])) {
+      dispatch_element_size(sizeof(T), "[upsample]", [&](auto e) { gather_copy<typename decltype(e)::type, Acc>(p, l); });
+      return;
+    }
     const int64_t in[3] = {p.axis[0].in, p.axis[1].in, p.axis[2].in};
     const int64_t out[3] = {p.axis[0].out, p.axis[1].out, p.axis[2].out};
     gather<T, Acc>(p, l, in, out);
