@@ -191,7 +191,9 @@ TEST_P(BatchNorm, BackwardMatchesFiniteDifferences) {
       EXPECT_TRUE(th::expect_close(gx, array_of(xs, dx), th::Tol{1e-7, 1e-6}));
       EXPECT_TRUE(th::expect_close(gw, array_of({c}, dw), th::Tol{1e-7, 1e-6}));
       EXPECT_TRUE(th::expect_close(gb, array_of({c}, db), th::Tol{1e-7, 1e-6}));
-      if (cl) EXPECT_TRUE(gx.is_contiguous(MemoryFormat::ChannelsLast));
+      if (cl) {
+        EXPECT_TRUE(gx.is_contiguous(MemoryFormat::ChannelsLast));
+      }
       auto [only_x, no_w, no_b] = native_batch_norm_backward(go.t, xin, w.t, rm0, rv0, sm, si, training, 1e-5,
                                                              {true, false, false});
       EXPECT_TRUE(th::expect_equal(only_x, th::to_array(gx)));
