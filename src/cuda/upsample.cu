@@ -4,6 +4,7 @@
 // writes each axis's output ranges (upsample_output_range) into the workspace, then gathers:
 // each grad_input element sums the weighted gradients of the outputs in its ranges, no atomics.
 // Values accumulate in float (double for float64) and round once.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -146,6 +147,45 @@ __global__ void __launch_bounds__(kThreads) upsample_backward_kernel(const __gri
   }
 }
 
+// The nearest modes' forward as a copy, a block per output row (channels-first: a row along W;
+// channels-last: one position's C channels): the row's source is computed once per block, each
+// thread only maps its W index (or none), so the per-element index arithmetic of upsample_kernel
+// (~250 instructions, the bound of nearest 2x there) goes. E: the element's storage type.
+template <typename E>
+__global__ void __launch_bounds__(kThreads) upsample_nearest_rows_kernel(const __grid_constant__ UpsampleParams p,
+                                                                          int64_t rows) {
+  const E* src = static_cast<const E*>(p.src);
+  E* dst = static_cast<E*>(p.dst);
+  const UpsampleAxis &aD = p.axis[0], &aH = p.axis[1], &aW = p.axis[2];
+  int64_t idx[4];
+  float w[4];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    if (!p.channels_last) {  // r = ((n c) d) h, the row runs along W
+      const int64_t nc = r / (aD.out * aH.out), d = r / aH.out % aD.out, h = r % aH.out;
+      upsample_taps<float>(p.mode, false, aD, d, idx, w);
+      const int64_t sd = idx[0];
+      upsample_taps<float>(p.mode, false, aH, h, idx, w);
+      const E* line = src + ((nc * aD.in + sd) * aH.in + idx[0]) * aW.in;
+      E* out = dst + r * aW.out;
+      for (int64_t o = threadIdx.x; o < aW.out; o += blockDim.x) {
+        upsample_taps<float>(p.mode, false, aW, o, idx, w);
+        out[o] = line[idx[0]];
+      }
+    } else {  // r = ((n d) h) w, the row runs along C
+      const int64_t n = r / (aD.out * aH.out * aW.out), d = r / (aH.out * aW.out) % aD.out, h = r / aW.out % aH.out,
+                    x = r % aW.out;
+      upsample_taps<float>(p.mode, false, aD, d, idx, w);
+      const int64_t sd = idx[0];
+      upsample_taps<float>(p.mode, false, aH, h, idx, w);
+      const int64_t sh = idx[0];
+      upsample_taps<float>(p.mode, false, aW, x, idx, w);
+      const E* px = src + (((n * aD.in + sd) * aH.in + sh) * aW.in + idx[0]) * p.c;
+      E* out = dst + r * p.c;
+      for (int64_t c = threadIdx.x; c < p.c; c += blockDim.x) out[c] = px[c];
+    }
+  }
+}
+
 }  // namespace
 
 // Both tensors index in 32 bits (with room for the grid stride's overshoot).
@@ -159,6 +199,15 @@ void upsample(const UpsampleParams& p) {
   const int64_t total = p.n * p.c * p.axis[0].out * p.axis[1].out * p.axis[2].out;
   if (total == 0) return;
   KernelLaunch launch(p.dst);
+  if (p.mode == UpsampleMode::Nearest || p.mode == UpsampleMode::NearestExact) {
+    const int64_t rows = total / (p.channels_last ? p.c : p.axis[2].out);
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t{1} << 20));
+    dispatch_element_size(element_size(p.dtype), "[upsample]", [&](auto e) {
+      upsample_nearest_rows_kernel<typename decltype(e)::type><<<grid, kThreads, 0, launch.stream()>>>(p, rows);
+    });
+    launch.check("[upsample]");
+    return;
+  }
   dispatch_upsample(p, "[upsample]", [&](auto t, auto acc) {
     using T = decltype(t);
     using Acc = decltype(acc);
