@@ -147,9 +147,9 @@ __global__ void __launch_bounds__(kThreads) upsample_backward_kernel(const __gri
   }
 }
 
-// The nearest modes' forward as a copy, a block per output row (channels-first: a row along W;
-// channels-last: one position's C channels): the row's source is computed once per block, each
-// thread only maps its W index (or none), so the per-element index arithmetic of upsample_kernel
+// The nearest modes' forward as a copy, a warp per output row (channels-first: a row along W;
+// channels-last: one position's C channels): the row's source is computed once per warp, each
+// lane only maps its W index (or none), so the per-element index arithmetic of upsample_kernel
 // (~250 instructions, the bound of nearest 2x there) goes. E: the element's storage type.
 template <typename E>
 __global__ void __launch_bounds__(kThreads) upsample_nearest_rows_kernel(const __grid_constant__ UpsampleParams p,
@@ -157,9 +157,11 @@ __global__ void __launch_bounds__(kThreads) upsample_nearest_rows_kernel(const _
   const E* src = static_cast<const E*>(p.src);
   E* dst = static_cast<E*>(p.dst);
   const UpsampleAxis &aD = p.axis[0], &aH = p.axis[1], &aW = p.axis[2];
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   int64_t idx[4];
   float w[4];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
     if (!p.channels_last) {  // r = ((n c) d) h, the row runs along W
       const int64_t nc = r / (aD.out * aH.out), d = r / aH.out % aD.out, h = r % aH.out;
       upsample_taps<float>(p.mode, false, aD, d, idx, w);
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(kThreads) upsample_nearest_rows_kernel(const _
       upsample_taps<float>(p.mode, false, aH, h, idx, w);
       const E* line = src + ((nc * aD.in + sd) * aH.in + idx[0]) * aW.in;
       E* out = dst + r * aW.out;
-      for (int64_t o = threadIdx.x; o < aW.out; o += blockDim.x) {
+      for (int64_t o = lane; o < aW.out; o += 32) {
         upsample_taps<float>(p.mode, false, aW, o, idx, w);
         out[o] = line[idx[0]];
       }
@@ -181,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) upsample_nearest_rows_kernel(const _
       upsample_taps<float>(p.mode, false, aW, x, idx, w);
       const E* px = src + (((n * aD.in + sd) * aH.in + sh) * aW.in + idx[0]) * p.c;
       E* out = dst + r * p.c;
-      for (int64_t c = threadIdx.x; c < p.c; c += blockDim.x) out[c] = px[c];
+      for (int64_t c = lane; c < p.c; c += 32) out[c] = px[c];
     }
   }
 }
@@ -201,9 +203,9 @@ void upsample(const UpsampleParams& p) {
   KernelLaunch launch(p.dst);
   if (p.mode == UpsampleMode::Nearest || p.mode == UpsampleMode::NearestExact) {
     const int64_t rows = total / (p.channels_last ? p.c : p.axis[2].out);
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t{1} << 20));
     dispatch_element_size(element_size(p.dtype), "[upsample]", [&](auto e) {
-      upsample_nearest_rows_kernel<typename decltype(e)::type><<<grid, kThreads, 0, launch.stream()>>>(p, rows);
+      upsample_nearest_rows_kernel<typename decltype(e)::type>
+          <<<launch.blocks(rows * 32), kThreads, 0, launch.stream()>>>(p, rows);  // a warp per row
     });
     launch.check("[upsample]");
     return;
