@@ -289,6 +289,9 @@ TEST_P(Reduce, EmptyAndDegenerateReductions) {
   EXPECT_TRUE(th::expect_equal(sum(zeros({3, 0}, o), {1}), ref::Array({3}, 0.0)));
   EXPECT_TRUE(th::expect_equal(sum(zeros({3, 0}, o), {0}), ref::Array({0}, 0.0)));
   EXPECT_TRUE(th::expect_equal(sum(zeros({3, 0}, o), {1}, true), ref::Array({3, 1}, 0.0)));
+  // Several reduced dims, one of them empty (a conv's bias gradient of an empty batch).
+  EXPECT_TRUE(th::expect_equal(sum(zeros({0, 4, 3, 3}, o), {0, 2, 3}), ref::Array({4}, 0.0)));
+  EXPECT_TRUE(th::expect_equal(mean(zeros({2, 0, 3}, o), {1, 2}), ref::Array({2}, kNaN)));
   // var of one element with correction 1: 0 / 0.
   EXPECT_TRUE(th::expect_equal(var(ones({1}, o)), ref::Array({}, kNaN)));
   // var_mean as PyTorch: empty gives (nan, nan); n - correction < 0 gives inf with the mean.

@@ -43,6 +43,7 @@ inline int64_t out_offset(const ReduceParams& p, int64_t o) { return strided_off
 // Visits the reduced elements of one output in [r0, r1) in order: f(value, r).
 template <typename T, typename F>
 void visit(const ReduceParams& p, const T* base, int64_t r0, int64_t r1, F&& f) {
+  if (r1 <= r0) return;  // an empty reduction (a reduced dim of size 0: its odometer would divide by it)
   if (p.red_ndim <= 1) {
     const int64_t s = p.red_ndim == 0 ? 0 : p.red_strides[0];
     for (int64_t r = r0; r < r1; ++r) f(base[r * s], r);
