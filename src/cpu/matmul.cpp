@@ -109,6 +109,12 @@ void bmm(const BmmParams& p) {
   if (p.dtype == DType::Float32 || p.dtype == DType::Float64) {
     BlasOperand la = blas_layout(p.stride_a_row, p.stride_a_col, k);
     BlasOperand lb = blas_layout(p.stride_b_row, p.stride_b_col, n);
+    // OpenBLAS's sizes and leading dimensions are 32-bit ints: past them it would compute garbage.
+    const int64_t kIntMax = 2147483647;
+    ANVIL_CHECK(m <= kIntMax && n <= kIntMax && k <= kIntMax && la.ld <= kIntMax && lb.ld <= kIntMax &&
+                    p.stride_c_row <= kIntMax,
+                ShapeError, "[bmm] OpenBLAS takes 32-bit sizes: m ", m, ", n ", n, ", k ", k, " and leading dimensions ",
+                la.ld, ", ", lb.ld, ", ", p.stride_c_row, " must be < 2^31");
     for (int64_t b = 0; b < p.batch; ++b) {
       if (p.dtype == DType::Float32) {
         const float* A = static_cast<const float*>(p.a) + b * p.stride_a_batch;
