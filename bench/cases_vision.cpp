@@ -1,6 +1,6 @@
 // The image / video decoders' and a training step's memory-bound ops: dropout on a transformer
-// block's activations, batch norm in training on a ResNet stage (channels-last), and the VAE
-// decoders' upsampling: SD's nearest 2x (NCHW), Wan's nearest-exact 2x over frames as a batch,
+// block's activations, batch norm in training on a ResNet stage (channels-last), the SD VAE
+// decoder's group norm, and the VAE decoders' upsampling: SD's nearest 2x (NCHW), Wan's nearest-exact 2x over frames as a batch,
 // and the bilinear 2x backward of a training step. CPU shapes are 1/8 of the CUDA ones.
 #include "cases.h"
 
@@ -49,6 +49,19 @@ std::vector<Case> vision_cases(Device dev) {
                        const Tensor w = ones({64}, o), b = zeros({64}, o);
                        const Tensor rm = zeros({64}, o), rv = ones({64}, o);  // PyTorch's CPU wants the input's dtype
                        return [=](int i) { (void)batch_norm(xs[i % rot], w, b, rm, rv, true); };
+                     }, "vision", spec});
+  }
+  {  // the SD / FLUX VAE decoder's GroupNorm(32) before each conv
+    const Shape shape = {1, cpu ? 128 : 512, cpu ? 64 : 128, cpu ? 64 : 128};
+    const double bytes = 2.0 * 2.0 * static_cast<double>(numel(shape));
+    nlohmann::json spec{{"op", "group_norm"}, {"shape", shape}, {"groups", 32}, {"dtype", "bfloat16"}};
+    cases.push_back({"group_norm 32 bfloat16 " + shape_str(shape) + " sd vae decoder", bytes, ceil, [=]() -> Runner {
+                       const int rot = rotations_for(dev, 2.0 * static_cast<double>(numel(shape)));
+                       const TensorOptions o = TensorOptions(kBFloat16).device(dev);
+                       std::vector<Tensor> xs;
+                       for (int r = 0; r < rot; ++r) xs.push_back(rand(shape, o));
+                       const Tensor w = ones({shape[1]}, o), b = zeros({shape[1]}, o);
+                       return [=](int i) { (void)group_norm(xs[i % rot], 32, w, b); };
                      }, "vision", spec});
   }
   const std::vector<Up> ups = {

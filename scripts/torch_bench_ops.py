@@ -168,7 +168,7 @@ def build_conv(op, spec, dev, t):
 
 
 def build_vision(op, spec, dev, t):
-    """F.dropout, F.batch_norm in training, F.interpolate 2x and its aten backward."""
+    """F.dropout, F.batch_norm in training, F.group_norm, F.interpolate 2x and its aten backward."""
     shape = spec["shape"]
     fmt = torch.channels_last if spec.get("channels_last") else torch.contiguous_format
     if op == "upsample_backward":
@@ -185,6 +185,10 @@ def build_vision(op, spec, dev, t):
     xs = [torch.rand(*shape, device=dev).to(t).contiguous(memory_format=fmt) for _ in range(rot)]
     if op == "dropout":
         return lambda i: F.dropout(xs[i % rot], spec["p"], True)
+    if op == "group_norm":
+        c = shape[1]
+        w, b = torch.ones(c, device=dev, dtype=t), torch.zeros(c, device=dev, dtype=t)
+        return lambda i: F.group_norm(xs[i % rot], spec["groups"], w, b)
     if op == "batch_norm":
         c = shape[1]
         w, b = torch.ones(c, device=dev, dtype=t), torch.zeros(c, device=dev, dtype=t)
@@ -286,7 +290,7 @@ def build(spec, dev):
         return build_pad(op, spec, dev, t)
     if op in ("conv", "conv_backward"):
         return build_conv(op, spec, dev, t)
-    if op in ("dropout", "batch_norm", "upsample", "upsample_backward"):
+    if op in ("dropout", "batch_norm", "group_norm", "upsample", "upsample_backward"):
         return build_vision(op, spec, dev, t)
     if op == "bincount":
         n, bins, hot = spec["n"], spec["bins"], spec["hot"]

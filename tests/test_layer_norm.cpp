@@ -100,6 +100,7 @@ TEST_P(LayerGroupNorm, GroupNormForwardTable) {
             ASSERT_TRUE(th::expect_close(mean, array_of({n, c.groups}, want.mean), th::Tol{16 * u, 2 * uo}));
             ASSERT_TRUE(th::expect_close(rstd, array_of({n, c.groups}, want.rstd), th::Tol{0, 2 * uo + 64 * u * std::sqrt(static_cast<double>(m))}));
             ASSERT_TRUE(th::expect_equal(group_norm(x.t, c.groups, w.t, b.t), th::to_array(y)));
+            ASSERT_EQ(group_norm_plan(x.t, c.groups), dev().is_cpu() ? FusedPlan::Fused : FusedPlan::Composed);
           }))
         return;
     }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <tuple>
 
+#include "anvil/plan.h"
 #include "anvil/tensor.h"
 
 namespace anvil {
@@ -26,12 +27,14 @@ ANVIL_API std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(const Te
                                                                         std::array<bool, 3> output_mask = {true, true, true});
 
 // input [N, C, *] in `group` groups of C / group channels; weight / bias (optional) [C].
-// Returns (out, mean [N, group], rstd [N, group]).
+// Returns (out, mean [N, group], rstd [N, group]). Plans (group_norm_plan): the CPU runs one
+// fused kernel (statistics accumulated in float64); CUDA composes var_mean and elementwise ops.
 ANVIL_API std::tuple<Tensor, Tensor, Tensor> native_group_norm(const Tensor& input, const Tensor& weight,
                                                                const Tensor& bias, int64_t n, int64_t c, int64_t hxw,
                                                                int64_t group, double eps);
 ANVIL_API Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = {}, const Tensor& bias = {},
                             double eps = 1e-5);
+ANVIL_API FusedPlan group_norm_plan(const Tensor& input, int64_t num_groups);
 ANVIL_API std::tuple<Tensor, Tensor, Tensor> native_group_norm_backward(const Tensor& grad_out, const Tensor& input,
                                                                         const Tensor& mean, const Tensor& rstd,
                                                                         const Tensor& weight, int64_t n, int64_t c,

@@ -2,6 +2,7 @@
 // accumulation (float64 for float64), x * rsqrt(mean(x^2) + eps) * weight rounded once.
 // Low-precision rows are widened to float32 and rounded back with the SIMD converters.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -89,6 +90,67 @@ void rms_norm(const RmsNormParams& p) {
   if (p.dtype != DType::Float64) return rms_norm_f32_rows(p);
   if (p.weight_dtype == p.dtype) rms_norm_rows<double, double>(p);
   else rms_norm_rows<double, float>(p);
+}
+
+// group_norm forward, a (n, group) row per task: the statistics in float64 over the row (two
+// passes), y in float32 (float64 for float64) in the composition's order, one rounding (Zen 5, 2 threads, [1, 128,
+// 64, 64] bf16 in 32 groups: 1.66 ms as the composition's seven passes).
+FusedPlan group_norm_plan(const GroupNormParams&) { return FusedPlan::Fused; }
+
+void group_norm(const GroupNormParams& p) {
+  dispatch_float_types(p.dtype, "[group_norm]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const T* x = static_cast<const T*>(p.x);
+    T* y = static_cast<T*>(p.y);
+    const int64_t cg = p.c / p.group, m = cg * p.hxw, rows = p.n * p.group;
+#pragma omp parallel for schedule(static) if (rows * m >= kParallelGrain && rows > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * m;
+      // Eight partial sums in a fixed order: independent chains the compiler vectorises (one
+      // chain of dependent double adds ran 4x slower).
+      constexpr int kLanes = 8;
+      const int64_t m8 = m / kLanes * kLanes;
+      double ps[kLanes] = {};
+      for (int64_t i = 0; i < m8; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) ps[l] += static_cast<double>(static_cast<Acc>(xr[i + l]));
+      for (int64_t i = m8; i < m; ++i) ps[i - m8] += static_cast<double>(static_cast<Acc>(xr[i]));
+      double s = 0;
+      for (double v : ps) s += v;
+      const double mean = m > 0 ? s / static_cast<double>(m) : 0.0;
+      double pq[kLanes] = {};
+      for (int64_t i = 0; i < m8; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) {
+          const double d = static_cast<double>(static_cast<Acc>(xr[i + l])) - mean;
+          pq[l] += d * d;
+        }
+      for (int64_t i = m8; i < m; ++i) {
+        const double d = static_cast<double>(static_cast<Acc>(xr[i])) - mean;
+        pq[i - m8] += d * d;
+      }
+      double q = 0;
+      for (double v : pq) q += v;
+      const Acc mean_f = static_cast<Acc>(mean);
+      const Acc var_f = static_cast<Acc>(m > 0 ? q / static_cast<double>(m) : 0.0);
+      const Acc rstd_f = Acc(1) / std::sqrt(var_f + static_cast<Acc>(p.eps));
+      static_cast<T*>(p.mean)[r] = T(mean_f);
+      static_cast<T*>(p.rstd)[r] = T(rstd_f);
+      T* yr = y + r * m;
+      const int64_t c0 = r % p.group * cg;
+      for (int64_t ch = 0; ch < cg; ++ch) {
+        const Acc w = p.weight ? static_cast<const Acc*>(p.weight)[c0 + ch] : Acc(1);
+        const Acc b = p.bias ? static_cast<const Acc*>(p.bias)[c0 + ch] : Acc(0);
+        const T* xc = xr + ch * p.hxw;
+        T* yc = yr + ch * p.hxw;
+        for (int64_t i = 0; i < p.hxw; ++i) {
+          Acc v = (static_cast<Acc>(xc[i]) - mean_f) * rstd_f;
+          if (p.weight) v = v * w;
+          if (p.bias) v = v + b;
+          yc[i] = T(v);
+        }
+      }
+    }
+  });
 }
 
 }  // namespace anvil::cpu

@@ -238,4 +238,8 @@ void rms_norm(const RmsNormParams& p) {
   launch.check(name);
 }
 
+// group_norm has no CUDA kernel yet: the op runs its composition.
+FusedPlan group_norm_plan(const GroupNormParams&) { return FusedPlan::Composed; }
+void group_norm(const GroupNormParams&) { throw DeviceError("[group_norm] no fused CUDA kernel: plan is composed"); }
+
 }  // namespace anvil::cuda_backend

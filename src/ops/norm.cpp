@@ -351,6 +351,29 @@ std::tuple<Tensor, Tensor, Tensor> native_group_norm(const Tensor& input, const 
   const DType ct = norm_compute_dtype(name, input);
   check_group_norm(name, input, weight, bias, n, c, hxw, group);
   return as_op(name, [&] {
+    GroupNormParams gp;  // the plan reads only the sizes and dtype
+    gp.dtype = input.dtype();
+    gp.n = n;
+    gp.c = c;
+    gp.hxw = hxw;
+    gp.group = group;
+    gp.eps = eps;
+    if (input.numel() > 0 && ANVIL_PLAN(input.device(), group_norm, gp) == FusedPlan::Fused) {
+      const Tensor x = input.contiguous();
+      const Tensor w = weight.defined() ? weight.to(ct).contiguous() : Tensor();
+      const Tensor b = bias.defined() ? bias.to(ct).contiguous() : Tensor();
+      gp.x = x.raw_data_ptr();
+      gp.weight = w.defined() ? w.raw_data_ptr() : nullptr;
+      gp.bias = b.defined() ? b.raw_data_ptr() : nullptr;
+      const TensorOptions o = TensorOptions(input.dtype()).device(input.device());
+      Tensor y = empty(input.sizes(), o), mean = empty({n, group}, o), rstd = empty({n, group}, o);
+      gp.y = y.raw_data_ptr();
+      gp.mean = mean.raw_data_ptr();
+      gp.rstd = rstd.raw_data_ptr();
+      ANVIL_KERNEL(input.device(), group_norm, gp);
+      return std::tuple<Tensor, Tensor, Tensor>{y, mean, rstd};
+    }
+    // The composition (the CUDA backend's plan).
     const Normalized z = normalize_rows(input.to(ct).reshape({n * group, (c / group) * hxw}), eps);
     Tensor y = z.xhat.reshape({n, c, hxw});
     if (weight.defined()) y = mul(y, weight.to(ct).reshape({1, c, 1}));
@@ -359,6 +382,18 @@ std::tuple<Tensor, Tensor, Tensor> native_group_norm(const Tensor& input, const 
                                               z.mean.reshape({n, group}).to(input.dtype()),
                                               z.rstd.reshape({n, group}).to(input.dtype())};
   });
+}
+
+FusedPlan group_norm_plan(const Tensor& input, int64_t num_groups) {
+  ANVIL_CHECK(input.defined() && input.dim() >= 2, ShapeError, "[group_norm_plan] expected an [N, C, *] input, got ",
+              describe(input));
+  GroupNormParams gp;
+  gp.dtype = input.dtype();
+  gp.n = input.size(0);
+  gp.c = input.size(1);
+  gp.hxw = gp.n * gp.c == 0 ? 0 : input.numel() / (gp.n * gp.c);
+  gp.group = num_groups;
+  return ANVIL_PLAN(input.device(), group_norm, gp);
 }
 
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {

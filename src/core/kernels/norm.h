@@ -24,4 +24,25 @@ struct RmsNormParams {
   X(rms_norm, const RmsNormParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_NORM_KERNELS)
 
+// native_group_norm's forward as one kernel: x [n, c, hxw] contiguous; per (n, group) row of
+// (c / group) * hxw elements mean and rstd = 1 / sqrt(var + eps) (biased var), written as `dtype`
+// [n, group]; y = (x - mean) * rstd * weight[c] + bias[c] in float32 (float64 for float64 data;
+// each step rounded as the composition's ops round it), rounded once to `dtype`. weight / bias:
+// [c] in that accumulation dtype, or null.
+struct GroupNormParams {
+  const void* x = nullptr;
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  void* y = nullptr;
+  void* mean = nullptr;
+  void* rstd = nullptr;
+  DType dtype = kFloat32;
+  int64_t n = 0, c = 0, hxw = 0, group = 1;
+  double eps = 1e-5;
+};
+
+#define ANVIL_NORM_FUSED(X) \
+  X(group_norm, const GroupNormParams&)
+ANVIL_DECLARE_FUSED(ANVIL_NORM_FUSED)
+
 }  // namespace anvil
