@@ -171,6 +171,41 @@ void gather_copy(const UpsampleParams& p, const AxisList<Acc> (&l)[3]) {
   }
 }
 
+// The nearest modes' backward, channels-first: per input row (d, h), each output row of its D and
+// H ranges is scattered along W into a row of sums (each output read once, no per-element list
+// walk). The sums nest as the gather's do (W within H within D, outputs ascending), so the bits
+// are the gather's (Zen 5, 2 threads, nearest 2x of [1, 64, 64, 64] bf16: 1.25 ms as the gather).
+template <typename T, typename Acc>
+void nearest_backward_rows(const UpsampleParams& p, const AxisList<Acc> (&l)[3], const AxisList<Acc>& fw) {
+  const T* src = static_cast<const T*>(p.src);
+  T* dst = static_cast<T*>(p.dst);
+  const int64_t iD = p.axis[0].in, iH = p.axis[1].in, iW = p.axis[2].in;
+  const int64_t oD = p.axis[0].out, oH = p.axis[1].out, oW = p.axis[2].out;
+  const int64_t rows = p.n * p.c * iD * iH;
+  const int64_t* wsrc = fw.at.data();  // the input W index of each output W index
+#pragma omp parallel if (p.n * p.c * oD * oH * oW >= kParallelGrain)
+  {
+    std::vector<Acc> acc_d(static_cast<size_t>(iW)), acc_h(acc_d), acc_w(acc_d);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t nc = r / (iD * iH), d = r / iH % iD, h = r % iH;
+      std::fill(acc_d.begin(), acc_d.end(), Acc(0));
+      for (int64_t a = l[0].start[d]; a < l[0].start[d + 1]; ++a) {
+        std::fill(acc_h.begin(), acc_h.end(), Acc(0));
+        for (int64_t b = l[1].start[h]; b < l[1].start[h + 1]; ++b) {
+          std::fill(acc_w.begin(), acc_w.end(), Acc(0));
+          const T* g = src + ((nc * oD + l[0].at[a]) * oH + l[1].at[b]) * oW;
+          for (int64_t o = 0; o < oW; ++o) acc_w[static_cast<size_t>(wsrc[o])] += convert<Acc>(g[o]);
+          for (int64_t w = 0; w < iW; ++w) acc_h[static_cast<size_t>(w)] += acc_w[static_cast<size_t>(w)];
+        }
+        for (int64_t w = 0; w < iW; ++w) acc_d[static_cast<size_t>(w)] += acc_h[static_cast<size_t>(w)];
+      }
+      T* out = dst + r * iW;
+      for (int64_t w = 0; w < iW; ++w) out[w] = convert<T>(acc_d[static_cast<size_t>(w)]);
+    }
+  }
+}
+
 }  // namespace
 
 void upsample(const UpsampleParams& p) {
@@ -197,6 +232,10 @@ void upsample_backward(const UpsampleParams& p) {
     const AxisList<Acc> l[3] = {backward_list<Acc>(p, p.axis[0], r),
                                 backward_list<Acc>(p, p.axis[1], r + 2 * p.axis[0].in),
                                 backward_list<Acc>(p, p.axis[2], r + 2 * (p.axis[0].in + p.axis[1].in))};
+    if (!p.channels_last && (p.mode == UpsampleMode::Nearest || p.mode == UpsampleMode::NearestExact)) {
+      nearest_backward_rows<T, Acc>(p, l, forward_list<Acc>(p, p.axis[2]));
+      return;
+    }
     const int64_t in[3] = {p.axis[0].in, p.axis[1].in, p.axis[2].in};
     const int64_t out[3] = {p.axis[0].out, p.axis[1].out, p.axis[2].out};
     gather<T, Acc>(p, l, out, in);
