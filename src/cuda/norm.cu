@@ -238,8 +238,12 @@ void rms_norm(const RmsNormParams& p) {
   launch.check(name);
 }
 
-// group_norm has no CUDA kernel yet: the op runs its composition.
+// group_norm and batch norm's training forward have no CUDA kernels yet: the ops compose.
 FusedPlan group_norm_plan(const GroupNormParams&) { return FusedPlan::Composed; }
 void group_norm(const GroupNormParams&) { throw DeviceError("[group_norm] no fused CUDA kernel: plan is composed"); }
+FusedPlan batch_norm_train_plan(const BatchNormParams&) { return FusedPlan::Composed; }
+void batch_norm_train(const BatchNormParams&) {
+  throw DeviceError("[batch_norm] no fused CUDA kernel: plan is composed");
+}
 
 }  // namespace anvil::cuda_backend

@@ -504,6 +504,34 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_impl(const char* name, const Tenso
     const bool cl = channels_last_input(input);
     if (input.numel() == 0)  // as PyTorch: running statistics untouched
       return std::tuple<Tensor, Tensor, Tensor>{input.clone(), zeros({training ? c : 0}, so), zeros({training ? c : 0}, so)};
+    BatchNormParams bp;  // the plan reads only the sizes and dtype
+    bp.dtype = input.dtype();
+    bp.c = c;
+    bp.a = cl ? per_channel : input.size(0);
+    bp.b = cl ? 1 : per_channel / std::max<int64_t>(1, input.size(0));
+    bp.eps = eps;
+    if (training && ANVIL_PLAN(input.device(), batch_norm_train, bp) == FusedPlan::Fused) {
+      const MemoryFormat fmt = cl ? input.suggest_memory_format() : MemoryFormat::Contiguous;
+      const Tensor x = input.contiguous(fmt);
+      const Tensor w = weight.defined() ? weight.to(ct).contiguous() : Tensor();
+      const Tensor b = bias.defined() ? bias.to(ct).contiguous() : Tensor();
+      const TensorOptions co = TensorOptions(ct).device(input.device());
+      Tensor y = empty(input.sizes(), TensorOptions(input.dtype()).device(input.device()), fmt);
+      Tensor mean = empty({c}, co), var = empty({c}, co);
+      bp.x = x.raw_data_ptr();
+      bp.weight = w.defined() ? w.raw_data_ptr() : nullptr;
+      bp.bias = b.defined() ? b.raw_data_ptr() : nullptr;
+      bp.y = y.raw_data_ptr();
+      bp.mean = mean.raw_data_ptr();
+      bp.var = var.raw_data_ptr();
+      ANVIL_KERNEL(input.device(), batch_norm_train, bp);
+      const Tensor invstd = rsqrt(add(var, eps));
+      update_running(running_mean, mean, momentum, factor);
+      update_running(running_var, mul(var.to(kFloat64), static_cast<double>(per_channel) / static_cast<double>(per_channel - 1)),
+                     momentum, factor);
+      return std::tuple<Tensor, Tensor, Tensor>{y, mean.to(st), invstd.to(st)};
+    }
+    // The composition (CUDA's plan, and evaluation mode).
     const Tensor x3 = channel_rows(input, cl).to(ct);
     Tensor mean, invstd, save_mean, save_invstd;
     if (training) {

@@ -41,8 +41,27 @@ struct GroupNormParams {
   double eps = 1e-5;
 };
 
+// native_batch_norm's training forward as one kernel: x [a, c, b] dense (channels-first: a = N,
+// b = spatial; channels-last: a = N * spatial, b = 1); per channel the mean and biased variance
+// over its a * b elements (sums in float64), written to mean / var ([c], accumulation dtype:
+// float32, float64 for float64 data), and y = (x - mean) * invstd * weight + bias with invstd =
+// 1 / sqrt(var + eps), in that dtype, rounded once to `dtype`. weight / bias: [c] in the
+// accumulation dtype, or null.
+struct BatchNormParams {
+  const void* x = nullptr;
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  void* y = nullptr;
+  void* mean = nullptr;
+  void* var = nullptr;
+  DType dtype = kFloat32;
+  int64_t a = 0, c = 0, b = 0;
+  double eps = 1e-5;
+};
+
 #define ANVIL_NORM_FUSED(X) \
-  X(group_norm, const GroupNormParams&)
+  X(group_norm, const GroupNormParams&) \
+  X(batch_norm_train, const BatchNormParams&)
 ANVIL_DECLARE_FUSED(ANVIL_NORM_FUSED)
 
 }  // namespace anvil
