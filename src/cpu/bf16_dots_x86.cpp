@@ -185,14 +185,15 @@ constexpr int kRowsPerPass = M == 1 ? 1 : M == 2 ? 4 : M <= 4 ? 3 : 2;
 
 template <int M, bool Blocked, class W, int R = kRowsPerPass<M>>
 void dots_rows(const W& dec, const Tables* tab, const uint8_t* w, int64_t stride_w, const uint16_t* xp, const float* x,
-               int64_t k, int64_t k64, float* d, int64_t stride_d, int64_t j0, int64_t j1, const BlockScale* block) {
+               int64_t stride_x, int64_t k, int64_t k64, float* d, int64_t stride_d, int64_t j0, int64_t j1,
+               const BlockScale* block) {
   const float* srow[R] = {};
   const int64_t bk = Blocked ? block->block_k : k64;
   auto scale_row = [&](int64_t row) { return block->scale + row / block->block_n * block->stride_row; };
   auto finish = [&](int64_t j, int i, float s) {
     const uint8_t* row = w + j * stride_w;
     const float* sr = Blocked ? scale_row(j) : nullptr;
-    for (int64_t t = k64; t < k; ++t) s += weight_at(row, t, tab) * x[i * k + t] * (Blocked ? sr[t / bk] : 1.f);
+    for (int64_t t = k64; t < k; ++t) s += weight_at(row, t, tab) * x[i * stride_x + t] * (Blocked ? sr[t / bk] : 1.f);
     d[i * stride_d + j] = s;
   };
   int64_t j = j0;
@@ -214,11 +215,11 @@ void dots_rows(const W& dec, const Tables* tab, const uint8_t* w, int64_t stride
 
 template <bool Blocked, class W>
 void dots_m(const W& dec, const Tables* tab, const uint8_t* w, int64_t stride_w, const uint16_t* xp, const float* x,
-            int64_t m, int64_t k, int64_t k64, float* d, int64_t stride_d, int64_t j0, int64_t j1,
+            int64_t stride_x, int64_t m, int64_t k, int64_t k64, float* d, int64_t stride_d, int64_t j0, int64_t j1,
             const BlockScale* block) {
   auto rows = [&](auto m_tag) {
     constexpr int kM = decltype(m_tag)::value;
-    dots_rows<kM, Blocked>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1, block);
+    dots_rows<kM, Blocked>(dec, tab, w, stride_w, xp, x, stride_x, k, k64, d, stride_d, j0, j1, block);
   };
   switch (m) {
     case 1:
@@ -226,7 +227,8 @@ void dots_m(const W& dec, const Tables* tab, const uint8_t* w, int64_t stride_w,
       // load. 2 Zen 5 threads, interleaved runs: k 8192-14336 +3-15 %, the same at lm_heads;
       // at k <= 5120 one row is faster (4-6 %).
       if constexpr (std::is_same_v<W, Bf16Weights>) {
-        if (k >= 8192) return dots_rows<1, Blocked, W, 4>(dec, tab, w, stride_w, xp, x, k, k64, d, stride_d, j0, j1, block);
+        if (k >= 8192)
+          return dots_rows<1, Blocked, W, 4>(dec, tab, w, stride_w, xp, x, stride_x, k, k64, d, stride_d, j0, j1, block);
       }
       return rows(std::integral_constant<int, 1>{});
     case 2: return rows(std::integral_constant<int, 2>{});
@@ -250,11 +252,11 @@ void bf16_dots_pack_x(const float* x, int64_t m, int64_t k, std::vector<uint16_t
   permute_x(x, m, k, k / kChunk * kChunk, false, xp);
 }
 
-bool bf16_dots_packed(const void* w, int64_t stride_w, const uint16_t* xp, const float* x, int64_t m, int64_t k, float* d,
-                      int64_t stride_d, int64_t j0, int64_t j1) {
+bool bf16_dots_packed(const void* w, int64_t stride_w, const uint16_t* xp, const float* x, int64_t stride_x, int64_t m,
+                      int64_t k, float* d, int64_t stride_d, int64_t j0, int64_t j1) {
   if (!bf16_dots_supported() || m < 1 || m > 8) return false;
-  dots_m<false>(Bf16Weights(), nullptr, static_cast<const uint8_t*>(w), stride_w * 2, xp, x, m, k, k / kChunk * kChunk,
-                d, stride_d, j0, j1, nullptr);
+  dots_m<false>(Bf16Weights(), nullptr, static_cast<const uint8_t*>(w), stride_w * 2, xp, x, stride_x, m, k,
+                k / kChunk * kChunk, d, stride_d, j0, j1, nullptr);
   return true;
 }
 
@@ -271,10 +273,10 @@ bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, i
   const int64_t sw = stride_w * (fp8 ? 1 : 2);  // bytes
   if (fp8) {
     const Tables& tab = tables(w_dtype == DType::Float8_e4m3fn);
-    if (block) dots_m<true>(Fp8Weights(tab), &tab, wb, sw, xp.data(), x, m, k, k64, d, stride_d, j0, j1, block);
-    else dots_m<false>(Fp8Weights(tab), &tab, wb, sw, xp.data(), x, m, k, k64, d, stride_d, j0, j1, nullptr);
+    if (block) dots_m<true>(Fp8Weights(tab), &tab, wb, sw, xp.data(), x, k, m, k, k64, d, stride_d, j0, j1, block);
+    else dots_m<false>(Fp8Weights(tab), &tab, wb, sw, xp.data(), x, k, m, k, k64, d, stride_d, j0, j1, nullptr);
   } else {
-    dots_m<false>(Bf16Weights(), nullptr, wb, sw, xp.data(), x, m, k, k64, d, stride_d, j0, j1, nullptr);
+    dots_m<false>(Bf16Weights(), nullptr, wb, sw, xp.data(), x, k, m, k, k64, d, stride_d, j0, j1, nullptr);
   }
   return true;
 }
@@ -287,8 +289,8 @@ bool bf16_dots(DType, const void*, int64_t, const float*, int64_t, int64_t, floa
 }
 bool bf16_dots_supported() { return false; }
 void bf16_dots_pack_x(const float*, int64_t, int64_t, std::vector<uint16_t>&) {}
-bool bf16_dots_packed(const void*, int64_t, const uint16_t*, const float*, int64_t, int64_t, float*, int64_t, int64_t,
-                      int64_t) {
+bool bf16_dots_packed(const void*, int64_t, const uint16_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t,
+                      int64_t, int64_t) {
   return false;
 }
 

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -30,14 +31,29 @@ BlasOperand blas_layout(int64_t stride_row, int64_t stride_col, int64_t cols) {
 // (~128 KB) stays in L2 while all of A passes over it, so W leaves memory once and every product
 // runs on vdpbf16ps (the panel path widens every weight to float32 one element at a time:
 // qwen3-0.6b prefill of 64 tokens on 2 Zen 5 threads 55 -> see docs/PERFORMANCE.md). float32
-// accumulation, one rounding. A is packed to bfloat16 once. false: no such path (nothing written).
+// accumulation, one rounding. A's bfloat16 rows are copied into the kernel's layout as they are
+// (no float32 round trip: a conv's 14400 x 864 columns were widened to 50 MB first), the k % 64
+// tail widened on its own. false: no such path (nothing written).
+bool bf16_dots_applies(const BmmParams& p) {
+  return p.stride_b_row == 1 && p.k >= 64 && simd::bf16_dots_supported();
+}
+
 template <typename Store>
-bool gemm_bf16_dots(const BmmParams& p, const float* a32, const BFloat16* B, const Store& store) {
+void gemm_bf16_dots(const BmmParams& p, const BFloat16* A, const BFloat16* B, const Store& store) {
   const int64_t m = p.m, n = p.n, k = p.k;
-  if (p.stride_b_row != 1 || k < 64 || !simd::bf16_dots_supported()) return false;
-  std::vector<uint16_t> xp;
-  simd::bf16_dots_pack_x(a32, m, k, xp);
-  const int64_t k64 = k / 64 * 64;
+  const int64_t k64 = k / 64 * 64, tail = k - k64;
+  std::vector<uint16_t> xp(static_cast<size_t>(m * k64));
+  std::vector<float> xt(static_cast<size_t>(std::max<int64_t>(1, m * tail)));
+#pragma omp parallel for schedule(static) if (m * k >= kParallelGrain)
+  for (int64_t i = 0; i < m; ++i) {
+    const BFloat16* a = A + i * p.stride_a_row;
+    uint16_t* dst = xp.data() + i * k64;
+    if (p.stride_a_col == 1) std::memcpy(dst, a, static_cast<size_t>(k64) * sizeof(uint16_t));
+    else
+      for (int64_t q = 0; q < k64; ++q) std::memcpy(dst + q, a + q * p.stride_a_col, sizeof(uint16_t));
+    for (int64_t q = k64; q < k; ++q) xt[static_cast<size_t>(i * tail + q - k64)] = static_cast<float>(a[q * p.stride_a_col]);
+  }
+  const float* x_tail = xt.data() - k64;  // row i's column q (>= k64) at x_tail[i * tail + q]
   const int64_t rows = std::max<int64_t>(8, std::min<int64_t>(256, (int64_t{128} << 10) / (2 * k)) / 8 * 8);
   const int64_t blocks = (n + rows - 1) / rows;
 #pragma omp parallel if (m * n * k >= kParallelGrain)
@@ -48,14 +64,13 @@ bool gemm_bf16_dots(const BmmParams& p, const float* a32, const BFloat16* B, con
       const int64_t j0 = blk * rows, w = std::min(rows, n - j0);
       for (int64_t i0 = 0; i0 < m; i0 += 8) {
         const int64_t mi = std::min<int64_t>(8, m - i0);
-        simd::bf16_dots_packed(B + j0 * p.stride_b_col, p.stride_b_col, xp.data() + i0 * k64, a32 + i0 * k, mi, k,
-                               dots.data(), w, 0, w);
+        simd::bf16_dots_packed(B + j0 * p.stride_b_col, p.stride_b_col, xp.data() + i0 * k64, x_tail + i0 * tail, tail,
+                               mi, k, dots.data(), w, 0, w);
         for (int64_t i = 0; i < mi; ++i)
           for (int64_t j = 0; j < w; ++j) store(i0 + i, j0 + j, dots[static_cast<size_t>(i * w + j)]);
       }
     }
   }
-  return true;
 }
 
 // bfloat16 / float16 GEMM of one batch: A widened to float32 once, B packed panel by panel
@@ -64,14 +79,14 @@ bool gemm_bf16_dots(const BmmParams& p, const float* a32, const BFloat16* B, con
 template <typename T, typename Store>
 void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
   const int64_t m = p.m, n = p.n, k = p.k;
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (bf16_dots_applies(p)) return gemm_bf16_dots(p, A, B, store);
+  }
   const int64_t width = simd::gemm_panel_width();
   std::vector<float> a32(static_cast<size_t>(m * k)), c32(static_cast<size_t>(m * n));
 #pragma omp parallel for schedule(static) if (m * k >= kParallelGrain)
   for (int64_t i = 0; i < m; ++i)
     for (int64_t q = 0; q < k; ++q) a32[i * k + q] = static_cast<float>(A[i * p.stride_a_row + q * p.stride_a_col]);
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    if (gemm_bf16_dots(p, a32.data(), B, store)) return;
-  }
   const int64_t npanels = (n + width - 1) / width;
 #pragma omp parallel if (m * n * k >= kParallelGrain)
   {
