@@ -248,10 +248,6 @@ bool bf16_dots_supported() {
   return supported;
 }
 
-void bf16_dots_pack_x(const float* x, int64_t m, int64_t k, std::vector<uint16_t>& xp) {
-  permute_x(x, m, k, k / kChunk * kChunk, false, xp);
-}
-
 bool bf16_dots_packed(const void* w, int64_t stride_w, const uint16_t* xp, const float* x, int64_t stride_x, int64_t m,
                       int64_t k, float* d, int64_t stride_d, int64_t j0, int64_t j1) {
   if (!bf16_dots_supported() || m < 1 || m > 8) return false;
@@ -288,7 +284,6 @@ bool bf16_dots(DType, const void*, int64_t, const float*, int64_t, int64_t, floa
   return false;
 }
 bool bf16_dots_supported() { return false; }
-void bf16_dots_pack_x(const float*, int64_t, int64_t, std::vector<uint16_t>&) {}
 bool bf16_dots_packed(const void*, int64_t, const uint16_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t,
                       int64_t, int64_t) {
   return false;

@@ -49,11 +49,11 @@ void gemv_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, i
 // when the CPU or the request has no such path.
 bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, int64_t m, int64_t k, float* d,
                int64_t stride_d, int64_t j0, int64_t j1, const BlockScale* block = nullptr);
-// bf16_dots for bfloat16 weights with x packed once (bf16_dots_pack_x: [m, k / 64 * 64] bfloat16,
-// row i at xp + i * (k / 64 * 64)) and reused over many weight blocks (the CPU GEMM); x (float32,
-// row i at x + i * stride_x) serves the k % 64 tail: only its columns [k / 64 * 64, k) are read.
+// bf16_dots for bfloat16 weights with x packed once by the caller (xp: [m, k / 64 * 64] bfloat16,
+// x's first k / 64 * 64 columns as they are) and reused over many weight blocks (the CPU GEMM);
+// x (float32, row i at x + i * stride_x) serves the k % 64 tail: only its columns
+// [k / 64 * 64, k) are read.
 bool bf16_dots_supported();
-void bf16_dots_pack_x(const float* x, int64_t m, int64_t k, std::vector<uint16_t>& xp);
 bool bf16_dots_packed(const void* w, int64_t stride_w, const uint16_t* xp, const float* x, int64_t stride_x, int64_t m,
                       int64_t k, float* d, int64_t stride_d, int64_t j0, int64_t j1);
 
