@@ -28,7 +28,8 @@ ANVIL_API std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(const Te
 
 // input [N, C, *] in `group` groups of C / group channels; weight / bias (optional) [C].
 // Returns (out, mean [N, group], rstd [N, group]). Plans (group_norm_plan): the CPU runs one
-// fused kernel (statistics accumulated in float64); CUDA composes var_mean and elementwise ops.
+// fused kernel, CUDA three (statistics accumulated in float64 on both); the composition of
+// var_mean and elementwise ops stays as the reference.
 ANVIL_API std::tuple<Tensor, Tensor, Tensor> native_group_norm(const Tensor& input, const Tensor& weight,
                                                                const Tensor& bias, int64_t n, int64_t c, int64_t hxw,
                                                                int64_t group, double eps);

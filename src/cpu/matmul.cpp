@@ -1,6 +1,7 @@
 // CPU GEMM: float32/float64 through OpenBLAS; bfloat16/float16 through our own packed-panel
 // kernel (Highway micro-kernel, float32 accumulation like PyTorch CPU, one rounding on store).
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -73,9 +74,13 @@ void gemm_bf16_dots(const BmmParams& p, const BFloat16* A, const BFloat16* B, co
   }
 }
 
-// bfloat16 / float16 GEMM of one batch: A widened to float32 once, B packed panel by panel
+// bfloat16 / float16 GEMM of one batch: A widened to float32 a block of rows at a time (the
+// float32 copies of a block's A and C rows within 32 MiB: an m of 2^31, a one-channel conv
+// reading its input as columns, would otherwise widen 33 GB at once), B packed panel by panel
 // (widened, zero-padded to the panel width) by the thread that owns the panel, a Highway
-// micro-kernel over each panel, one rounding per output element. store(i, j, v) writes C.
+// micro-kernel over each panel, one rounding per output element. With fewer panels than
+// threads a panel's rows are split too (each element's sum runs over k alone, so the split
+// changes no bits). store(i, j, v) writes C.
 template <typename T, typename Store>
 void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
   const int64_t m = p.m, n = p.n, k = p.k;
@@ -83,26 +88,37 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
     if (bf16_dots_applies(p)) return gemm_bf16_dots(p, A, B, store);
   }
   const int64_t width = simd::gemm_panel_width();
-  std::vector<float> a32(static_cast<size_t>(m * k)), c32(static_cast<size_t>(m * n));
-#pragma omp parallel for schedule(static) if (m * k >= kParallelGrain)
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t q = 0; q < k; ++q) a32[i * k + q] = static_cast<float>(A[i * p.stride_a_row + q * p.stride_a_col]);
   const int64_t npanels = (n + width - 1) / width;
-#pragma omp parallel if (m * n * k >= kParallelGrain)
-  {
-    std::vector<float> panel(static_cast<size_t>(k * width));
-#pragma omp for schedule(static)
-    for (int64_t blk = 0; blk < npanels; ++blk) {
-      const int64_t j0 = blk * width, w = std::min(width, n - j0);
+  const int64_t mb = std::min(m, std::max<int64_t>(64, (int64_t{8} << 20) / std::max<int64_t>(1, k + n) / 4 * 4));
+  const int64_t threads = omp_get_max_threads();
+  std::vector<float> a32(static_cast<size_t>(mb * k)), c32(static_cast<size_t>(mb * n));
+  for (int64_t i0 = 0; i0 < m; i0 += mb) {
+    const int64_t rows = std::min(mb, m - i0);
+#pragma omp parallel for schedule(static) if (rows * k >= kParallelGrain)
+    for (int64_t i = 0; i < rows; ++i)
       for (int64_t q = 0; q < k; ++q)
-        for (int64_t j = 0; j < width; ++j)
-          panel[q * width + j] = j < w ? static_cast<float>(B[q * p.stride_b_row + (j0 + j) * p.stride_b_col]) : 0.f;
-      simd::gemm_panel(a32.data(), m, k, panel.data(), c32.data() + j0, n, w);
+        a32[static_cast<size_t>(i * k + q)] = static_cast<float>(A[(i0 + i) * p.stride_a_row + q * p.stride_a_col]);
+    const int64_t parts =
+        npanels >= threads ? 1 : std::max<int64_t>(1, std::min((threads + npanels - 1) / npanels, rows / 256));
+#pragma omp parallel if (rows * n * k >= kParallelGrain)
+    {
+      std::vector<float> panel(static_cast<size_t>(k * width));
+#pragma omp for schedule(static)
+      for (int64_t task = 0; task < npanels * parts; ++task) {
+        const int64_t blk = task / parts, part = task % parts;
+        const int64_t j0 = blk * width, w = std::min(width, n - j0);
+        const int64_t r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
+        for (int64_t q = 0; q < k; ++q)
+          for (int64_t j = 0; j < width; ++j)
+            panel[static_cast<size_t>(q * width + j)] =
+                j < w ? static_cast<float>(B[q * p.stride_b_row + (j0 + j) * p.stride_b_col]) : 0.f;
+        simd::gemm_panel(a32.data() + r0 * k, r1 - r0, k, panel.data(), c32.data() + r0 * n + j0, n, w);
+      }
     }
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < n; ++j) store(i0 + i, j, c32[static_cast<size_t>(i * n + j)]);
   }
-#pragma omp parallel for schedule(static) if (m * n >= kParallelGrain)
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) store(i, j, c32[i * n + j]);
 }
 
 // C[i, j] (=|+=) v for one batch's C of type C_t, the sum formed in float32, one rounding.

@@ -178,16 +178,18 @@ Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, co
     q.fmt = MemoryFormat::ChannelsLast;
     return conv_forward(q, x_in, w_in, bias, y_sizes).contiguous();
   }
-  // The same for a 1-d conv, run as a 2-d one of height 1 (a 1-d tensor has no channels-last):
-  // Whisper's conv2 [1, 384, 3000] k3 s2 8.6 -> 6.6 ms. Grouped convs keep their own paths (the
-  // depthwise direct kernel is 4x slower channels-last).
+  // The same for a 1-d conv, run as a 2-d one of width 1 (a 1-d tensor has no channels-last):
+  // Whisper's conv2 [1, 384, 3000] k3 s2 8.6 -> 6.6 ms. The length is the row axis, so columns
+  // are still made a chunk of positions at a time (as rows of width 1 they were one row of the
+  // whole length: 12 GB of columns for a one-channel k3 conv over 2^31 samples). Grouped convs
+  // keep their own paths (the depthwise direct kernel is 4x slower channels-last).
   if (cpu_bf16_gemm && y_sizes.size() == 3) {
     Problem q = p;
     q.spatial = 2;
-    q.axes = {ConvAxis{}, p.axes[0], ConvAxis{}};
+    q.axes = {p.axes[0], ConvAxis{}, ConvAxis{}};
     q.fmt = MemoryFormat::ChannelsLast;
-    const Shape y4 = {y_sizes[0], y_sizes[1], 1, y_sizes[2]};
-    return conv_forward(q, x_in.unsqueeze(2), w_in.unsqueeze(2), bias, y4).contiguous().squeeze(2);
+    const Shape y4 = {y_sizes[0], y_sizes[1], y_sizes[2], 1};
+    return conv_forward(q, x_in.unsqueeze(3), w_in.unsqueeze(3), bias, y4).contiguous().squeeze(3);
   }
   Tensor y = empty(y_sizes, TensorOptions(p.dtype).device(p.device), p.fmt);
   if (y.numel() == 0) return y;

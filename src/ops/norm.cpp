@@ -373,7 +373,7 @@ std::tuple<Tensor, Tensor, Tensor> native_group_norm(const Tensor& input, const 
       ANVIL_KERNEL(input.device(), group_norm, gp);
       return std::tuple<Tensor, Tensor, Tensor>{y, mean, rstd};
     }
-    // The composition (the CUDA backend's plan).
+    // The composition (the reference the fused kernels follow; no backend plans it today).
     const Normalized z = normalize_rows(input.to(ct).reshape({n * group, (c / group) * hxw}), eps);
     Tensor y = z.xhat.reshape({n, c, hxw});
     if (weight.defined()) y = mul(y, weight.to(ct).reshape({1, c, 1}));
@@ -531,7 +531,7 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_impl(const char* name, const Tenso
                      momentum, factor);
       return std::tuple<Tensor, Tensor, Tensor>{y, mean.to(st), invstd.to(st)};
     }
-    // The composition (CUDA's plan, and evaluation mode).
+    // The composition (evaluation mode, and the reference of the fused training forward).
     const Tensor x3 = channel_rows(input, cl).to(ct);
     Tensor mean, invstd, save_mean, save_invstd;
     if (training) {
