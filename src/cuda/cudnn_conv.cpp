@@ -9,6 +9,7 @@
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <list>
 #include <memory>
@@ -251,8 +252,25 @@ bool cudnn_loadable() {
 void set_cudnn_use(bool enabled) { g_use.store(enabled); }
 bool cudnn_use() { return g_use.load(); }
 
+// Tensors of 2^31 elements or more go to the composition (64-bit indices): cuDNN 9.19 offered a
+// plan for a one-channel conv1d over 2^31 + 40 samples and its kernel faulted
+// (cudaErrorIllegalAddress on the H200).
+bool below_int32_elements(const ConvDirectParams& p) {
+  int64_t in = p.n * p.c_in, out = p.n * p.c_out;
+  const int64_t w = p.c_out * (p.c_in / std::max<int64_t>(1, p.groups));
+  int64_t taps = 1;
+  for (int i = 0; i < p.spatial; ++i) {
+    in *= p.axis[i].in;
+    out *= p.axis[i].out;
+    taps *= p.axis[i].kernel;
+  }
+  const int64_t limit = int64_t{1} << 31;
+  return in < limit && out < limit && w * taps < limit;
+}
+
 bool cudnn_conv_supported(const ConvDirectParams& p) {
   if (!g_use.load() || !aligned16(p.x) || !aligned16(p.w) || !aligned16(p.y) || !aligned16(p.bias)) return false;
+  if (!below_int32_elements(p)) return false;
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   return c.get(p, p.device)->supported;
