@@ -98,6 +98,9 @@ void bmm_lt(BmmParams p, const KernelLaunch& launch) {
   ANVIL_CHECK(p.c_dtype == p.dtype || ((p.dtype == kFloat16 || p.dtype == kBFloat16) && p.c_dtype == kFloat32),
               DTypeError, "[bmm] output dtype ", dtype_name(p.c_dtype), " does not fit ", dtype_name(p.dtype),
               " operands");
+  // One row of C has no row stride: a conv chunk's row inside an output plane of 2^31 + 40
+  // (a one-channel conv1d) gave cuBLASLt a leading dimension it refused (NOT_SUPPORTED).
+  if (p.m == 1) p.stride_c_row = p.n;
   // A batched against a shared B with rows continuing across batches is one [batch * m, k] GEMM.
   if (p.batch > 1 && p.stride_b_batch == 0 && p.stride_a_col == 1 && p.stride_a_batch == p.m * p.stride_a_row &&
       p.stride_c_batch == p.m * p.stride_c_row) {
