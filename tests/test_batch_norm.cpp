@@ -136,6 +136,30 @@ TEST_P(BatchNorm, MixedDtypesAndOptionalParams) {
   EXPECT_TRUE(th::expect_equal(batch_norm(x.t, Tensor(), Tensor(), Tensor(), Tensor(), true), th::to_array(y2)));
 }
 
+// Running statistics the fused kernel updates in place (contiguous) and those it leaves to the
+// composition after it (a strided view) move the same way; bfloat16 ones round once from float64.
+TEST_P(BatchNorm, RunningStatisticsLayouts) {
+  th::Gen g(7204);
+  th::Input x = th::make_input({6, 4, 7}, kBFloat16, dev(), Layout::Contiguous, g, -2, 2);
+  const TensorOptions bf = TensorOptions(kBFloat16).device(dev());
+  Tensor rm = full({4}, 0.25, bf), rv = full({4}, 1.5, bf);
+  Tensor wide_m = full({4, 2}, 0.25, bf), wide_v = full({4, 2}, 1.5, bf);
+  Tensor rm_strided = wide_m.select(1, 0), rv_strided = wide_v.select(1, 1);  // stride 2
+  ASSERT_FALSE(rm_strided.is_contiguous());
+  auto [y, sm, si] = native_batch_norm(x.t, Tensor(), Tensor(), rm, rv, true, 0.2, 1e-5);
+  auto [y2, sm2, si2] = native_batch_norm(x.t, Tensor(), Tensor(), rm_strided, rv_strided, true, 0.2, 1e-5);
+  EXPECT_TRUE(th::expect_equal(y2, th::to_array(y)));
+  EXPECT_TRUE(th::expect_equal(rm_strided, th::to_array(rm)));
+  EXPECT_TRUE(th::expect_equal(rv_strided, th::to_array(rv)));
+  const RefBatchNorm want = ref_batch_norm(x.a.v, 6, 4, 7, {}, {}, std::vector<double>(4, 0.25),
+                                           std::vector<double>(4, 1.5), true, 0.2, 1e-5);
+  const double u = th::unit_roundoff(kFloat32), uo = th::unit_roundoff(kBFloat16);
+  EXPECT_TRUE(th::expect_close(rm, array_of({4}, want.running_mean), th::Tol{16 * u, uo}));
+  EXPECT_TRUE(th::expect_close(rv, array_of({4}, want.running_var), th::Tol{64 * u * std::sqrt(42.0), uo}));
+  // save_invstd: 1 / sqrt(var + eps) of the batch, as the normalisation used it.
+  EXPECT_TRUE(th::expect_close(si, array_of({4}, want.invstd), th::Tol{16 * u * std::sqrt(42.0), uo}));
+}
+
 // momentum = nullopt: nn.BatchNorm's cumulative average over the batches seen, counted in
 // num_batches_tracked (incremented in training only).
 TEST_P(BatchNorm, CumulativeAverage) {

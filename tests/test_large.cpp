@@ -223,8 +223,8 @@ TEST_P(LargeTensorOnDevice, ReflectPadBackwardPast2Pow31) {
 // 2x nearest and bilinear upsampling along the last axis of [1, 2, 2^14, 2^15 + 3] bfloat16
 // (scales (1, 2)) into 2^31 + 6 * 2^15 outputs: channel 1's last row, where the markers sit
 // (column 2^15 - 1 holds 5, the last column 3), lands past 2^31; the nearest backward folds it
-// back. (Extents are small here: the backward's per-axis table of output ranges takes 16 bytes
-// per input index, so a single 2^30 axis would need 16 GiB of it.)
+// back. (Extents are small here: the backward's per-axis tables take 16 to 64 bytes per index of
+// an axis on either backend, so a single 2^30 axis would need tens of GiB of them.)
 TEST_P(LargeTensorOnDevice, UpsamplePast2Pow31) {
   SKIP_UNDER_SANITIZERS();
   const int64_t hh = int64_t{1} << 14, n = (int64_t{1} << 15) + 3, on = 2 * n, m = (int64_t{1} << 15) - 1;

@@ -314,7 +314,11 @@ TEST_P(ReleaseOps, BincountTable) {
   };
   const std::vector<C> cases = {{1, 0, 0, 0},          {17, 9, 0, 0},        {1000, 50, 80, 0},
                                 {70000, 300, 0, 0.95}, {70000, 12287, 0, 0}, {50000, 12288, 0, 0.5},
-                                {40000, 99999, 5, 0},  {3, 4, 1000, 0}};
+                                {40000, 99999, 5, 0},  {3, 4, 1000, 0},
+                                // the first pass counts into min(4096, n) bins (at least 64 and
+                                // minlength): the largest value just inside and just past them
+                                {5000, 4095, 0, 0.9},  {5000, 4096, 0, 0},    {200000, 4095, 0, 0.99},
+                                {100, 63, 0, 0},       {100, 64, 0, 0},       {10, 64, 70, 0}};
   for (const C& c : cases)
     for (DType it : {kInt64, kInt32, kUInt8})
       for (int w = 0; w < 4; ++w) {  // no weights, float32, float64, int32 weights
@@ -366,6 +370,8 @@ TEST_P(ReleaseOps, BincountEdgesAndErrors) {
   EXPECT_THROWS_SAYING(ValueError, "bincount", "minlength should be >= 0", bincount(x, {}, -1));
   EXPECT_THROWS_SAYING(ValueError, "bincount", "bincount only supports 1-d non-negative integral inputs.",
                        bincount(th::make_tensor(array_of({2}, {1, -1}), kInt64, dev())));
+  EXPECT_THROWS_SAYING(ValueError, "bincount", "bincount only supports 1-d non-negative integral inputs.",
+                       bincount(th::make_tensor(array_of({3}, {70000, -3, 5}), kInt64, dev())));
   EXPECT_THROWS_SAYING(ShapeError, "bincount", "bincount only supports 1-d non-negative integral inputs.",
                        bincount(zeros({2, 2}, l)));
   EXPECT_THROWS_SAYING(DTypeError, "bincount", "not implemented for 'float32'",

@@ -127,21 +127,32 @@ void scatter(const GatherParams& p) {
 // bincount: privatised histograms. Each thread counts its contiguous share of x into bins of
 // its own (int64 counts, or float64 sums of the weights), then the threads' bins are added in
 // thread order and rounded once to the output dtype. One thread when bins outnumber values.
+// Values outside [0, bins) are skipped (with `range`, the same pass flags negatives and finds
+// the maximum).
 template <typename I, typename W, typename Out>
 void bincount_typed(const BincountParams& p) {
   using Acc = std::conditional_t<std::is_same_v<W, void>, int64_t, double>;
   const I* x = static_cast<const I*>(p.x);
   Out* out = static_cast<Out*>(p.out);
+  const uint64_t nbins = static_cast<uint64_t>(p.bins);
   const int nt = p.n >= kParallelGrain && p.bins <= p.n / 4 ? omp_get_max_threads() : 1;
   // Counts go to 4 interleaved copies of a thread's bins (value i to copy i % 4), so that a hot
   // bin is 4 independent chains of increments rather than one that waits on each store.
   const int copies = std::is_same_v<W, void> && p.bins <= p.n / 16 ? 4 : 1, slots = nt * copies;
   std::vector<Acc> part(static_cast<size_t>(slots) * static_cast<size_t>(p.bins), Acc{});
-#pragma omp parallel num_threads(nt) if (nt > 1)
+  int64_t hi = 0;
+  bool negative = false;
+#pragma omp parallel num_threads(nt) if (nt > 1) reduction(max : hi) reduction(|| : negative)
   {
     const int t = omp_get_thread_num();
     const int64_t i0 = p.n * t / nt, i1 = p.n * (t + 1) / nt;
     Acc* h = part.data() + static_cast<size_t>(t) * static_cast<size_t>(copies) * static_cast<size_t>(p.bins);
+    // Out-of-range values (rare: only a speculative pass sees them) count into no bin.
+    auto see = [&](int64_t v) {
+      hi = v > hi ? v : hi;
+      negative = negative || v < 0;
+      return static_cast<uint64_t>(v) < nbins;
+    };
     if constexpr (std::is_same_v<W, void>) {
       if (copies == 4) {
         Acc* h1 = h + p.bins;
@@ -149,19 +160,27 @@ void bincount_typed(const BincountParams& p) {
         Acc* h3 = h2 + p.bins;
         int64_t i = i0;
         for (; i + 4 <= i1; i += 4) {
-          ++h[x[i]];
-          ++h1[x[i + 1]];
-          ++h2[x[i + 2]];
-          ++h3[x[i + 3]];
+          const int64_t v0 = x[i], v1 = x[i + 1], v2 = x[i + 2], v3 = x[i + 3];
+          if (see(v0)) ++h[v0];
+          if (see(v1)) ++h1[v1];
+          if (see(v2)) ++h2[v2];
+          if (see(v3)) ++h3[v3];
         }
-        for (; i < i1; ++i) ++h[x[i]];
+        for (; i < i1; ++i)
+          if (see(x[i])) ++h[x[i]];
       } else {
-        for (int64_t i = i0; i < i1; ++i) ++h[x[i]];
+        for (int64_t i = i0; i < i1; ++i)
+          if (see(x[i])) ++h[x[i]];
       }
     } else {
       const W* w = static_cast<const W*>(p.weights);
-      for (int64_t i = i0; i < i1; ++i) h[x[i]] += static_cast<double>(w[i]);
+      for (int64_t i = i0; i < i1; ++i)
+        if (see(x[i])) h[x[i]] += static_cast<double>(w[i]);
     }
+  }
+  if (p.range != nullptr) {
+    p.range[0] = negative ? 1 : 0;
+    p.range[1] = hi;
   }
 #pragma omp parallel for schedule(static) if (p.bins * slots >= kParallelGrain)
   for (int64_t b = 0; b < p.bins; ++b) {
@@ -169,20 +188,6 @@ void bincount_typed(const BincountParams& p) {
     for (int t = 1; t < slots; ++t) sum += part[static_cast<size_t>(t) * static_cast<size_t>(p.bins) + static_cast<size_t>(b)];
     out[b] = static_cast<Out>(sum);
   }
-}
-
-template <typename I>
-void bincount_range_typed(const BincountParams& p) {
-  const I* x = static_cast<const I*>(p.x);
-  int64_t lo = x[0], hi = x[0];
-#pragma omp parallel for schedule(static) reduction(min : lo) reduction(max : hi) if (p.n >= kParallelGrain)
-  for (int64_t i = 0; i < p.n; ++i) {
-    const int64_t v = x[i];
-    lo = v < lo ? v : lo;
-    hi = v > hi ? v : hi;
-  }
-  static_cast<int64_t*>(p.out)[0] = lo;
-  static_cast<int64_t*>(p.out)[1] = hi;
 }
 
 void bincount(const BincountParams& p) {
@@ -194,11 +199,6 @@ void bincount(const BincountParams& p) {
   };
   if (p.x_dtype == kInt32) with_input(TypeTag<int32_t>{});
   else with_input(TypeTag<int64_t>{});
-}
-
-void bincount_range(const BincountParams& p) {
-  if (p.x_dtype == kInt32) bincount_range_typed<int32_t>(p);
-  else bincount_range_typed<int64_t>(p);
 }
 
 }  // namespace anvil::cpu

@@ -206,6 +206,7 @@ void batch_norm_train(const BatchNormParams& p) {
         const double q = lane_total(pq);
         finish(ch, s, q);
         const Acc invstd = invstd_of(ch);
+        batch_norm_channel_tail<Acc>(p, ch, mean_out[ch], var_out[ch], invstd);
         for (int64_t i = 0; i < a; ++i) {
           const T* row = x + (i * c + ch) * b;
           T* out = y + (i * c + ch) * b;
@@ -246,6 +247,7 @@ void batch_norm_train(const BatchNormParams& p) {
         double sq = 0;
         for (int i = 0; i < n_t; ++i) sq += pq[static_cast<size_t>(i * c + ch)];
         finish(ch, ps[static_cast<size_t>(ch)], sq);
+        batch_norm_channel_tail<Acc>(p, ch, mean_out[ch], var_out[ch], invstd_of(ch));
       }
       std::vector<Acc> invstd(static_cast<size_t>(c));
       for (int64_t ch = 0; ch < c; ++ch) invstd[static_cast<size_t>(ch)] = invstd_of(ch);

@@ -43,16 +43,14 @@ AxisList<Acc> forward_list(const UpsampleParams& p, const UpsampleAxis& a) {
 }
 
 // Input index i: every output o of its range that reads it, with the sum of the weights of o's
-// taps at i (clamped taps can repeat an index); ranges[2 i], ranges[2 i + 1] get the range.
+// taps at i (clamped taps can repeat an index).
 template <typename Acc>
-AxisList<Acc> backward_list(const UpsampleParams& p, const UpsampleAxis& a, int64_t* ranges) {
+AxisList<Acc> backward_list(const UpsampleParams& p, const UpsampleAxis& a) {
   AxisList<Acc> l;
   int64_t idx[4];
   Acc w[4];
   for (int64_t i = 0; i < a.in; ++i) {
     const UpsampleRange r = upsample_output_range<Acc>(p.mode, p.align_corners, a, i);
-    ranges[2 * i] = r.lo;
-    ranges[2 * i + 1] = r.hi;
     for (int64_t o = r.lo; o < r.hi; ++o) {
       const int n = upsample_taps<Acc>(p.mode, p.align_corners, a, o, idx, w);
       Acc sum = Acc(0);
@@ -228,10 +226,8 @@ void upsample_backward(const UpsampleParams& p) {
   dispatch_upsample(p, "[upsample_backward]", [&](auto t, auto acc) {
     using T = decltype(t);
     using Acc = decltype(acc);
-    int64_t* r = p.ranges;
-    const AxisList<Acc> l[3] = {backward_list<Acc>(p, p.axis[0], r),
-                                backward_list<Acc>(p, p.axis[1], r + 2 * p.axis[0].in),
-                                backward_list<Acc>(p, p.axis[2], r + 2 * (p.axis[0].in + p.axis[1].in))};
+    const AxisList<Acc> l[3] = {backward_list<Acc>(p, p.axis[0]), backward_list<Acc>(p, p.axis[1]),
+                                backward_list<Acc>(p, p.axis[2])};
     if (!p.channels_last && (p.mode == UpsampleMode::Nearest || p.mode == UpsampleMode::NearestExact)) {
       nearest_backward_rows<T, Acc>(p, l, forward_list<Acc>(p, p.axis[2]));
       return;

@@ -2,6 +2,7 @@
 // [0, size) is never followed: gather-like ops write 0 in its place, scatter skips it, and the
 // kernel sets the sticky device-side flag that the next synchronisation turns into IndexError.
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -157,8 +158,10 @@ void launch_index_select(const IndexSelectParams& p, int64_t inner_units, const 
 
 // ---- bincount. Bins that fit in shared memory are counted per block there and merged into
 // the output with one global atomic per non-zero bin and block; more bins go to the output
-// directly. Lanes of a warp holding the same value are combined first (one atomic per distinct
-// value in the warp), so a hot bin costs an atomic per warp, not 32 serialised ones.
+// directly. Each thread keeps a run: consecutive values of its stride that are equal add up in
+// a register and reach the bins as one atomic when the value changes, so a hot bin (a mask, a
+// class histogram) costs an atomic per run, not one per value. Values outside [0, bins) are
+// skipped; with `range` set, the pass also flags negative values and finds max(x).
 template <typename T>
 __device__ __forceinline__ void bin_add(T* addr, T v) {
   if constexpr (std::is_same_v<T, int64_t>) atomicAdd(reinterpret_cast<unsigned long long*>(addr), static_cast<unsigned long long>(v));
@@ -171,71 +174,70 @@ template <typename I, typename W, typename A, typename Out, bool kShared>
 __global__ void __launch_bounds__(kThreads) bincount_kernel(const __grid_constant__ BincountParams p) {
   extern __shared__ __align__(16) unsigned char bincount_smem[];
   constexpr bool kCounts = std::is_same_v<W, void>;
+  constexpr int kUnroll = 8;  // loads in flight per thread before their values are binned
   A* bins = kShared ? reinterpret_cast<A*>(bincount_smem) : reinterpret_cast<A*>(p.out);
-  const int nbins = static_cast<int>(kShared ? p.bins : 0);
   if constexpr (kShared) {
-    for (int b = threadIdx.x; b < nbins; b += blockDim.x) bins[b] = A{};
+    for (int b = threadIdx.x; b < p.bins; b += blockDim.x) bins[b] = A{};
     __syncthreads();
   }
   const I* x = static_cast<const I*>(p.x);
-  const int lane = static_cast<int>(threadIdx.x & 31);
+  const unsigned long long nbins = static_cast<unsigned long long>(p.bins);
   const int64_t stride = grid_threads();
-  for (int64_t i = global_thread(); i - lane < p.n; i += stride) {  // warp-uniform bound
-    const bool valid = i < p.n;
-    const long long v = valid ? static_cast<long long>(x[i]) : -1;
-    const unsigned peers = __match_any_sync(0xffffffffu, v);
-    if constexpr (kCounts) {
-      if (valid && lane == __ffs(peers) - 1) bin_add(&bins[v], static_cast<A>(__popc(peers)));
-    } else {
-      A add = valid ? static_cast<A>(static_cast<const W*>(p.weights)[i]) : A{};
-      if (peers == 0xffffffffu) {  // one value across the warp: sum there, one atomic
+  long long cur = -1, hi = 0;  // the run's value (-1: none) and the largest value seen
+  bool negative = false;
+  A run{};
+  for (int64_t i0 = global_thread(); i0 < p.n; i0 += kUnroll * stride) {
+    long long v[kUnroll];
+    A add[kUnroll];
 #pragma unroll
-        for (int o = 16; o > 0; o /= 2) add += __shfl_xor_sync(0xffffffffu, add, o);
-        if (valid && lane == 0) bin_add(&bins[v], add);
-      } else if (valid) {
-        bin_add(&bins[v], add);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = i0 + u * stride;
+      v[u] = i < p.n ? static_cast<long long>(x[i]) : -1;
+      if constexpr (kCounts) add[u] = A(1);
+      else add[u] = i < p.n ? static_cast<A>(static_cast<const W*>(p.weights)[i]) : A{};
+      if (i >= p.n) add[u] = A{};
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (i0 + u * stride >= p.n) break;
+      negative |= v[u] < 0;
+      hi = v[u] > hi ? v[u] : hi;
+      const bool in = static_cast<unsigned long long>(v[u]) < nbins;
+      if (in && v[u] == cur) {
+        run += add[u];
+        continue;
       }
+      if (cur >= 0) bin_add(&bins[cur], run);
+      cur = in ? v[u] : -1;
+      run = in ? add[u] : A{};
+    }
+  }
+  if (cur >= 0) bin_add(&bins[cur], run);
+  if (p.range != nullptr) {
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) {
+      const long long h2 = __shfl_xor_sync(0xffffffffu, hi, o);
+      hi = h2 > hi ? h2 : hi;
+    }
+    negative = __any_sync(0xffffffffu, negative);
+    if ((threadIdx.x & 31) == 0) {
+      if (negative) atomicOr(reinterpret_cast<unsigned long long*>(p.range), 1ull);
+      atomicMax(reinterpret_cast<long long*>(p.range) + 1, hi);
     }
   }
   if constexpr (kShared) {
     __syncthreads();
     Out* out = static_cast<Out*>(p.out);
-    for (int b = threadIdx.x; b < nbins; b += blockDim.x)
+    for (int b = threadIdx.x; b < p.bins; b += blockDim.x)
       if (bins[b] != A{}) bin_add(&out[b], static_cast<Out>(bins[b]));
-  }
-}
-
-// bincount_range: per-thread min / max, reduced over the warp, then one 64-bit atomicMin /
-// atomicMax per warp into out[0] / out[1] (set to the extremes first by the one-thread kernel).
-__global__ void bincount_range_init(int64_t* out) {
-  out[0] = INT64_MAX;
-  out[1] = INT64_MIN;
-}
-template <typename I>
-__global__ void __launch_bounds__(kThreads) bincount_range_kernel(const I* x, int64_t n, int64_t* out) {
-  long long lo = INT64_MAX, hi = INT64_MIN;
-  const int64_t stride = grid_threads();
-  for (int64_t i = global_thread(); i < n; i += stride) {
-    const long long v = x[i];
-    lo = v < lo ? v : lo;
-    hi = v > hi ? v : hi;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) {
-    const long long l2 = __shfl_xor_sync(0xffffffffu, lo, o), h2 = __shfl_xor_sync(0xffffffffu, hi, o);
-    lo = l2 < lo ? l2 : lo;
-    hi = h2 > hi ? h2 : hi;
-  }
-  if ((threadIdx.x & 31) == 0) {
-    atomicMin(reinterpret_cast<long long*>(out), lo);
-    atomicMax(reinterpret_cast<long long*>(out) + 1, hi);
   }
 }
 
 template <typename I, typename W, typename A, typename Out>
 void launch_bincount(const BincountParams& p, const KernelLaunch& launch) {
   constexpr size_t kSmem = 48 * 1024;
-  const unsigned blocks = launch.blocks((p.n + 15) / 16);  // >= 16 values per thread amortise a block's bins
+  static const int vpt = [] { const char* e = std::getenv("ANVIL_BINCOUNT_VPT"); return e ? std::atoi(e) : 16; }();
+  const unsigned blocks = launch.blocks(p.n, vpt);
   if (static_cast<size_t>(p.bins) * sizeof(A) <= kSmem) {
     bincount_kernel<I, W, A, Out, true><<<blocks, kThreads, static_cast<size_t>(p.bins) * sizeof(A), launch.stream()>>>(p);
   } else {
@@ -314,17 +316,6 @@ void bincount(const BincountParams& p) {
   launch.check("[bincount]");
 }
 
-void bincount_range(const BincountParams& p) {
-  KernelLaunch launch(p.out);
-  int64_t* out = static_cast<int64_t*>(p.out);
-  bincount_range_init<<<1, 1, 0, launch.stream()>>>(out);
-  const unsigned blocks = launch.blocks(p.n, 8);
-  if (p.x_dtype == kInt32)
-    bincount_range_kernel<<<blocks, kThreads, 0, launch.stream()>>>(static_cast<const int32_t*>(p.x), p.n, out);
-  else
-    bincount_range_kernel<<<blocks, kThreads, 0, launch.stream()>>>(static_cast<const int64_t*>(p.x), p.n, out);
-  launch.check("[bincount]");
-}
 
 }  // namespace anvil::cuda_backend
 

@@ -9,6 +9,7 @@
 // as docs/SEMANTICS.md promises. Misaligned rows load the same packs element by element.
 // Compute is float32 (float64 for float64) with one rounding of the output.
 #include <algorithm>
+#include <numeric>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -17,6 +18,7 @@
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
 #include "cuda/device/pdl.cuh"
+#include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
@@ -246,6 +248,7 @@ struct SegmentNorm {
   int64_t a = 0, segments = 0, b = 0;                                // statistics: x as [a, segments, b]
   int64_t outer = 0, c = 0, inner = 0, channels_per_segment = 1;     // normalisation: x as [outer, c, inner]
   double eps = 0;
+  BatchNormParams bn;  // batch norm: the per-channel tail's outputs (batch_norm_channel_tail)
 };
 
 template <typename A>
@@ -346,7 +349,7 @@ __global__ void __launch_bounds__(kStatThreads) rows_stats_kernel(const T* __res
 template <typename T, typename A, bool kBatchNorm>
 __global__ void segment_finish_kernel(const T* __restrict__ x, const double2* __restrict__ partial, A* __restrict__ stat,
                                       void* mean_out, void* second_out, int64_t segments, int64_t shift_stride,
-                                      int chunks, double count, double eps) {
+                                      int chunks, double count, double eps, const __grid_constant__ BatchNormParams bn) {
   const int64_t s = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (s >= segments) return;  // whole warps leave together
@@ -371,27 +374,80 @@ __global__ void segment_finish_kernel(const T* __restrict__ x, const double2* __
   if constexpr (kBatchNorm) {
     static_cast<A*>(mean_out)[s] = mean_a;
     static_cast<A*>(second_out)[s] = var_a;
+    batch_norm_channel_tail<A>(bn, s, mean_a, var_a, rstd);
   } else {
     static_cast<T*>(mean_out)[s] = from_compute<T>(mean_a);
     static_cast<T*>(second_out)[s] = from_compute<T>(rstd);
   }
 }
 
+// q / d and q % d in the kernel's index type: by the host's multiply-high divisor for int32
+// indices (below 2^31), by division for int64.
+template <typename I>
+__device__ __forceinline__ void norm_divmod(I n, I d, const cuda_device::FastDivmod& f, I& q, I& r) {
+  if constexpr (sizeof(I) == 4) {
+    uint32_t q32, r32;
+    f(static_cast<uint32_t>(n), q32, r32);
+    q = static_cast<I>(q32);
+    r = static_cast<I>(r32);
+  } else {
+    q = n / d;
+    r = n - q * d;
+  }
+}
+
+// The divisors of the normalisation's index map.
+struct NormDivs {
+  cuda_device::FastDivmod inner, c, cps, nstat;
+};
+
 // y over x [outer, c, inner]; element (o, ch, i) uses weight[ch] and statistics row
 // ((o * c + ch) / cps) % nstat. kConsecutive: inner == 1, the V elements of a load are V
-// channels; otherwise inner % V == 0 and they share one.
-template <typename T, typename A, int V, bool kConsecutive, typename I>
+// channels; otherwise inner % V == 0 and they share one. kFixed (with kConsecutive, cps == 1
+// and nstat == c): the grid's stride in elements is a multiple of c, so each thread sees the
+// same V channels on every step and loads their parameters once.
+template <typename T, typename A, int V, bool kConsecutive, bool kFixed, typename I>
 __global__ void segment_normalize_kernel(const T* __restrict__ x, T* __restrict__ y, const A* __restrict__ stat,
                                          const A* __restrict__ w, const A* __restrict__ bias, I packs, I c, I inner, I cps,
-                                         I nstat) {
-  for (I q = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs; q += static_cast<I>(gridDim.x) * blockDim.x) {
+                                         I nstat, const __grid_constant__ NormDivs dv) {
+  const I q0 = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x, stride = static_cast<I>(gridDim.x) * blockDim.x;
+  if constexpr (kFixed) {
+    A mean[V], rstd[V], wv[V], bv[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      I ch, unused;
+      norm_divmod<I>(q0 * V + e, c, dv.c, unused, ch);
+      mean[e] = stat[2 * ch];
+      rstd[e] = stat[2 * ch + 1];
+      wv[e] = w ? w[ch] : A(1);
+      bv[e] = bias ? bias[ch] : A(0);
+    }
+    for (I q = q0; q < packs; q += stride) {
+      const Pack<T, V> v = reinterpret_cast<const Pack<T, V>*>(x)[q];
+      Pack<T, V> out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        A r = mul_rn(static_cast<A>(to_compute(v.v[e])) - mean[e], rstd[e]);
+        if (w) r = mul_rn(r, wv[e]);
+        if (bias) r = add_rn(r, bv[e]);
+        out.v[e] = from_compute<T>(r);
+      }
+      reinterpret_cast<Pack<T, V>*>(y)[q] = out;
+    }
+    return;
+  }
+  for (I q = q0; q < packs; q += stride) {
     const Pack<T, V> v = reinterpret_cast<const Pack<T, V>*>(x)[q];
     Pack<T, V> out;
-    const I lin = q * V / inner;  // o * c + ch of the first element
+    I lin, unused;  // o * c + ch of the first element
+    norm_divmod<I>(q * V, inner, dv.inner, lin, unused);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       const I l = kConsecutive ? lin + e : lin;
-      const I ch = l % c, st = l / cps % nstat;
+      I ch, st, t;
+      norm_divmod<I>(l, c, dv.c, t, ch);
+      norm_divmod<I>(l, cps, dv.cps, t, st);
+      norm_divmod<I>(t, nstat, dv.nstat, t, st);
       A r = mul_rn(static_cast<A>(to_compute(v.v[e])) - stat[2 * st], stat[2 * st + 1]);
       if (w) r = mul_rn(r, w[ch]);
       if (bias) r = add_rn(r, bias[ch]);
@@ -456,7 +512,7 @@ void launch_segment_norm(const SegmentNorm& p, bool batch_norm, const KernelLaun
   const unsigned finish_blocks = static_cast<unsigned>(ceil_div(p.segments * 32, 256));
   auto finish = batch_norm ? segment_finish_kernel<T, A, true> : segment_finish_kernel<T, A, false>;
   finish<<<finish_blocks, 256, 0, launch.stream()>>>(x, partial, stat, p.mean, p.second, p.segments, rows ? 1 : p.b,
-                                                     static_cast<int>(chunks), static_cast<double>(count), p.eps);
+                                                     static_cast<int>(chunks), static_cast<double>(count), p.eps, p.bn);
   launch.check(name);
 
   // 3. normalisation
@@ -464,14 +520,35 @@ void launch_segment_norm(const SegmentNorm& p, bool batch_norm, const KernelLaun
   const A* bias = static_cast<const A*>(p.bias);
   const I c = static_cast<I>(p.c), inner = static_cast<I>(p.inner), cps = static_cast<I>(p.channels_per_segment);
   const I nstat = static_cast<I>(p.segments);
-  auto run = [&](auto kernel, int v) {
+  const bool small = sizeof(I) == 4;  // the divisors take int32 indices
+  NormDivs dv;
+  if (small) {
+    dv.inner = cuda_device::FastDivmod(static_cast<uint32_t>(p.inner));
+    dv.c = cuda_device::FastDivmod(static_cast<uint32_t>(p.c));
+    dv.cps = cuda_device::FastDivmod(static_cast<uint32_t>(p.channels_per_segment));
+    dv.nstat = cuda_device::FastDivmod(static_cast<uint32_t>(p.segments));
+  }
+  auto run = [&](auto kernel, int v, unsigned blocks) {
     const int64_t packs = total / v;
-    kernel<<<launch.blocks(packs), KernelLaunch::kThreads, 0, launch.stream()>>>(x, y, stat, w, bias, static_cast<I>(packs),
-                                                                                c, inner, cps, nstat);
+    kernel<<<blocks, KernelLaunch::kThreads, 0, launch.stream()>>>(x, y, stat, w, bias, static_cast<I>(packs), c, inner,
+                                                                  cps, nstat, dv);
   };
-  if (aligned && p.inner % V == 0) run(segment_normalize_kernel<T, A, V, false, I>, V);
-  else if (aligned && p.inner == 1 && p.c % V == 0) run(segment_normalize_kernel<T, A, V, true, I>, V);
-  else run(segment_normalize_kernel<T, A, 1, false, I>, 1);
+  if (aligned && p.inner % V == 0) {
+    run(segment_normalize_kernel<T, A, V, false, false, I>, V, launch.blocks(total / V));
+  } else if (aligned && p.inner == 1 && p.c % V == 0) {
+    // Channels-last batch norm: a grid whose stride is a multiple of c fixes each thread's channels.
+    unsigned blocks = launch.blocks(total / V);
+    const int64_t per_block = int64_t{KernelLaunch::kThreads} * V;
+    const int64_t unit = p.c / std::gcd(p.c, per_block);  // blocks must be a multiple of this
+    if (p.channels_per_segment == 1 && p.segments == p.c && unit <= blocks) {
+      blocks = static_cast<unsigned>(blocks / unit * unit);
+      run(segment_normalize_kernel<T, A, V, true, true, I>, V, blocks);
+    } else {
+      run(segment_normalize_kernel<T, A, V, true, false, I>, V, blocks);
+    }
+  } else {
+    run(segment_normalize_kernel<T, A, 1, false, false, I>, 1, launch.blocks(total));
+  }
   launch.check(name);
 }
 
@@ -549,6 +626,7 @@ void batch_norm_train(const BatchNormParams& p) {
   s.inner = p.b;
   s.channels_per_segment = 1;
   s.eps = p.eps;
+  s.bn = p;
   run_segment_norm(s, "[batch_norm]", /*batch_norm=*/true);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -324,11 +325,24 @@ void memcpy_to_device(void* dst, const void* src, size_t nbytes, Device device) 
 }
 
 // Waits for the current stream only: the bytes are ordered after the work that produced them.
+// Small reads (a scalar, bincount's size, a sampled token) go through a pinned buffer: the copy
+// engine writes it directly, where pageable memory is staged by the driver.
 void memcpy_to_host(void* dst, const void* src, size_t nbytes, Device device) {
   if (nbytes == 0) return;
   KernelLaunch launch(device.index, 0);
-  ANVIL_CUDA_CHECK("[copy_]", cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, launch.stream()));
-  ANVIL_CUDA_CHECK("[copy_]", cudaStreamSynchronize(launch.stream()));
+  constexpr size_t kStaged = 4096;
+  static std::mutex mu;
+  static void* staging = nullptr;  // shared by every device (portable), never freed
+  if (nbytes <= kStaged) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (staging == nullptr) ANVIL_CUDA_CHECK("[copy_]", cudaHostAlloc(&staging, kStaged, cudaHostAllocPortable));
+    ANVIL_CUDA_CHECK("[copy_]", cudaMemcpyAsync(staging, src, nbytes, cudaMemcpyDeviceToHost, launch.stream()));
+    ANVIL_CUDA_CHECK("[copy_]", cudaStreamSynchronize(launch.stream()));
+    std::memcpy(dst, staging, nbytes);
+  } else {
+    ANVIL_CUDA_CHECK("[copy_]", cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, launch.stream()));
+    ANVIL_CUDA_CHECK("[copy_]", cudaStreamSynchronize(launch.stream()));
+  }
   check_index_error_flag();
 }
 

@@ -12,6 +12,8 @@
 #include "core/element.h"
 #include "core/kernels/upsample.h"
 #include "cuda/device/map.cuh"
+#include "cuda/allocator.h"
+#include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
@@ -87,58 +89,131 @@ __global__ void __launch_bounds__(kThreads) upsample_kernel(const __grid_constan
   }
 }
 
+// ---- backward: a table per axis, then the gather.
+// Input index i of an axis is read by the outputs [lo, lo + count) (upsample_output_range; each
+// of them reads i, since an output's taps are contiguous from its lowest to its highest), with
+// weight w_j for output lo + j: the sum, from 0 in tap order, of that output's taps at i (clamped
+// taps repeat an index), as the CPU's backward list sums them. The table keeps w_j for j < kTableTaps
+// (j-major, so that neighbouring input indices are neighbouring words); longer ranges (large
+// scale factors, or scales inconsistent with the sizes) recompute the rest (weight_at).
+constexpr int kTableTaps = 8;
+
 template <typename Acc>
-__global__ void __launch_bounds__(kThreads) upsample_ranges_kernel(const __grid_constant__ UpsampleParams p) {
+struct AxisTable {
+  const int64_t* lo;   // [in]
+  const int32_t* count;  // [in]
+  const Acc* w;        // [kTableTaps][stride]
+  int64_t stride;      // in_D + in_H + in_W: the j-th weights of every axis form one row
+};
+
+// The summed weight with which output o of axis a reads input i.
+template <typename Acc>
+__device__ __forceinline__ Acc weight_at(const UpsampleParams& p, const UpsampleAxis& a, int64_t o, int64_t i) {
+  int64_t idx[4];
+  Acc tw[4];
+  const int n = upsample_taps<Acc>(p.mode, p.align_corners, a, o, idx, tw);
+  Acc w = Acc(0);
+  for (int j = 0; j < n; ++j)
+    if (idx[j] == i) w += tw[j];
+  return w;
+}
+
+// A thread per input index of every axis (axis 0's first).
+template <typename Acc>
+__global__ void __launch_bounds__(kThreads) upsample_tables_kernel(const __grid_constant__ UpsampleParams p, int64_t* lo,
+                                                                   int32_t* count, Acc* w) {
   const int64_t total = p.axis[0].in + p.axis[1].in + p.axis[2].in;
   for (int64_t t = cuda_device::global_thread(); t < total; t += cuda_device::grid_threads()) {
     const int a = t < p.axis[0].in ? 0 : t < p.axis[0].in + p.axis[1].in ? 1 : 2;
     const int64_t i = a == 0 ? t : a == 1 ? t - p.axis[0].in : t - p.axis[0].in - p.axis[1].in;
     const UpsampleRange r = upsample_output_range<Acc>(p.mode, p.align_corners, p.axis[a], i);
-    p.ranges[2 * t] = r.lo;
-    p.ranges[2 * t + 1] = r.hi;
+    lo[t] = r.lo;
+    count[t] = static_cast<int32_t>(r.hi - r.lo);
+    for (int j = 0; j < kTableTaps; ++j) w[j * total + t] = r.lo + j < r.hi ? weight_at<Acc>(p, p.axis[a], r.lo + j, i) : Acc(0);
   }
 }
 
-// The summed weight with which output o of axis a reads input i (false: it does not).
+// The weight of the j-th output reading input index t of the table (i of axis a).
 template <typename Acc>
-__device__ __forceinline__ bool weight_at(const UpsampleParams& p, const UpsampleAxis& a, int64_t o, int64_t i, Acc& w) {
-  int64_t idx[4];
-  Acc tw[4];
-  const int n = upsample_taps<Acc>(p.mode, p.align_corners, a, o, idx, tw);
-  bool reads = false;
-  w = Acc(0);
-  for (int j = 0; j < n; ++j)
-    if (idx[j] == i) w += tw[j], reads = true;
-  return reads;
+__device__ __forceinline__ Acc table_weight(const UpsampleParams& p, const AxisTable<Acc>& tab, const UpsampleAxis& a,
+                                            int64_t t, int64_t i, int64_t lo, int j) {
+  return j < kTableTaps ? tab.w[j * tab.stride + t] : weight_at<Acc>(p, a, lo + j, i);
 }
 
+// n / d and n % d in the kernel's index type: multiply-high for 32-bit indices, the division
+// routine for 64-bit ones.
+template <typename I>
+struct IndexDiv;
+template <>
+struct IndexDiv<uint32_t> {
+  cuda_device::FastDivmod f;
+  IndexDiv() = default;
+  explicit IndexDiv(int64_t d) : f(static_cast<uint32_t>(d)) {}
+  __device__ __forceinline__ void operator()(uint32_t n, uint32_t& q, uint32_t& r) const { f(n, q, r); }
+};
+template <>
+struct IndexDiv<int64_t> {
+  int64_t d = 1;
+  IndexDiv() = default;
+  explicit IndexDiv(int64_t v) : d(v) {}
+  __device__ __forceinline__ void operator()(int64_t n, int64_t& q, int64_t& r) const { cuda_device::divmod(n, d, q, r); }
+};
+
+// grad_input's extents in its memory order, innermost first: (W, H, D, c) channels-first,
+// (c, W, H, D) channels-last.
+template <typename I>
+struct BackwardDivs {
+  IndexDiv<I> d0, d1, d2, d3;
+};
+
+// A thread per grad_input element, in its memory order. Its W row's weights (the same for every
+// D and H output it sums) are loaded once into registers; the D and H weights are warp-uniform
+// loads (neighbouring threads share d and h). Sums nest as the CPU's: W within H within D,
+// outputs ascending; values accumulate in Acc and round once.
 template <typename T, typename Acc, typename I>
-__global__ void __launch_bounds__(kThreads) upsample_backward_kernel(const __grid_constant__ UpsampleParams p, I total) {
+__global__ void __launch_bounds__(kThreads) upsample_backward_kernel(const __grid_constant__ UpsampleParams p,
+                                                                     const __grid_constant__ AxisTable<Acc> tab,
+                                                                     const __grid_constant__ BackwardDivs<I> dv, I total) {
   const T* src = static_cast<const T*>(p.src);
   T* dst = static_cast<T*>(p.dst);
   const UpsampleAxis &aD = p.axis[0], &aH = p.axis[1], &aW = p.axis[2];
-  const int64_t* rD = p.ranges;
-  const int64_t* rH = rD + 2 * aD.in;
-  const int64_t* rW = rH + 2 * aH.in;
+  const I oD = static_cast<I>(aD.out), oH = static_cast<I>(aH.out), oW = static_cast<I>(aW.out);
   const I c = static_cast<I>(p.c);
+  const int64_t base_h = aD.in, base_w = aD.in + aH.in;  // the axes' first rows in the table
   for (I e = static_cast<I>(cuda_device::global_thread()); e < total; e += static_cast<I>(cuda_device::grid_threads())) {
-    const Coord<I> k = coord_of<I>(e, p.channels_last, c, static_cast<I>(aD.in), static_cast<I>(aH.in), static_cast<I>(aW.in));
+    I q, nn, ch = 0, d, h, w;
+    if (!p.channels_last) {
+      dv.d0(e, q, w);
+      dv.d1(q, q, h);
+      dv.d2(q, nn, d);  // nn = n * c + ch
+    } else {
+      dv.d0(e, q, ch);
+      dv.d1(q, q, w);
+      dv.d2(q, q, h);
+      dv.d3(q, nn, d);  // nn = n
+    }
+    const int64_t tw = base_w + w, th = base_h + h;
+    const int64_t lo_w = tab.lo[tw], lo_h = tab.lo[th], lo_d = tab.lo[d];
+    const int n_w = tab.count[tw], n_h = tab.count[th], n_d = tab.count[d];
+    Acc ww[kTableTaps];
+#pragma unroll
+    for (int j = 0; j < kTableTaps; ++j) ww[j] = j < n_w ? tab.w[j * tab.stride + tw] : Acc(0);
     Acc acc_d = Acc(0);
-    for (int64_t od = rD[2 * k.d]; od < rD[2 * k.d + 1]; ++od) {
-      Acc wd;
-      if (!weight_at(p, aD, od, k.d, wd)) continue;
+    for (int a = 0; a < n_d; ++a) {
+      const Acc wd = table_weight(p, tab, aD, d, d, lo_d, a);
+      const I od = static_cast<I>(lo_d + a);
       Acc acc_h = Acc(0);
-      for (int64_t oh = rH[2 * k.h]; oh < rH[2 * k.h + 1]; ++oh) {
-        Acc wh;
-        if (!weight_at(p, aH, oh, k.h, wh)) continue;
+      for (int b = 0; b < n_h; ++b) {
+        const Acc wh = table_weight(p, tab, aH, th, h, lo_h, b);
+        const I row = (nn * oD + od) * oH + static_cast<I>(lo_h + b);
+        const T* line = p.channels_last ? src + (row * oW + static_cast<I>(lo_w)) * c + ch : src + row * oW + static_cast<I>(lo_w);
+        const I step = p.channels_last ? c : I(1);
         Acc acc_w = Acc(0);
-        for (int64_t ow = rW[2 * k.w]; ow < rW[2 * k.w + 1]; ++ow) {
-          Acc ww;
-          if (!weight_at(p, aW, ow, k.w, ww)) continue;
-          acc_w += ww * convert<Acc>(src[offset_of<I>(p.channels_last, k.n, k.c, c, static_cast<I>(aD.out),
-                                                       static_cast<I>(aH.out), static_cast<I>(aW.out), static_cast<I>(od),
-                                                       static_cast<I>(oh), static_cast<I>(ow))]);
-        }
+#pragma unroll
+        for (int j = 0; j < kTableTaps; ++j)
+          if (j < n_w) acc_w += ww[j] * convert<Acc>(line[static_cast<I>(j) * step]);
+        for (int j = kTableTaps; j < n_w; ++j)
+          acc_w += weight_at<Acc>(p, aW, lo_w + j, w) * convert<Acc>(line[static_cast<I>(j) * step]);
         acc_h += wh * acc_w;
       }
       acc_d += wd * acc_h;
@@ -226,15 +301,33 @@ void upsample_backward(const UpsampleParams& p) {
   if (total == 0) return;
   KernelLaunch launch(p.dst);
   dispatch_upsample(p, "[upsample_backward]", [&](auto t, auto acc) {
-    const int64_t axes = p.axis[0].in + p.axis[1].in + p.axis[2].in;
-    upsample_ranges_kernel<decltype(acc)><<<launch.blocks(axes), kThreads, 0, launch.stream()>>>(p);
     using T = decltype(t);
     using Acc = decltype(acc);
-    if (fits_u32(p))
-      upsample_backward_kernel<T, Acc, uint32_t><<<launch.blocks(total), kThreads, 0, launch.stream()>>>(
-          p, static_cast<uint32_t>(total));
-    else
-      upsample_backward_kernel<T, Acc, int64_t><<<launch.blocks(total), kThreads, 0, launch.stream()>>>(p, total);
+    const UpsampleAxis &aD = p.axis[0], &aH = p.axis[1], &aW = p.axis[2];
+    const int64_t ins = aD.in + aH.in + aW.in;
+    // The tables: lo (int64), w (Acc) and count (int32), in that order for alignment.
+    const size_t lo_bytes = static_cast<size_t>(ins) * sizeof(int64_t);
+    const size_t w_bytes = static_cast<size_t>(ins) * kTableTaps * sizeof(Acc);
+    allocator::Scratch tables(launch.device(), lo_bytes + w_bytes + static_cast<size_t>(ins) * sizeof(int32_t),
+                              launch.stream());
+    char* base = static_cast<char*>(tables.get());
+    AxisTable<Acc> tab{reinterpret_cast<int64_t*>(base), reinterpret_cast<int32_t*>(base + lo_bytes + w_bytes),
+                       reinterpret_cast<Acc*>(base + lo_bytes), ins};
+    upsample_tables_kernel<Acc><<<launch.blocks(ins), kThreads, 0, launch.stream()>>>(
+        p, const_cast<int64_t*>(tab.lo), const_cast<int32_t*>(tab.count), const_cast<Acc*>(tab.w));
+    auto run = [&](auto index) {
+      using I = decltype(index);
+      BackwardDivs<I> dv;
+      if (!p.channels_last) {
+        dv.d0 = IndexDiv<I>(aW.in), dv.d1 = IndexDiv<I>(aH.in), dv.d2 = IndexDiv<I>(aD.in);
+      } else {
+        dv.d0 = IndexDiv<I>(p.c), dv.d1 = IndexDiv<I>(aW.in), dv.d2 = IndexDiv<I>(aH.in), dv.d3 = IndexDiv<I>(aD.in);
+      }
+      upsample_backward_kernel<T, Acc, I>
+          <<<launch.blocks(total), kThreads, 0, launch.stream()>>>(p, tab, dv, static_cast<I>(total));
+    };
+    if (fits_u32(p)) run(uint32_t{});
+    else run(int64_t{});
   });
   launch.check("[upsample_backward]");
 }

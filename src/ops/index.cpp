@@ -281,25 +281,36 @@ Tensor bincount(const Tensor& x_in, const Tensor& weights_in, int64_t minlength)
                 " weights should be 1-d and have the same length as input");
   }
   const Tensor x = t == kInt32 ? x_in.contiguous() : x_in.to(kInt64).contiguous();
+  const DType out_dtype = !weighted ? kInt64 : weights_in.dtype() == kFloat32 ? kFloat32 : kFloat64;
+  Tensor w;
+  if (weighted) w = weights_in.to(out_dtype).contiguous();
   BincountParams p;
   p.x = x.raw_data_ptr();
   p.x_dtype = x.dtype();
   p.n = x.numel();
-  // The output's length is max(x) + 1: min and max in one pass, read back to the host.
-  Tensor range = empty({2}, TensorOptions(kInt64).device(x.device()));
-  p.out = range.raw_data_ptr();
-  ANVIL_KERNEL(x.device(), bincount_range, p);
-  range = range.to(Device(kCPU));
-  const int64_t* lo_hi = static_cast<const int64_t*>(range.raw_data_ptr());
-  ANVIL_CHECK(lo_hi[0] >= 0, ValueError, name, " bincount only supports 1-d non-negative integral inputs.");
-  const int64_t bins = std::max(lo_hi[1] + 1, minlength);
-  const DType out_dtype = !weighted ? kInt64 : weights_in.dtype() == kFloat32 ? kFloat32 : kFloat64;
-  Tensor out = zeros({bins}, TensorOptions(out_dtype).device(x_in.device()));
-  Tensor w;
-  if (weighted) w = weights_in.to(out_dtype).contiguous();
   p.weights = weighted ? w.raw_data_ptr() : nullptr;
-  p.out = out.raw_data_ptr();
   p.out_dtype = out_dtype;
+  // The output's length is max(x) + 1, which only the data knows: a first pass counts into a
+  // guess of at least minlength bins and finds max(x) as it goes; the host reads the max back
+  // (the op's one sync, as PyTorch's) and only when it was past the guess counts again.
+  constexpr int64_t kGuessBins = 4096;
+  const int64_t guess = std::max(minlength, std::min(kGuessBins, std::max<int64_t>(p.n, 64)));
+  // Counts are int64 like the range: both come from one zero fill.
+  Tensor out = zeros({weighted ? guess : guess + 2}, TensorOptions(out_dtype).device(x_in.device()));
+  Tensor range = weighted ? zeros({2}, TensorOptions(kInt64).device(x.device())) : out.narrow(0, guess, 2);
+  if (!weighted) out = out.narrow(0, 0, guess);
+  p.range = static_cast<int64_t*>(range.raw_data_ptr());
+  p.out = out.raw_data_ptr();
+  p.bins = guess;
+  ANVIL_KERNEL(x.device(), bincount, p);
+  range = range.to(Device(kCPU));
+  const int64_t* flags = static_cast<const int64_t*>(range.raw_data_ptr());
+  ANVIL_CHECK(flags[0] == 0, ValueError, name, " bincount only supports 1-d non-negative integral inputs.");
+  const int64_t bins = std::max(flags[1] + 1, minlength);
+  if (bins <= guess) return out.narrow(0, 0, bins);
+  out = zeros({bins}, TensorOptions(out_dtype).device(x_in.device()));
+  p.range = nullptr;
+  p.out = out.raw_data_ptr();
   p.bins = bins;
   ANVIL_KERNEL(x.device(), bincount, p);
   return out;

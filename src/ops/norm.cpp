@@ -517,19 +517,31 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_impl(const char* name, const Tenso
       const Tensor b = bias.defined() ? bias.to(ct).contiguous() : Tensor();
       const TensorOptions co = TensorOptions(ct).device(input.device());
       Tensor y = empty(input.sizes(), TensorOptions(input.dtype()).device(input.device()), fmt);
-      Tensor mean = empty({c}, co), var = empty({c}, co);
+      Tensor mean = empty({c}, co), var = empty({c}, co), save_mean = empty({c}, so), save_invstd = empty({c}, so);
       bp.x = x.raw_data_ptr();
       bp.weight = w.defined() ? w.raw_data_ptr() : nullptr;
       bp.bias = b.defined() ? b.raw_data_ptr() : nullptr;
       bp.y = y.raw_data_ptr();
       bp.mean = mean.raw_data_ptr();
       bp.var = var.raw_data_ptr();
+      bp.save_mean = save_mean.raw_data_ptr();
+      bp.save_invstd = save_invstd.raw_data_ptr();
+      bp.save_dtype = st;
+      // The kernel updates contiguous running statistics itself; others after it, as the composition does.
+      const bool mean_in_kernel = running_mean.defined() && running_mean.is_contiguous();
+      const bool var_in_kernel = running_var.defined() && running_var.is_contiguous();
+      const Tensor f = factor.defined() ? factor.to(kFloat64).contiguous() : Tensor();
+      bp.running_mean = mean_in_kernel ? running_mean.raw_data_ptr() : nullptr;
+      bp.running_var = var_in_kernel ? running_var.raw_data_ptr() : nullptr;
+      bp.running_mean_dtype = mean_in_kernel ? running_mean.dtype() : kFloat32;
+      bp.running_var_dtype = var_in_kernel ? running_var.dtype() : kFloat32;
+      bp.factor = f.defined() ? static_cast<const double*>(f.raw_data_ptr()) : nullptr;
+      bp.momentum = momentum;
+      bp.unbiased = static_cast<double>(per_channel) / static_cast<double>(per_channel - 1);
       ANVIL_KERNEL(input.device(), batch_norm_train, bp);
-      const Tensor invstd = rsqrt(add(var, eps));
-      update_running(running_mean, mean, momentum, factor);
-      update_running(running_var, mul(var.to(kFloat64), static_cast<double>(per_channel) / static_cast<double>(per_channel - 1)),
-                     momentum, factor);
-      return std::tuple<Tensor, Tensor, Tensor>{y, mean.to(st), invstd.to(st)};
+      if (!mean_in_kernel) update_running(running_mean, mean, momentum, factor);
+      if (!var_in_kernel) update_running(running_var, mul(var.to(kFloat64), bp.unbiased), momentum, factor);
+      return std::tuple<Tensor, Tensor, Tensor>{y, save_mean, save_invstd};
     }
     // The composition (evaluation mode, and the reference of the fused training forward).
     const Tensor x3 = channel_rows(input, cl).to(ct);

@@ -126,10 +126,8 @@ Tensor upsample_backward(const Tensor& grad_output, const Shape& output_size, co
   Tensor grad_input = empty(input_size, TensorOptions(grad_output.dtype()).device(grad_output.device()), fmt);
   if (grad_input.numel() == 0) return grad_input;
   const Tensor g = grad_output.contiguous(fmt);
-  Tensor ranges = empty({2 * (p.axis[0].in + p.axis[1].in + p.axis[2].in)}, TensorOptions(kInt64).device(g.device()));
   p.src = g.raw_data_ptr();
   p.dst = grad_input.raw_data_ptr();
-  p.ranges = static_cast<int64_t*>(ranges.raw_data_ptr());
   p.channels_last = fmt != MemoryFormat::Contiguous;
   ANVIL_KERNEL(g.device(), upsample_backward, p);
   return grad_input;

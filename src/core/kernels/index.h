@@ -34,14 +34,16 @@ struct GatherParams {
   ScalarArg scalar0;
 };
 
-// bincount: out[x[i]] += weights ? weights[i] : 1 over n contiguous values, every one in
-// [0, bins) (the front end checked). x is int32 or int64; out (zeroed by the front end) is
-// int64 without weights, else of the weights' dtype, float32 or float64.
-// bincount_range: min(x) and max(x) of the n > 0 values into out (int64[2]), one pass.
+// bincount: out[x[i]] += weights ? weights[i] : 1 over n contiguous values, skipping values
+// outside [0, bins). x is int32 or int64; out (zeroed by the front end) is int64 without
+// weights, else of the weights' dtype, float32 or float64. `range` (int64[2], zeroed by the
+// front end), when set: range[0] becomes non-zero if some value is negative and range[1] is
+// max(0, max(x)), from the same pass, so one pass both sizes and fills the common output.
 struct BincountParams {
   const void* x = nullptr;
   const void* weights = nullptr;
   void* out = nullptr;
+  int64_t* range = nullptr;
   DType x_dtype = kInt64, out_dtype = kInt64;
   int64_t n = 0, bins = 0;
 };
@@ -50,8 +52,7 @@ struct BincountParams {
   X(index_select, const IndexSelectParams&)  \
   X(gather, const GatherParams&)             \
   X(scatter, const GatherParams&)            \
-  X(bincount, const BincountParams&)          \
-  X(bincount_range, const BincountParams&)
+  X(bincount, const BincountParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_INDEX_KERNELS)
 
 }  // namespace anvil

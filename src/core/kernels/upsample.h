@@ -128,13 +128,12 @@ ANVIL_HD UpsampleRange upsample_output_range(UpsampleMode mode, bool align_corne
 // in = out = 1), dense: NC(D)HW contiguous, or channels-last (C innermost) for both. Forward:
 // src is the input (axis.in extents), dst the output (axis.out). Backward: src is grad_output
 // (axis.out), dst grad_input (axis.in), each element the sum over the outputs that read it of
-// the product of their axis weights (a gather: no atomics, the same bits every run); `ranges`
-// is the kernel's workspace of 2 * (in_D + in_H + in_W) int64 (upsample_output_range per input
-// index). Values accumulate in float (double for float64) and round once.
+// the product of their axis weights (a gather: no atomics, the same bits every run); the
+// backends build their per-axis tables themselves (upsample_output_range per input index, the
+// taps per output index). Values accumulate in float (double for float64) and round once.
 struct UpsampleParams {
   const void* src = nullptr;
   void* dst = nullptr;
-  int64_t* ranges = nullptr;
   DType dtype = kFloat32;
   UpsampleMode mode = UpsampleMode::Nearest;
   bool align_corners = false;
