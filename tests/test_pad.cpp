@@ -76,7 +76,9 @@ TEST_P(Pad, ConstantTable) {
       {{3, 7}, {-3, -4}},     {{3, 7}, {0, 0, -3, 0}}, {{2, 3, 4, 5}, {1, 2, 3, 4, 0, 1, 1, 0}},
       {{0, 3}, {1, 1}},       {{0, 3}, {0, 0, 1, 1}},  {{2, 3, 5, 6}, {1, 1, 1, 1, 2, 0}},
       {{1, 2, 3, 4, 5}, {1, 1, 1, 1, 2, 0, 0, 0, 1, 1}}, {{}, {}},           {{4}, {-2, -2}},
-      {{70000}, {3, 65536}},  {{2, 65537}, {1, -1, 1, 0}}};
+      {{70000}, {3, 65536}},  {{2, 65537}, {1, -1, 1, 0}},
+      // planes cut into several bands of the CUDA band kernel (40 and 256 rows a band)
+      {{1, 2, 45, 199}, {1, 0, 2, 3, 1, 0}}, {{3, 300, 7}, {1, 2, 3, 4}}};
   for (const C& c : cases) {
     for (Layout l : {Layout::Contiguous, Layout::Transposed, Layout::Strided, Layout::Offset}) {
       for (DType t : {kFloat32, kBFloat16, kInt64, kUInt8, kBool, kFloat8_e4m3fn, kComplex64}) {
@@ -131,7 +133,8 @@ TEST_P(Pad, ModesTable) {
       {{3, 5}, {2, 3}},           {{2, 3, 5}, {-1, 2}},          {{2, 3, 5}, {4, -3}},
       {{2, 3, 5}, {0, 0}},        {{3, 4, 5}, {1, 2, 3, 0}},     {{2, 3, 4, 5}, {-1, 3, 2, -2}},
       {{2, 3, 4, 5, 6}, {1, 2, 3, 1, 2, 1}}, {{3, 4, 5, 6}, {2, 0, -1, 1, 1, 2}}, {{0, 3, 5}, {1, 2}},
-      {{1, 2, 70000}, {3, 4}},    {{2, 1, 1}, {0, 0}}};
+      {{1, 2, 70000}, {3, 4}},    {{2, 1, 1}, {0, 0}},
+      {{1, 2, 45, 199}, {2, 1, 3, 2}}, {{2, 300, 7}, {3, 2, 1, 4}}};
   for (const C& c : cases) {
     for (const char* mode : {"reflect", "replicate", "circular"}) {
       for (Layout l : {Layout::Contiguous, Layout::Transposed, Layout::Offset}) {

@@ -3,6 +3,7 @@
 // Low-precision rows are widened to float32 and rounded back with the SIMD converters.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -94,9 +95,10 @@ void rms_norm(const RmsNormParams& p) {
   else rms_norm_rows<double, float>(p);
 }
 
-// Row statistics in float64 over eight fixed lanes: independent chains the compiler vectorises
-// (one chain of dependent double adds ran 4x slower), summed in the same order every run.
-constexpr int kLanes = 8;
+// Row statistics in float64 over fixed lanes (simd::kStatLanes, shared with the SIMD kernels that
+// take the float32 data): independent chains (one chain of dependent double adds ran 4x slower),
+// summed in the same order every run.
+constexpr int kLanes = simd::kStatLanes;
 template <typename Acc, typename T>
 void add_lanes(const T* x, int64_t n, double (&lanes)[kLanes]) {
   const int64_t n8 = n / kLanes * kLanes;
@@ -123,6 +125,28 @@ inline double lane_total(const double (&lanes)[kLanes]) {
   return s;
 }
 
+// Low-precision data in float32 chunks: f(chunk, offset, length) over [0, n) of x, the chunk a
+// SIMD-widened copy (float32 data is read in place). Chunks are multiples of kLanes long, so lane
+// sums over them equal those over the whole range. float64 data does not come here.
+constexpr int64_t kFloatChunk = 2048;
+template <typename T, typename F>
+void for_float_chunks(const T* x, int64_t n, float* buf, F&& f) {
+  for (int64_t off = 0; off < n; off += kFloatChunk) {
+    const int64_t len = n - off < kFloatChunk ? n - off : kFloatChunk;
+    if constexpr (std::is_same_v<T, float>) {
+      f(x + off, off, len);
+    } else {
+      simd::decode_f32(dtype_of<T>::value, x + off, buf, len);
+      f(static_cast<const float*>(buf), off, len);
+    }
+  }
+}
+// out[0, n) of T from n float32 values (in place for float32 output).
+template <typename T>
+void store_floats(const float* v, T* out, int64_t n) {
+  if constexpr (!std::is_same_v<T, float>) simd::encode_f32(dtype_of<T>::value, v, out, n);
+}
+
 // group_norm forward, a (n, group) row per task: the statistics in float64 over the row (two
 // passes), y in float32 (float64 for float64) in the composition's order, one rounding (Zen 5,
 // 2 threads, [1, 128, 64, 64] bf16 in 32 groups: 1.66 ms as the composition's seven passes).
@@ -135,13 +159,37 @@ void group_norm(const GroupNormParams& p) {
     const T* x = static_cast<const T*>(p.x);
     T* y = static_cast<T*>(p.y);
     const int64_t cg = p.c / p.group, m = cg * p.hxw, rows = p.n * p.group;
+    constexpr bool kDouble = std::is_same_v<T, double>;
+    constexpr int64_t kWholeRow = int64_t{1} << 20;  // a 16-bit row up to 4 MiB of float32 is widened once
 #pragma omp parallel for schedule(static) if (rows * m >= kParallelGrain && rows > 1)
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = x + r * m;
       double ps[kLanes] = {}, pq[kLanes] = {};
-      add_lanes<Acc>(xr, m, ps);
+      float buf[kFloatChunk], ybuf[kFloatChunk];
+      thread_local std::vector<float> widened;
+      const float* fr = nullptr;  // the row in float32 as one array, when it is one
+      if constexpr (std::is_same_v<T, float>) {
+        fr = xr;
+      } else if constexpr (!kDouble) {
+        if (m <= kWholeRow) {
+          widened.resize(static_cast<size_t>(m));
+          simd::decode_f32(p.dtype, xr, widened.data(), m);
+          fr = widened.data();
+        }
+      }
+      // f(float32 values, offset, length) over elements [e0, e0 + n) of the row.
+      auto floats = [&](int64_t e0, int64_t n, auto&& f) {
+        if (fr != nullptr) {
+          for (int64_t off = 0; off < n; off += kFloatChunk) f(fr + e0 + off, off, std::min(kFloatChunk, n - off));
+        } else if constexpr (!kDouble) {
+          for_float_chunks(xr + e0, n, buf, f);
+        }
+      };
+      if constexpr (kDouble) add_lanes<Acc>(xr, m, ps);
+      else floats(0, m, [&](const float* f, int64_t, int64_t len) { simd::lane_sums(f, len, ps); });
       const double mean = m > 0 ? lane_total(ps) / static_cast<double>(m) : 0.0;
-      add_squared_deviation_lanes<Acc>(xr, m, mean, pq);
+      if constexpr (kDouble) add_squared_deviation_lanes<Acc>(xr, m, mean, pq);
+      else floats(0, m, [&](const float* f, int64_t, int64_t len) { simd::lane_squared_deviations(f, len, mean, pq); });
       const double q = lane_total(pq);
       const Acc mean_f = static_cast<Acc>(mean);
       const Acc var_f = static_cast<Acc>(m > 0 ? q / static_cast<double>(m) : 0.0);
@@ -153,13 +201,21 @@ void group_norm(const GroupNormParams& p) {
       for (int64_t ch = 0; ch < cg; ++ch) {
         const Acc w = p.weight ? static_cast<const Acc*>(p.weight)[c0 + ch] : Acc(1);
         const Acc b = p.bias ? static_cast<const Acc*>(p.bias)[c0 + ch] : Acc(0);
-        const T* xc = xr + ch * p.hxw;
         T* yc = yr + ch * p.hxw;
-        for (int64_t i = 0; i < p.hxw; ++i) {
-          Acc v = (static_cast<Acc>(xc[i]) - mean_f) * rstd_f;
-          if (p.weight) v = v * w;
-          if (p.bias) v = v + b;
-          yc[i] = T(v);
+        if constexpr (kDouble) {
+          const T* xc = xr + ch * p.hxw;
+          for (int64_t i = 0; i < p.hxw; ++i) {
+            Acc v = (xc[i] - mean_f) * rstd_f;
+            if (p.weight) v = v * w;
+            if (p.bias) v = v + b;
+            yc[i] = v;
+          }
+        } else {
+          floats(ch * p.hxw, p.hxw, [&](const float* f, int64_t off, int64_t len) {
+            float* o = std::is_same_v<T, float> ? reinterpret_cast<float*>(yc + off) : ybuf;
+            simd::normalise_scalar(f, len, mean_f, rstd_f, p.weight ? &w : nullptr, p.bias ? &b : nullptr, o);
+            store_floats(o, yc + off, len);
+          });
         }
       }
     }
@@ -167,7 +223,7 @@ void group_norm(const GroupNormParams& p) {
 }
 
 // batch norm's training forward. Channels-first (b > 1): a channel per task, its a runs of b
-// summed in eight fixed lanes. Channels-last (b = 1): each thread sums its share of the rows into
+// summed in fixed lanes (kLanes). Channels-last (b = 1): each thread sums its share of the rows into
 // per-channel partials, combined in thread order (the same bits for the same thread count), then
 // rows normalise in parallel. Zen 5, 2 threads, [4, 64, 56, 56] bf16 channels-last: 4.5 ms as the
 // composition's passes.
@@ -199,10 +255,22 @@ void batch_norm_train(const BatchNormParams& p) {
 #pragma omp parallel for schedule(static) if (a * c * b >= kParallelGrain)
       for (int64_t ch = 0; ch < c; ++ch) {
         double ps[kLanes] = {}, pq[kLanes] = {};
-        for (int64_t i = 0; i < a; ++i) add_lanes<Acc>(x + (i * c + ch) * b, b, ps);
+        float buf[kFloatChunk], ybuf[kFloatChunk];
+        for (int64_t i = 0; i < a; ++i) {
+          const T* run = x + (i * c + ch) * b;
+          if constexpr (std::is_same_v<T, double>) add_lanes<Acc>(run, b, ps);
+          else for_float_chunks(run, b, buf, [&](const float* f, int64_t, int64_t len) { simd::lane_sums(f, len, ps); });
+        }
         const double s = lane_total(ps);
         const double mean = s / static_cast<double>(count);
-        for (int64_t i = 0; i < a; ++i) add_squared_deviation_lanes<Acc>(x + (i * c + ch) * b, b, mean, pq);
+        for (int64_t i = 0; i < a; ++i) {
+          const T* run = x + (i * c + ch) * b;
+          if constexpr (std::is_same_v<T, double>) add_squared_deviation_lanes<Acc>(run, b, mean, pq);
+          else
+            for_float_chunks(run, b, buf, [&](const float* f, int64_t, int64_t len) {
+              simd::lane_squared_deviations(f, len, mean, pq);
+            });
+        }
         const double q = lane_total(pq);
         finish(ch, s, q);
         const Acc invstd = invstd_of(ch);
@@ -210,7 +278,15 @@ void batch_norm_train(const BatchNormParams& p) {
         for (int64_t i = 0; i < a; ++i) {
           const T* row = x + (i * c + ch) * b;
           T* out = y + (i * c + ch) * b;
-          for (int64_t j = 0; j < b; ++j) out[j] = T(normalise(static_cast<Acc>(row[j]), ch, invstd));
+          if constexpr (std::is_same_v<T, double>) {
+            for (int64_t j = 0; j < b; ++j) out[j] = normalise(row[j], ch, invstd);
+          } else {
+            for_float_chunks(row, b, buf, [&](const float* f, int64_t off, int64_t len) {
+              float* o = std::is_same_v<T, float> ? reinterpret_cast<float*>(out + off) : ybuf;
+              simd::normalise_scalar(f, len, mean_out[ch], invstd, w ? w + ch : nullptr, bias ? bias + ch : nullptr, o);
+              store_floats(o, out + off, len);
+            });
+          }
         }
       }
       return;
@@ -224,9 +300,32 @@ void batch_norm_train(const BatchNormParams& p) {
     {
       const int t = omp_get_thread_num(), n_t = omp_get_num_threads();
       const int64_t r0 = a * t / n_t, r1 = a * (t + 1) / n_t;
+      // Blocks of whole rows widened to float32 (double data read in place).
+      const int64_t block_rows = std::max<int64_t>(1, kFloatChunk / c);
+      std::vector<float> fbuf(std::is_same_v<T, double> ? 0 : static_cast<size_t>(block_rows * c));
+      std::vector<float> ybuf(fbuf.size());
+      auto for_row_blocks = [&](auto&& f) {  // f(rows as Acc, first row, row count)
+        for (int64_t rb = r0; rb < r1; rb += block_rows) {
+          const int64_t nr = std::min(block_rows, r1 - rb);
+          if constexpr (std::is_same_v<T, double>) {
+            f(x + rb * c, rb, nr);
+          } else if constexpr (std::is_same_v<T, float>) {
+            f(x + rb * c, rb, nr);
+          } else {
+            simd::decode_f32(dtype_of<T>::value, x + rb * c, fbuf.data(), nr * c);
+            f(static_cast<const float*>(fbuf.data()), rb, nr);
+          }
+        }
+      };
       double* s = ps.data() + static_cast<size_t>(t) * c;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t ch = 0; ch < c; ++ch) s[ch] += static_cast<double>(static_cast<Acc>(x[r * c + ch]));
+      for_row_blocks([&](const Acc* v, int64_t, int64_t nr) {
+        if constexpr (std::is_same_v<Acc, float>) {
+          simd::column_sums(v, nr, c, s);
+        } else {
+          for (int64_t r = 0; r < nr; ++r)
+            for (int64_t ch = 0; ch < c; ++ch) s[ch] += static_cast<double>(v[r * c + ch]);
+        }
+      });
 #pragma omp barrier
 #pragma omp single
       for (int64_t ch = 0; ch < c; ++ch) {
@@ -236,11 +335,18 @@ void batch_norm_train(const BatchNormParams& p) {
         mean[static_cast<size_t>(ch)] = sum / static_cast<double>(count);
       }
       double* q = pq.data() + static_cast<size_t>(t) * c;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t ch = 0; ch < c; ++ch) {
-          const double d = static_cast<double>(static_cast<Acc>(x[r * c + ch])) - mean[static_cast<size_t>(ch)];
-          q[ch] += d * d;
+      const double* mu = mean.data();
+      for_row_blocks([&](const Acc* v, int64_t, int64_t nr) {
+        if constexpr (std::is_same_v<Acc, float>) {
+          simd::column_squared_deviations(v, nr, c, mu, q);
+        } else {
+          for (int64_t r = 0; r < nr; ++r)
+            for (int64_t ch = 0; ch < c; ++ch) {
+              const double d = static_cast<double>(v[r * c + ch]) - mu[ch];
+              q[ch] += d * d;
+            }
         }
+      });
 #pragma omp barrier
 #pragma omp single
       for (int64_t ch = 0; ch < c; ++ch) {
@@ -251,9 +357,16 @@ void batch_norm_train(const BatchNormParams& p) {
       }
       std::vector<Acc> invstd(static_cast<size_t>(c));
       for (int64_t ch = 0; ch < c; ++ch) invstd[static_cast<size_t>(ch)] = invstd_of(ch);
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t ch = 0; ch < c; ++ch)
-          y[r * c + ch] = T(normalise(static_cast<Acc>(x[r * c + ch]), ch, invstd[static_cast<size_t>(ch)]));
+      for_row_blocks([&](const Acc* v, int64_t rb, int64_t nr) {
+        Acc* o = std::is_same_v<T, Acc> ? reinterpret_cast<Acc*>(y + rb * c) : reinterpret_cast<Acc*>(ybuf.data());
+        if constexpr (std::is_same_v<Acc, float>) {
+          simd::normalise_columns(v, nr, c, mean_out, invstd.data(), w, bias, o);
+        } else {
+          for (int64_t r = 0; r < nr; ++r)
+            for (int64_t ch = 0; ch < c; ++ch) o[r * c + ch] = normalise(v[r * c + ch], ch, invstd[static_cast<size_t>(ch)]);
+        }
+        if constexpr (!std::is_same_v<T, Acc>) store_floats(ybuf.data(), y + rb * c, nr * c);
+      });
     }
   });
 }

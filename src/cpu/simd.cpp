@@ -291,6 +291,142 @@ int64_t ArgmaxF32(const float* HWY_RESTRICT x, int64_t n) {
   return 0;
 }
 
+// ---- normalisation statistics in float64 (cpu/norm.cpp), bit-identical to its scalar loops.
+// kStatLanes fixed lanes: lane l sums x[i] for i % kStatLanes == l over whole groups, the tail
+// x[n_full + t] into lane t; each lane in index order. The vector width only decides how many
+// lanes one add covers, so every x86 target gives the same bits, and 32 lanes keep four or more
+// independent add chains in flight. Products and sums round on their own.
+template <bool kSquares>
+void LaneStats(const float* HWY_RESTRICT x, int64_t n, double mean, double* HWY_RESTRICT lanes) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(dd)), L = kStatLanes, K = L / N;
+  static_assert(L % N == 0, "the lanes must split into whole vectors");
+  const int64_t nf = n / L * L;
+  const auto vm = hn::Set(dd, mean);
+  decltype(hn::Zero(dd)) acc[K];
+#pragma GCC unroll 32
+  for (int64_t k = 0; k < K; ++k) acc[k] = hn::LoadU(dd, lanes + k * N);
+  for (int64_t i = 0; i < nf; i += L) {
+#pragma GCC unroll 32
+    for (int64_t k = 0; k < K; ++k) {
+      const auto v = hn::PromoteTo(dd, hn::LoadU(df, x + i + k * N));
+      if constexpr (kSquares) {
+        const auto d = hn::Sub(v, vm);
+        acc[k] = hn::Add(acc[k], hn::Mul(d, d));
+      } else {
+        acc[k] = hn::Add(acc[k], v);
+      }
+    }
+  }
+#pragma GCC unroll 32
+  for (int64_t k = 0; k < K; ++k) hn::StoreU(acc[k], dd, lanes + k * N);
+  for (int64_t i = nf; i < n; ++i) {
+    const double v = static_cast<double>(x[i]);
+    const double d = v - mean;
+    lanes[i - nf] += kSquares ? d * d : v;
+  }
+}
+void LaneSums(const float* x, int64_t n, double* lanes) { LaneStats<false>(x, n, 0.0, lanes); }
+void LaneSquaredDeviations(const float* x, int64_t n, double mean, double* lanes) { LaneStats<true>(x, n, mean, lanes); }
+
+// Per column j < c of rows x [rows, c]: s[j] += x[r, j] (kSquares: (x[r, j] - mu[j])^2), rows in
+// order; up to 8 vectors of columns at a time, so that their add chains overlap.
+template <bool kSquares>
+void ColumnStats(const float* HWY_RESTRICT x, int64_t rows, int64_t c, const double* HWY_RESTRICT mu,
+                 double* HWY_RESTRICT s) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(dd)), G = 8;
+  auto term = [&](const float* at, const double* m) {
+    const auto v = hn::PromoteTo(dd, hn::LoadU(df, at));
+    if constexpr (kSquares) {
+      const auto d = hn::Sub(v, hn::LoadU(dd, m));
+      return hn::Mul(d, d);
+    } else {
+      return v;
+    }
+  };
+  int64_t j = 0;
+  for (; j + G * N <= c; j += G * N) {
+    decltype(hn::Zero(dd)) acc[G];
+#pragma GCC unroll 8
+    for (int64_t g = 0; g < G; ++g) acc[g] = hn::LoadU(dd, s + j + g * N);
+    for (int64_t r = 0; r < rows; ++r) {
+#pragma GCC unroll 8
+      for (int64_t g = 0; g < G; ++g) acc[g] = hn::Add(acc[g], term(x + r * c + j + g * N, mu + j + g * N));
+    }
+#pragma GCC unroll 8
+    for (int64_t g = 0; g < G; ++g) hn::StoreU(acc[g], dd, s + j + g * N);
+  }
+  for (; j + N <= c; j += N) {
+    auto acc = hn::LoadU(dd, s + j);
+    for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, term(x + r * c + j, mu + j));
+    hn::StoreU(acc, dd, s + j);
+  }
+  for (; j < c; ++j)
+    for (int64_t r = 0; r < rows; ++r) {
+      const double v = static_cast<double>(x[r * c + j]);
+      if constexpr (kSquares) {
+        const double d = v - mu[j];
+        s[j] += d * d;
+      } else {
+        s[j] += v;
+      }
+    }
+}
+void ColumnSums(const float* x, int64_t rows, int64_t c, double* s) { ColumnStats<false>(x, rows, c, nullptr, s); }
+void ColumnSquaredDeviations(const float* x, int64_t rows, int64_t c, const double* mu, double* q) {
+  ColumnStats<true>(x, rows, c, mu, q);
+}
+
+// y = ((x - mean) * invstd) * w + b, each step rounded; w / b null: that step skipped. Columns:
+// per-column parameters over rows [rows, c]; Scalar: one set over n values.
+void NormaliseColumns(const float* HWY_RESTRICT x, int64_t rows, int64_t c, const float* HWY_RESTRICT mean,
+                      const float* HWY_RESTRICT invstd, const float* HWY_RESTRICT w, const float* HWY_RESTRICT b,
+                      float* HWY_RESTRICT y) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = 0;
+  for (; j + N <= c; j += N) {
+    const auto m = hn::LoadU(df, mean + j), is = hn::LoadU(df, invstd + j);
+    const auto wv = w ? hn::LoadU(df, w + j) : hn::Set(df, 1.0f), bv = b ? hn::LoadU(df, b + j) : hn::Zero(df);
+    for (int64_t r = 0; r < rows; ++r) {
+      auto v = hn::Mul(hn::Sub(hn::LoadU(df, x + r * c + j), m), is);
+      if (w) v = hn::Mul(v, wv);
+      if (b) v = hn::Add(v, bv);
+      hn::StoreU(v, df, y + r * c + j);
+    }
+  }
+  for (; j < c; ++j)
+    for (int64_t r = 0; r < rows; ++r) {
+      float v = (x[r * c + j] - mean[j]) * invstd[j];
+      if (w) v = v * w[j];
+      if (b) v = v + b[j];
+      y[r * c + j] = v;
+    }
+}
+void NormaliseScalar(const float* HWY_RESTRICT x, int64_t n, float mean, float invstd, const float* w, const float* b,
+                     float* HWY_RESTRICT y) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto m = hn::Set(df, mean), is = hn::Set(df, invstd);
+  const auto wv = hn::Set(df, w ? *w : 1.0f), bv = hn::Set(df, b ? *b : 0.0f);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto v = hn::Mul(hn::Sub(hn::LoadU(df, x + i), m), is);
+    if (w) v = hn::Mul(v, wv);
+    if (b) v = hn::Add(v, bv);
+    hn::StoreU(v, df, y + i);
+  }
+  for (; i < n; ++i) {
+    float v = (x[i] - mean) * invstd;
+    if (w) v = v * *w;
+    if (b) v = v + *b;
+    y[i] = v;
+  }
+}
+
 }  // namespace anvil::cpu::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -311,6 +447,12 @@ HWY_EXPORT(PanelWidth);
 HWY_EXPORT(GemmPanel);
 HWY_EXPORT(SumBF16);
 HWY_EXPORT(ArgmaxF32);
+HWY_EXPORT(LaneSums);
+HWY_EXPORT(LaneSquaredDeviations);
+HWY_EXPORT(ColumnSums);
+HWY_EXPORT(ColumnSquaredDeviations);
+HWY_EXPORT(NormaliseColumns);
+HWY_EXPORT(NormaliseScalar);
 
 namespace {
 // Splits a contiguous range over the OpenMP team in cache-friendly chunks.
@@ -418,6 +560,22 @@ bool sum(DType t, const void* in, int64_t n, double* out) {
 }
 
 int64_t argmax_f32(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(ArgmaxF32)(x, n); }
+
+void lane_sums(const float* x, int64_t n, double* lanes) { HWY_DYNAMIC_DISPATCH(LaneSums)(x, n, lanes); }
+void lane_squared_deviations(const float* x, int64_t n, double mean, double* lanes) {
+  HWY_DYNAMIC_DISPATCH(LaneSquaredDeviations)(x, n, mean, lanes);
+}
+void column_sums(const float* x, int64_t rows, int64_t c, double* s) { HWY_DYNAMIC_DISPATCH(ColumnSums)(x, rows, c, s); }
+void column_squared_deviations(const float* x, int64_t rows, int64_t c, const double* mu, double* q) {
+  HWY_DYNAMIC_DISPATCH(ColumnSquaredDeviations)(x, rows, c, mu, q);
+}
+void normalise_columns(const float* x, int64_t rows, int64_t c, const float* mean, const float* invstd, const float* w,
+                       const float* b, float* y) {
+  HWY_DYNAMIC_DISPATCH(NormaliseColumns)(x, rows, c, mean, invstd, w, b, y);
+}
+void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b, float* y) {
+  HWY_DYNAMIC_DISPATCH(NormaliseScalar)(x, n, mean, invstd, w, b, y);
+}
 
 int64_t gemm_panel_width() { return HWY_DYNAMIC_DISPATCH(PanelWidth)(); }
 

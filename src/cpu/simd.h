@@ -32,6 +32,21 @@ float row_max(const float* x, int64_t n);
 // is stored after its input is loaded).
 float exp_sum(const float* x, float* e, int64_t n, float m);
 void encode_f32(DType to, const float* in, void* dst, int64_t n);
+// Normalisation statistics in float64 of float32 data (cpu/norm.cpp), each product and sum
+// rounded on its own. Lanes: lanes[kStatLanes], lane l adding x[i] (or (x[i] - mean)^2) for
+// i % kStatLanes == l over whole groups and the tail x[n_full + t] into lane t, in index order
+// (the same bits on every x86 target). Columns: s[j] += x[r, j] (or (x[r, j] - mu[j])^2) over
+// rows [rows, c] in order.
+constexpr int kStatLanes = 32;
+void lane_sums(const float* x, int64_t n, double* lanes);
+void lane_squared_deviations(const float* x, int64_t n, double mean, double* lanes);
+void column_sums(const float* x, int64_t rows, int64_t c, double* s);
+void column_squared_deviations(const float* x, int64_t rows, int64_t c, const double* mu, double* q);
+// y = ((x - mean) * invstd) * w + b in float32, each step rounded, w / b null: skipped; per
+// column of [rows, c] or with one set of parameters over n values.
+void normalise_columns(const float* x, int64_t rows, int64_t c, const float* mean, const float* invstd, const float* w,
+                       const float* b, float* y);
+void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b, float* y);
 // Software prefetch distance of the GEMV weight streams (cpu/gemv-inl.h, cpu/bf16_dots_x86.cpp),
 // bytes ahead into L2; measured in gemv-inl.h.
 constexpr int64_t kGemvPrefetchBytes = 4096;

@@ -166,11 +166,11 @@ struct BackwardDivs {
   IndexDiv<I> d0, d1, d2, d3;
 };
 
-// A thread per grad_input element, in its memory order. Its W row's weights (the same for every
-// D and H output it sums) are loaded once into registers; the D and H weights are warp-uniform
-// loads (neighbouring threads share d and h). Sums nest as the CPU's: W within H within D,
-// outputs ascending; values accumulate in Acc and round once.
-template <typename T, typename Acc, typename I>
+// A thread per grad_input element, in its memory order; the D and H table entries are warp-
+// uniform loads (neighbouring threads share d and h). Sums nest as the CPU's: W within H within
+// D, outputs ascending; values accumulate in Acc and round once. kUnit: the nearest modes, whose
+// every weight is 1 (a product by it is exact, so the sums skip it and keep the same bits).
+template <typename T, typename Acc, typename I, bool kUnit>
 __global__ void __launch_bounds__(kThreads) upsample_backward_kernel(const __grid_constant__ UpsampleParams p,
                                                                      const __grid_constant__ AxisTable<Acc> tab,
                                                                      const __grid_constant__ BackwardDivs<I> dv, I total) {
@@ -195,28 +195,25 @@ __global__ void __launch_bounds__(kThreads) upsample_backward_kernel(const __gri
     const int64_t tw = base_w + w, th = base_h + h;
     const int64_t lo_w = tab.lo[tw], lo_h = tab.lo[th], lo_d = tab.lo[d];
     const int n_w = tab.count[tw], n_h = tab.count[th], n_d = tab.count[d];
-    Acc ww[kTableTaps];
-#pragma unroll
-    for (int j = 0; j < kTableTaps; ++j) ww[j] = j < n_w ? tab.w[j * tab.stride + tw] : Acc(0);
+    const I step = p.channels_last ? c : I(1);
     Acc acc_d = Acc(0);
     for (int a = 0; a < n_d; ++a) {
-      const Acc wd = table_weight(p, tab, aD, d, d, lo_d, a);
       const I od = static_cast<I>(lo_d + a);
       Acc acc_h = Acc(0);
       for (int b = 0; b < n_h; ++b) {
-        const Acc wh = table_weight(p, tab, aH, th, h, lo_h, b);
         const I row = (nn * oD + od) * oH + static_cast<I>(lo_h + b);
         const T* line = p.channels_last ? src + (row * oW + static_cast<I>(lo_w)) * c + ch : src + row * oW + static_cast<I>(lo_w);
-        const I step = p.channels_last ? c : I(1);
         Acc acc_w = Acc(0);
-#pragma unroll
-        for (int j = 0; j < kTableTaps; ++j)
-          if (j < n_w) acc_w += ww[j] * convert<Acc>(line[static_cast<I>(j) * step]);
-        for (int j = kTableTaps; j < n_w; ++j)
-          acc_w += weight_at<Acc>(p, aW, lo_w + j, w) * convert<Acc>(line[static_cast<I>(j) * step]);
-        acc_h += wh * acc_w;
+        for (int j = 0; j < n_w; ++j) {
+          const Acc x = convert<Acc>(line[static_cast<I>(j) * step]);
+          if constexpr (kUnit) acc_w += x;
+          else acc_w += table_weight(p, tab, aW, tw, w, lo_w, j) * x;
+        }
+        if constexpr (kUnit) acc_h += acc_w;
+        else acc_h += table_weight(p, tab, aH, th, h, lo_h, b) * acc_w;
       }
-      acc_d += wd * acc_h;
+      if constexpr (kUnit) acc_d += acc_h;
+      else acc_d += table_weight(p, tab, aD, d, d, lo_d, a) * acc_h;
     }
     dst[e] = convert<T>(acc_d);
   }
@@ -323,8 +320,12 @@ void upsample_backward(const UpsampleParams& p) {
       } else {
         dv.d0 = IndexDiv<I>(p.c), dv.d1 = IndexDiv<I>(aW.in), dv.d2 = IndexDiv<I>(aH.in), dv.d3 = IndexDiv<I>(aD.in);
       }
-      upsample_backward_kernel<T, Acc, I>
-          <<<launch.blocks(total), kThreads, 0, launch.stream()>>>(p, tab, dv, static_cast<I>(total));
+      if (p.mode == UpsampleMode::Nearest || p.mode == UpsampleMode::NearestExact)
+        upsample_backward_kernel<T, Acc, I, true>
+            <<<launch.blocks(total), kThreads, 0, launch.stream()>>>(p, tab, dv, static_cast<I>(total));
+      else
+        upsample_backward_kernel<T, Acc, I, false>
+            <<<launch.blocks(total), kThreads, 0, launch.stream()>>>(p, tab, dv, static_cast<I>(total));
     };
     if (fits_u32(p)) run(uint32_t{});
     else run(int64_t{});
