@@ -35,6 +35,8 @@ BlasOperand blas_layout(int64_t stride_row, int64_t stride_col, int64_t cols) {
 // accumulation, one rounding. A's bfloat16 rows are copied into the kernel's layout as they are
 // (no float32 round trip: a conv's 14400 x 864 columns were widened to 50 MB first), the k % 64
 // tail widened on its own. false: no such path (nothing written).
+constexpr int64_t kTiledRows = 64;  // bfloat16 GEMMs with at least this many rows take AMX tiles
+
 bool bf16_dots_applies(const BmmParams& p) {
   return p.stride_b_row == 1 && p.k >= 64 && simd::bf16_dots_supported();
 }
@@ -67,8 +69,7 @@ void gemm_bf16_dots(const BmmParams& p, const BFloat16* A, const BFloat16* B, co
         const int64_t mi = std::min<int64_t>(8, m - i0);
         simd::bf16_dots_packed(B + j0 * p.stride_b_col, p.stride_b_col, xp.data() + i0 * k64, x_tail + i0 * tail, tail,
                                mi, k, dots.data(), w, 0, w);
-        for (int64_t i = 0; i < mi; ++i)
-          for (int64_t j = 0; j < w; ++j) store(i0 + i, j0 + j, dots[static_cast<size_t>(i * w + j)]);
+        for (int64_t i = 0; i < mi; ++i) store.row(i0 + i, j0, dots.data() + i * w, w);
       }
     }
   }
@@ -80,16 +81,25 @@ void gemm_bf16_dots(const BmmParams& p, const BFloat16* A, const BFloat16* B, co
 // (widened, zero-padded to the panel width) by the thread that owns the panel, a Highway
 // micro-kernel over each panel, one rounding per output element. With fewer panels than
 // threads a panel's rows are split too (each element's sum runs over k alone, so the split
-// changes no bits). store(i, j, v) writes C.
+// changes no bits). store.row(i, j0, v, n) writes C.
 template <typename T, typename Store>
 void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
   const int64_t m = p.m, n = p.n, k = p.k;
+  const int64_t mb = std::min(m, std::max<int64_t>(64, (int64_t{8} << 20) / std::max<int64_t>(1, k + n) / 4 * 4));
   if constexpr (std::is_same_v<T, BFloat16>) {
+    // Many rows: AMX tiles where the CPU has them (docs/PERFORMANCE.md); few: the GEMV dots.
+    if (m >= kTiledRows &&
+        simd::bf16_gemm(reinterpret_cast<const uint16_t*>(A), p.stride_a_row, p.stride_a_col,
+                        reinterpret_cast<const uint16_t*>(B), p.stride_b_row, p.stride_b_col, m, n, k,
+                        [&](int64_t i0, int64_t rows, const float* c) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
+                          for (int64_t i = 0; i < rows; ++i) store.row(i0 + i, 0, c + i * n, n);
+                        }))
+      return;
     if (bf16_dots_applies(p)) return gemm_bf16_dots(p, A, B, store);
   }
   const int64_t width = simd::gemm_panel_width();
   const int64_t npanels = (n + width - 1) / width;
-  const int64_t mb = std::min(m, std::max<int64_t>(64, (int64_t{8} << 20) / std::max<int64_t>(1, k + n) / 4 * 4));
   const int64_t threads = omp_get_max_threads();
   std::vector<float> a32(static_cast<size_t>(mb * k)), c32(static_cast<size_t>(mb * n));
   for (int64_t i0 = 0; i0 < m; i0 += mb) {
@@ -116,18 +126,34 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
       }
     }
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < n; ++j) store(i0 + i, j, c32[static_cast<size_t>(i * n + j)]);
+    for (int64_t i = 0; i < rows; ++i) store.row(i0 + i, 0, c32.data() + i * n, n);
   }
 }
 
-// C[i, j] (=|+=) v for one batch's C of type C_t, the sum formed in float32, one rounding.
+// C[i, j] (=|+=) v for one batch's C of type C_t, the sum formed in float32, one rounding;
+// row(i, j0, v, n) stores n consecutive values of row i (SIMD-rounded when C is overwritten).
 template <typename C_t>
-auto lowp_store(C_t* C, int64_t ldc, bool accumulate) {
-  return [C, ldc, accumulate](int64_t i, int64_t j, float v) {
+struct LowpStore {
+  C_t* C;
+  int64_t ldc;
+  bool accumulate;
+  void operator()(int64_t i, int64_t j, float v) const {
     C_t& c = C[i * ldc + j];
     c = C_t(accumulate ? static_cast<float>(c) + v : v);
-  };
+  }
+  void row(int64_t i, int64_t j0, const float* v, int64_t n) const {
+    if (accumulate) {
+      for (int64_t j = 0; j < n; ++j) (*this)(i, j0 + j, v[j]);
+    } else if constexpr (std::is_same_v<C_t, float>) {
+      std::memcpy(C + i * ldc + j0, v, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      simd::encode_f32(dtype_of<C_t>::value, v, C + i * ldc + j0, n);
+    }
+  }
+};
+template <typename C_t>
+LowpStore<C_t> lowp_store(C_t* C, int64_t ldc, bool accumulate) {
+  return {C, ldc, accumulate};
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // Highway kernels for the contiguous hot paths (one source, the best SIMD target chosen at run
 // time). Each returns false when it has no kernel for the request, so callers fall back.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/kernels/elementwise.h"
@@ -69,6 +70,12 @@ bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, i
 // x (float32, row i at x + i * stride_x) serves the k % 64 tail: only its columns
 // [k / 64 * 64, k) are read.
 bool bf16_dots_supported();
+// C = A[m, k] B[k, n] in float32 for bfloat16 A and B of any strides (elements) on AMX tiles
+// (cpu/bf16_gemm_x86.cpp), OpenMP-parallel; C comes out by blocks of rows: emit(i0, rows, c)
+// with c [rows, n] dense, called outside any parallel region. false where the CPU or the OS
+// gives no AMX-BF16 (emit not called).
+bool bf16_gemm(const uint16_t* a, int64_t sa_row, int64_t sa_col, const uint16_t* b, int64_t sb_row, int64_t sb_col,
+               int64_t m, int64_t n, int64_t k, const std::function<void(int64_t, int64_t, const float*)>& emit);
 bool bf16_dots_packed(const void* w, int64_t stride_w, const uint16_t* xp, const float* x, int64_t stride_x, int64_t m,
                       int64_t k, float* d, int64_t stride_d, int64_t j0, int64_t j1);
 
