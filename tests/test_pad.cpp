@@ -77,7 +77,7 @@ TEST_P(Pad, ConstantTable) {
       {{0, 3}, {1, 1}},       {{0, 3}, {0, 0, 1, 1}},  {{2, 3, 5, 6}, {1, 1, 1, 1, 2, 0}},
       {{1, 2, 3, 4, 5}, {1, 1, 1, 1, 2, 0, 0, 0, 1, 1}}, {{}, {}},           {{4}, {-2, -2}},
       {{70000}, {3, 65536}},  {{2, 65537}, {1, -1, 1, 0}},
-      // planes cut into several bands of the CUDA band kernel (40 and 256 rows a band)
+      // tall planes of odd-length rows (every alignment of a row against the 16-byte grid)
       {{1, 2, 45, 199}, {1, 0, 2, 3, 1, 0}}, {{3, 300, 7}, {1, 2, 3, 4}}};
   for (const C& c : cases) {
     for (Layout l : {Layout::Contiguous, Layout::Transposed, Layout::Strided, Layout::Offset}) {

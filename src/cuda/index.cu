@@ -2,7 +2,6 @@
 // [0, size) is never followed: gather-like ops write 0 in its place, scatter skips it, and the
 // kernel sets the sticky device-side flag that the next synchronisation turns into IndexError.
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -236,8 +235,9 @@ __global__ void __launch_bounds__(kThreads) bincount_kernel(const __grid_constan
 template <typename I, typename W, typename A, typename Out>
 void launch_bincount(const BincountParams& p, const KernelLaunch& launch) {
   constexpr size_t kSmem = 48 * 1024;
-  static const int vpt = [] { const char* e = std::getenv("ANVIL_BINCOUNT_VPT"); return e ? std::atoi(e) : 16; }();
-  const unsigned blocks = launch.blocks(p.n, vpt);
+  // >= 64 values per thread: a block's bins are zeroed and merged once per 16384 values (H200,
+  // 4M int64: 19.6 us at 64 per thread, 24.5 us at 16; ncu, the kernel alone).
+  const unsigned blocks = launch.blocks(p.n, 64);
   if (static_cast<size_t>(p.bins) * sizeof(A) <= kSmem) {
     bincount_kernel<I, W, A, Out, true><<<blocks, kThreads, static_cast<size_t>(p.bins) * sizeof(A), launch.stream()>>>(p);
   } else {

@@ -7,8 +7,6 @@
 // source per element) reads its 16 bytes as the two aligned vectors that hold them, shifted;
 // units at the edges and the rows' ends follow the index maps element by element.
 #include <algorithm>
-#include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -185,133 +183,6 @@ __global__ void __launch_bounds__(kThreads, 5) pad_kernel(const __grid_constant_
   }
 }
 
-// Forward by bands of a plane (the last two dims, dense in the input): a block takes up to
-// kBandRows output rows of one plane, loads the input rows they read (one contiguous range, as
-// aligned 16-byte vectors) into shared memory and writes the band as aligned 16-byte vectors,
-// each element from shared memory or the fill. Global reads and writes are then whole coalesced
-// vectors whatever the rows' alignment (a Wan causal pad's rows of 162 bf16 sit 4 bytes apart from
-// any 16-byte grid); the row kernel above needed two shifted loads per vector and per-row index
-// work in registers. Constant, reflect and replicate (their source rows of a band span at most
-// band + both pads); circular takes the row kernel.
-constexpr int kBandRows = 256;
-constexpr int64_t kBandElems = 8192;
-
-struct BandSplit {
-  int64_t rows_per_band, bands, planes;
-  cuda_device::FastDivmod w_out;  // output row length, for band-local indices
-  size_t smem;
-};
-
-bool band_split(const PadParams& p, int64_t elem_bytes, BandSplit& b) {
-  const int nd = p.ndim;
-  if (nd < 2 || p.mode == PadMode::Circular) return false;
-  const PadDim &dh = p.dims[nd - 2], &dw = p.dims[nd - 1];
-  if (p.in_strides[nd - 1] != 1 || p.in_strides[nd - 2] != dw.in || dw.out > 4096 || dw.in > 4096) return false;
-  if (dh.before < 0 || dw.before < 0 || dh.out - dh.in - dh.before < 0 || dw.out - dw.in - dw.before < 0)
-    return false;  // crops: the row kernel
-  b.rows_per_band = std::min<int64_t>({kBandRows, dh.out, std::max<int64_t>(1, kBandElems / dw.out)});
-  const int64_t in_rows = std::min(dh.in, b.rows_per_band + dh.out - dh.in);  // + both pads
-  b.smem = static_cast<size_t>(in_rows * dw.in * elem_bytes) + 48;  // + a vector each side of the shift
-  if (b.smem > 48 * 1024) return false;
-  b.bands = (dh.out + b.rows_per_band - 1) / b.rows_per_band;
-  b.planes = p.out_numel / (dh.out * dw.out);
-  b.w_out = cuda_device::FastDivmod(static_cast<uint32_t>(dw.out));
-  return b.planes * b.bands < (int64_t{1} << 31);
-}
-
-template <typename U, PadMode Mode>
-__global__ void __launch_bounds__(kThreads) pad_band_kernel(const __grid_constant__ PadParams p, const BandSplit b) {
-  constexpr int V = 16 / sizeof(U);
-  extern __shared__ uint4 band_smem[];
-  __shared__ int src_row[kBandRows];  // input row of each band row, from the band's first (-1: fill)
-  __shared__ int row_lo, row_hi;
-  __shared__ int64_t plane_src;  // the plane's input offset, -1: the fill covers it
-  const U* __restrict__ in = static_cast<const U*>(p.src);
-  U* __restrict__ out = static_cast<U*>(p.dst);
-  const U fill = static_cast<U>(p.fill_bits);
-  const int nd = p.ndim;
-  const PadDim dh = p.dims[nd - 2], dw = p.dims[nd - 1];
-  const int64_t plane = blockIdx.x / b.bands, h0 = (blockIdx.x % b.bands) * b.rows_per_band;
-  const int rows = static_cast<int>(min(b.rows_per_band, dh.out - h0));
-  if (threadIdx.x == 0) {  // the plane's input offset through the outer dims' maps
-    int64_t off = 0, q = plane;
-    bool inside = true;
-    for (int d = nd - 3; d >= 0; --d) {
-      const int64_t j = q % p.dims[d].out;
-      q /= p.dims[d].out;
-      const int64_t k = pad_source(Mode, p.dims[d], j);
-      inside = inside && k >= 0;
-      off += k * p.in_strides[d];
-    }
-    plane_src = inside ? off : -1;
-    row_lo = INT_MAX, row_hi = -1;
-  }
-  __syncthreads();
-  const bool fill_plane = plane_src < 0;
-  const int64_t in_plane = plane_src;
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-    const int k = fill_plane ? -1 : static_cast<int>(pad_source(Mode, dh, h0 + r));
-    src_row[r] = k;
-    if (k >= 0) atomicMin(&row_lo, k), atomicMax(&row_hi, k);
-  }
-  __syncthreads();
-  const int lo = row_lo, hi = row_hi;
-  unsigned shift = 0;  // bytes before the first loaded element in shared memory
-  if (hi >= lo) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(in + in_plane + static_cast<int64_t>(lo) * dw.in);
-    const uintptr_t end = first + static_cast<uintptr_t>(hi - lo + 1) * dw.in * sizeof(U);
-    const uint4* v = reinterpret_cast<const uint4*>(first & ~uintptr_t{15});
-    shift = static_cast<unsigned>(first & 15);
-    const int nvec = static_cast<int>((end - (first & ~uintptr_t{15}) + 15) / 16);
-    for (int i = threadIdx.x; i < nvec; i += blockDim.x) band_smem[i] = v[i];
-  }
-  __syncthreads();
-  const U* rows_in = reinterpret_cast<const U*>(reinterpret_cast<const char*>(band_smem) + shift);
-  const PadRun run = pad_direct_run(Mode, dw);
-  const int w_in = static_cast<int>(dw.in);
-  auto value = [&](int r, int w) -> U {  // band row r, output column w
-    const int k = src_row[r];
-    if (k < 0) return fill;
-    const int c = w >= run.j0 && w < run.j1 ? w - static_cast<int>(dw.before) : static_cast<int>(pad_source(Mode, dw, w));
-    return c < 0 ? fill : rows_in[(k - lo) * w_in + c];
-  };
-  // The band is flat output [e0, e0 + n): full vectors inside it, the partial ends by element.
-  const int64_t e0 = (plane * dh.out + h0) * dw.out, n = static_cast<int64_t>(rows) * dw.out;
-  const int64_t u0 = (e0 + V - 1) / V, u1 = (e0 + n) / V;
-  const int head = static_cast<int>((u0 * V - e0 < n ? u0 * V - e0 : n));
-  for (int t = threadIdx.x; t < head; t += blockDim.x) {
-    uint32_t r, w;
-    b.w_out(static_cast<uint32_t>(t), r, w);
-    out[e0 + t] = value(static_cast<int>(r), static_cast<int>(w));
-  }
-  const int tail = u1 > u0 ? static_cast<int>(u1 * V - e0) : head;  // no full vector: the rest is the tail
-  for (int t = tail + threadIdx.x; t < n; t += blockDim.x) {
-    uint32_t r, w;
-    b.w_out(static_cast<uint32_t>(t), r, w);
-    out[e0 + t] = value(static_cast<int>(r), static_cast<int>(w));
-  }
-  for (int64_t u = u0 + threadIdx.x; u < u1; u += blockDim.x) {
-    uint32_t r32, w32;
-    b.w_out(static_cast<uint32_t>(u * V - e0), r32, w32);
-    int r = static_cast<int>(r32), w = static_cast<int>(w32);
-    union {
-      uint4 v;
-      U e[V];
-    } vals;
-    const int k = src_row[r];
-    if (k >= 0 && w >= run.j0 && w + V <= run.j1) {  // inside one row's direct middle
-      vals.v = load16_shifted(rows_in + (k - lo) * w_in + (w - static_cast<int>(dw.before)));
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        vals.e[i] = value(r, w);
-        if (++w == static_cast<int>(dw.out)) w = 0, ++r;
-      }
-    }
-    *reinterpret_cast<uint4*>(out + u * V) = vals.v;
-  }
-}
-
 // Backward: a group per segment of a grad_input row. The row's outer sources (every output row
 // that reads it) are found once; a unit of V elements sums, in the output's order, the
 // grad_output elements of every combination of them (the innermost outer dim fastest), then the
@@ -477,16 +348,6 @@ void pad(const PadParams& p) {
   KernelLaunch launch(p.dst);
   dispatch_element_size(element_size(p.dtype), "[pad]", [&](auto tag) {
     using U = typename decltype(tag)::type;
-    BandSplit b;
-    static const bool band_env = [] { const char* e = std::getenv("ANVIL_PAD_BAND"); return !e || e[0] != '0'; }();
-    if (band_env && band_split(p, sizeof(U), b)) {
-      with_pad_mode(p.mode, [&](auto mode) {
-        if constexpr (decltype(mode)::value != PadMode::Circular)
-          pad_band_kernel<U, decltype(mode)::value>
-              <<<static_cast<unsigned>(b.planes * b.bands), kThreads, b.smem, launch.stream()>>>(p, b);
-      });
-      return;
-    }
     const RowSplit s = split_rows(p, true, sizeof(U), launch);
     const int64_t rows = p.out_numel / p.dims[p.ndim - 1].out;
     with_pad_mode(p.mode, [&](auto mode) {
