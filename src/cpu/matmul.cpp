@@ -35,7 +35,7 @@ BlasOperand blas_layout(int64_t stride_row, int64_t stride_col, int64_t cols) {
 // accumulation, one rounding. A's bfloat16 rows are copied into the kernel's layout as they are
 // (no float32 round trip: a conv's 14400 x 864 columns were widened to 50 MB first), the k % 64
 // tail widened on its own. false: no such path (nothing written).
-constexpr int64_t kTiledRows = 64;  // bfloat16 GEMMs with at least this many rows take AMX tiles
+constexpr int64_t kTiledRows = 32;  // bfloat16 GEMMs with at least this many rows take AMX tiles (one block)
 
 bool bf16_dots_applies(const BmmParams& p) {
   return p.stride_b_row == 1 && p.k >= 64 && simd::bf16_dots_supported();
@@ -88,7 +88,7 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
   const int64_t mb = std::min(m, std::max<int64_t>(64, (int64_t{8} << 20) / std::max<int64_t>(1, k + n) / 4 * 4));
   if constexpr (std::is_same_v<T, BFloat16>) {
     // Many rows: AMX tiles where the CPU has them (docs/PERFORMANCE.md); few: the GEMV dots.
-    if (m >= kTiledRows &&
+    if (m >= kTiledRows && n >= 16 && k >= 32 &&  // smaller ones would mostly multiply the tiles' zero padding
         simd::bf16_gemm(reinterpret_cast<const uint16_t*>(A), p.stride_a_row, p.stride_a_col,
                         reinterpret_cast<const uint16_t*>(B), p.stride_b_row, p.stride_b_col, m, n, k,
                         [&](int64_t i0, int64_t rows, const float* c) {
