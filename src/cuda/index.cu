@@ -169,10 +169,12 @@ __device__ __forceinline__ void bin_add(T* addr, T v) {
 
 // A: the per-bin accumulator (uint32 counts in shared memory, else the output type); W void
 // counts. kShared: A bins in dynamic shared memory, else A == Out and the bins are the output.
-template <typename I, typename W, typename A, typename Out, bool kShared>
+// P: values per load, 16 bytes of counts from a 16-byte aligned x (1: element loads, weights).
+template <typename I, typename W, typename A, typename Out, bool kShared, int P>
 __global__ void __launch_bounds__(kThreads) bincount_kernel(const __grid_constant__ BincountParams p) {
   extern __shared__ __align__(16) unsigned char bincount_smem[];
   constexpr bool kCounts = std::is_same_v<W, void>;
+  static_assert(P == 1 || (kCounts && P * sizeof(I) == 16), "packed loads take counts of 16-byte packs");
   constexpr int kUnroll = 8;  // loads in flight per thread before their values are binned
   A* bins = kShared ? reinterpret_cast<A*>(bincount_smem) : reinterpret_cast<A*>(p.out);
   if constexpr (kShared) {
@@ -181,36 +183,49 @@ __global__ void __launch_bounds__(kThreads) bincount_kernel(const __grid_constan
   }
   const I* x = static_cast<const I*>(p.x);
   const unsigned long long nbins = static_cast<unsigned long long>(p.bins);
-  const int64_t stride = grid_threads();
+  const int64_t stride = grid_threads(), np = p.n / P;  // whole packs; the tail below
   long long cur = -1, hi = 0;  // the run's value (-1: none) and the largest value seen
   bool negative = false;
   A run{};
-  for (int64_t i0 = global_thread(); i0 < p.n; i0 += kUnroll * stride) {
-    long long v[kUnroll];
+  auto see = [&](long long v, A add) {
+    negative |= v < 0;
+    hi = v > hi ? v : hi;
+    const bool in = static_cast<unsigned long long>(v) < nbins;
+    if (in && v == cur) {
+      run += add;
+      return;
+    }
+    if (cur >= 0) bin_add(&bins[cur], run);
+    cur = in ? v : -1;
+    run = in ? add : A{};
+  };
+  union Pack {
+    uint4 raw;
+    I e[P];
+  };
+  for (int64_t i0 = global_thread(); i0 < np; i0 += kUnroll * stride) {
+    Pack v[kUnroll];
     A add[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t i = i0 + u * stride;
-      v[u] = i < p.n ? static_cast<long long>(x[i]) : -1;
+      if constexpr (P > 1) {
+        if (i < np) v[u].raw = reinterpret_cast<const uint4*>(x)[i];
+      } else {
+        if (i < np) v[u].e[0] = x[i];
+      }
       if constexpr (kCounts) add[u] = A(1);
-      else add[u] = i < p.n ? static_cast<A>(static_cast<const W*>(p.weights)[i]) : A{};
-      if (i >= p.n) add[u] = A{};
+      else add[u] = i < np ? static_cast<A>(static_cast<const W*>(p.weights)[i]) : A{};
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (i0 + u * stride >= p.n) break;
-      negative |= v[u] < 0;
-      hi = v[u] > hi ? v[u] : hi;
-      const bool in = static_cast<unsigned long long>(v[u]) < nbins;
-      if (in && v[u] == cur) {
-        run += add[u];
-        continue;
-      }
-      if (cur >= 0) bin_add(&bins[cur], run);
-      cur = in ? v[u] : -1;
-      run = in ? add[u] : A{};
+      if (i0 + u * stride >= np) break;
+#pragma unroll
+      for (int e = 0; e < P; ++e) see(static_cast<long long>(v[u].e[e]), add[u]);
     }
   }
+  if (P > 1 && global_thread() == 0)
+    for (int64_t i = np * P; i < p.n; ++i) see(static_cast<long long>(x[i]), A(1));
   if (cur >= 0) bin_add(&bins[cur], run);
   if (p.range != nullptr) {
 #pragma unroll
@@ -238,10 +253,16 @@ void launch_bincount(const BincountParams& p, const KernelLaunch& launch) {
   // >= 64 values per thread: a block's bins are zeroed and merged once per 16384 values (H200,
   // 4M int64: 19.6 us at 64 per thread, 24.5 us at 16; ncu, the kernel alone).
   const unsigned blocks = launch.blocks(p.n, 64);
-  if (static_cast<size_t>(p.bins) * sizeof(A) <= kSmem) {
-    bincount_kernel<I, W, A, Out, true><<<blocks, kThreads, static_cast<size_t>(p.bins) * sizeof(A), launch.stream()>>>(p);
+  // Counts of a 16-byte aligned x load 16 bytes at a time.
+  constexpr int kPack = std::is_same_v<W, void> ? 16 / sizeof(I) : 1;
+  const bool packed = kPack > 1 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+  const size_t smem = static_cast<size_t>(p.bins) * sizeof(A);
+  if (smem <= kSmem) {
+    if (packed) bincount_kernel<I, W, A, Out, true, kPack><<<blocks, kThreads, smem, launch.stream()>>>(p);
+    else bincount_kernel<I, W, A, Out, true, 1><<<blocks, kThreads, smem, launch.stream()>>>(p);
   } else {
-    bincount_kernel<I, W, Out, Out, false><<<blocks, kThreads, 0, launch.stream()>>>(p);
+    if (packed) bincount_kernel<I, W, Out, Out, false, kPack><<<blocks, kThreads, 0, launch.stream()>>>(p);
+    else bincount_kernel<I, W, Out, Out, false, 1><<<blocks, kThreads, 0, launch.stream()>>>(p);
   }
 }
 
