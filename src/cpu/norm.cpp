@@ -212,9 +212,15 @@ void group_norm(const GroupNormParams& p) {
           }
         } else {
           floats(ch * p.hxw, p.hxw, [&](const float* f, int64_t off, int64_t len) {
-            float* o = std::is_same_v<T, float> ? reinterpret_cast<float*>(yc + off) : ybuf;
-            simd::normalise_scalar(f, len, mean_f, rstd_f, p.weight ? &w : nullptr, p.bias ? &b : nullptr, o);
-            store_floats(o, yc + off, len);
+            const float* wp = p.weight ? &w : nullptr;
+            const float* bp = p.bias ? &b : nullptr;
+            if constexpr (std::is_same_v<T, BFloat16>) {
+              simd::normalise_scalar_bf16(f, len, mean_f, rstd_f, wp, bp, reinterpret_cast<uint16_t*>(yc + off));
+            } else {
+              float* o = std::is_same_v<T, float> ? reinterpret_cast<float*>(yc + off) : ybuf;
+              simd::normalise_scalar(f, len, mean_f, rstd_f, wp, bp, o);
+              store_floats(o, yc + off, len);
+            }
           });
         }
       }

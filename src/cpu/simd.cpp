@@ -406,6 +406,37 @@ void NormaliseColumns(const float* HWY_RESTRICT x, int64_t rows, int64_t c, cons
       y[r * c + j] = v;
     }
 }
+// bfloat16 bits of float32 values: round to nearest even, NaN -> 0x7FC0 (as F32ToBF16).
+template <class DU>
+HWY_INLINE auto RoundToBF16Bits(DU du, hn::Vec<DU> u) {
+  const auto is_nan = hn::Gt(hn::And(u, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u));
+  const auto bias = hn::Add(hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)), hn::Set(du, 0x7FFFu));
+  return hn::IfThenElse(is_nan, hn::Set(du, 0x7FC0u), hn::ShiftRight<16>(hn::Add(u, bias)));
+}
+// NormaliseScalar's values rounded straight to bfloat16 (no float32 round trip through memory).
+void NormaliseScalarBF16(const float* HWY_RESTRICT x, int64_t n, float mean, float invstd, const float* w,
+                         const float* b, uint16_t* HWY_RESTRICT y) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(du)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto m = hn::Set(df, mean), is = hn::Set(df, invstd);
+  const auto wv = hn::Set(df, w ? *w : 1.0f), bv = hn::Set(df, b ? *b : 0.0f);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto v = hn::Mul(hn::Sub(hn::LoadU(df, x + i), m), is);
+    if (w) v = hn::Mul(v, wv);
+    if (b) v = hn::Add(v, bv);
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, v)))), d16, y + i);
+  }
+  for (; i < n; ++i) {
+    float v = (x[i] - mean) * invstd;
+    if (w) v = v * *w;
+    if (b) v = v + *b;
+    y[i] = f32_to_bf16_bits(v);
+  }
+}
 void NormaliseScalar(const float* HWY_RESTRICT x, int64_t n, float mean, float invstd, const float* w, const float* b,
                      float* HWY_RESTRICT y) {
   const hn::ScalableTag<float> df;
@@ -453,6 +484,7 @@ HWY_EXPORT(ColumnSums);
 HWY_EXPORT(ColumnSquaredDeviations);
 HWY_EXPORT(NormaliseColumns);
 HWY_EXPORT(NormaliseScalar);
+HWY_EXPORT(NormaliseScalarBF16);
 
 namespace {
 // Splits a contiguous range over the OpenMP team in cache-friendly chunks.
@@ -575,6 +607,10 @@ void normalise_columns(const float* x, int64_t rows, int64_t c, const float* mea
 }
 void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b, float* y) {
   HWY_DYNAMIC_DISPATCH(NormaliseScalar)(x, n, mean, invstd, w, b, y);
+}
+void normalise_scalar_bf16(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b,
+                           uint16_t* y) {
+  HWY_DYNAMIC_DISPATCH(NormaliseScalarBF16)(x, n, mean, invstd, w, b, y);
 }
 
 int64_t gemm_panel_width() { return HWY_DYNAMIC_DISPATCH(PanelWidth)(); }

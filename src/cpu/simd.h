@@ -48,6 +48,9 @@ void column_squared_deviations(const float* x, int64_t rows, int64_t c, const do
 void normalise_columns(const float* x, int64_t rows, int64_t c, const float* mean, const float* invstd, const float* w,
                        const float* b, float* y);
 void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b, float* y);
+// normalise_scalar rounded to bfloat16 bits as it is stored (encode_f32's rounding).
+void normalise_scalar_bf16(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b,
+                           uint16_t* y);
 // Software prefetch distance of the GEMV weight streams (cpu/gemv-inl.h, cpu/bf16_dots_x86.cpp),
 // bytes ahead into L2; measured in gemv-inl.h.
 constexpr int64_t kGemvPrefetchBytes = 4096;
