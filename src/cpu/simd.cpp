@@ -19,6 +19,13 @@ HWY_BEFORE_NAMESPACE();
 namespace anvil::cpu::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// bfloat16 bits (in 32-bit lanes) of float32 bits: round to nearest even, NaN -> 0x7FC0.
+template <class DU>
+HWY_INLINE hn::Vec<DU> RoundToBF16Bits(DU du, hn::Vec<DU> u) {
+  const auto is_nan = hn::Gt(hn::And(u, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u));
+  const auto bias = hn::Add(hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)), hn::Set(du, 0x7FFFu));
+  return hn::IfThenElse(is_nan, hn::Set(du, 0x7FC0u), hn::ShiftRight<16>(hn::Add(u, bias)));
+}
 // float32 -> bfloat16 bits: round to nearest even, NaN -> 0x7FC0.
 void F32ToBF16(const float* HWY_RESTRICT in, uint16_t* HWY_RESTRICT out, int64_t n) {
   const hn::ScalableTag<uint32_t> du;
@@ -27,14 +34,9 @@ void F32ToBF16(const float* HWY_RESTRICT in, uint16_t* HWY_RESTRICT out, int64_t
   const hn::RebindToSigned<decltype(du)> di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(du));
   int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    auto u = hn::BitCast(du, hn::LoadU(df, in + i));
-    auto is_nan = hn::Gt(hn::And(u, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u));
-    auto bias = hn::Add(hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)), hn::Set(du, 0x7FFFu));
-    auto r = hn::ShiftRight<16>(hn::Add(u, bias));
-    r = hn::IfThenElse(is_nan, hn::Set(du, 0x7FC0u), r);
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, out + i);
-  }
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, hn::LoadU(df, in + i))))), d16,
+               out + i);
   for (; i < n; ++i) out[i] = f32_to_bf16_bits(in[i]);
 }
 
@@ -406,16 +408,11 @@ void NormaliseColumns(const float* HWY_RESTRICT x, int64_t rows, int64_t c, cons
       y[r * c + j] = v;
     }
 }
-// bfloat16 bits of float32 values: round to nearest even, NaN -> 0x7FC0 (as F32ToBF16).
-template <class DU>
-HWY_INLINE auto RoundToBF16Bits(DU du, hn::Vec<DU> u) {
-  const auto is_nan = hn::Gt(hn::And(u, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u));
-  const auto bias = hn::Add(hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)), hn::Set(du, 0x7FFFu));
-  return hn::IfThenElse(is_nan, hn::Set(du, 0x7FC0u), hn::ShiftRight<16>(hn::Add(u, bias)));
-}
-// NormaliseScalar's values rounded straight to bfloat16 (no float32 round trip through memory).
-void NormaliseScalarBF16(const float* HWY_RESTRICT x, int64_t n, float mean, float invstd, const float* w,
-                         const float* b, uint16_t* HWY_RESTRICT y) {
+// y = ((x - mean) * invstd) * w + b over n values with one set of parameters; Out float, or
+// uint16_t for bfloat16 bits rounded as they are stored (no float32 round trip through memory).
+template <typename Out>
+void NormaliseScalarTo(const float* HWY_RESTRICT x, int64_t n, float mean, float invstd, const float* w, const float* b,
+                       Out* HWY_RESTRICT y) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
   const hn::RebindToSigned<decltype(df)> di;
@@ -428,34 +425,23 @@ void NormaliseScalarBF16(const float* HWY_RESTRICT x, int64_t n, float mean, flo
     auto v = hn::Mul(hn::Sub(hn::LoadU(df, x + i), m), is);
     if (w) v = hn::Mul(v, wv);
     if (b) v = hn::Add(v, bv);
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, v)))), d16, y + i);
+    if constexpr (std::is_same_v<Out, float>) hn::StoreU(v, df, y + i);
+    else hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, v)))), d16, y + i);
   }
   for (; i < n; ++i) {
     float v = (x[i] - mean) * invstd;
     if (w) v = v * *w;
     if (b) v = v + *b;
-    y[i] = f32_to_bf16_bits(v);
+    if constexpr (std::is_same_v<Out, float>) y[i] = v;
+    else y[i] = f32_to_bf16_bits(v);
   }
 }
-void NormaliseScalar(const float* HWY_RESTRICT x, int64_t n, float mean, float invstd, const float* w, const float* b,
-                     float* HWY_RESTRICT y) {
-  const hn::ScalableTag<float> df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto m = hn::Set(df, mean), is = hn::Set(df, invstd);
-  const auto wv = hn::Set(df, w ? *w : 1.0f), bv = hn::Set(df, b ? *b : 0.0f);
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    auto v = hn::Mul(hn::Sub(hn::LoadU(df, x + i), m), is);
-    if (w) v = hn::Mul(v, wv);
-    if (b) v = hn::Add(v, bv);
-    hn::StoreU(v, df, y + i);
-  }
-  for (; i < n; ++i) {
-    float v = (x[i] - mean) * invstd;
-    if (w) v = v * *w;
-    if (b) v = v + *b;
-    y[i] = v;
-  }
+void NormaliseScalar(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b, float* y) {
+  NormaliseScalarTo(x, n, mean, invstd, w, b, y);
+}
+void NormaliseScalarBF16(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b,
+                         uint16_t* y) {
+  NormaliseScalarTo(x, n, mean, invstd, w, b, y);
 }
 
 }  // namespace anvil::cpu::simd::HWY_NAMESPACE
