@@ -1,7 +1,8 @@
 // CUDA upsampling, forward and backward. A thread per destination element, in the destination's
-// memory order (NC(D)HW or channels-last), computes each axis's taps from core/kernels/upsample.h
-// and sums in the CPU backend's nested order (W innermost, then H, then D). The backward first
-// writes each axis's output ranges (upsample_output_range) into the workspace, then gathers:
+// memory order (NC(D)HW or channels-last), sums in the CPU backend's nested order (W innermost,
+// then H, then D). The forward computes each axis's taps from core/kernels/upsample.h (the
+// nearest modes copy rows); the backward first builds a table per axis in scratch memory (each
+// input index's output range, upsample_output_range, and its summed weights), then gathers:
 // each grad_input element sums the weighted gradients of the outputs in its ranges, no atomics.
 // Values accumulate in float (double for float64) and round once.
 #include <algorithm>
