@@ -85,7 +85,6 @@ void gemm_bf16_dots(const BmmParams& p, const BFloat16* A, const BFloat16* B, co
 template <typename T, typename Store>
 void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
   const int64_t m = p.m, n = p.n, k = p.k;
-  const int64_t mb = std::min(m, std::max<int64_t>(64, (int64_t{8} << 20) / std::max<int64_t>(1, k + n) / 4 * 4));
   if constexpr (std::is_same_v<T, BFloat16>) {
     // Many rows: AMX tiles where the CPU has them (docs/PERFORMANCE.md); few: the GEMV dots.
     if (m >= kTiledRows && n >= 16 && k >= 32 &&  // smaller ones would mostly multiply the tiles' zero padding
@@ -100,6 +99,7 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
   }
   const int64_t width = simd::gemm_panel_width();
   const int64_t npanels = (n + width - 1) / width;
+  const int64_t mb = std::min(m, std::max<int64_t>(64, (int64_t{8} << 20) / std::max<int64_t>(1, k + n) / 4 * 4));
   const int64_t threads = omp_get_max_threads();
   std::vector<float> a32(static_cast<size_t>(mb * k)), c32(static_cast<size_t>(mb * n));
   for (int64_t i0 = 0; i0 < m; i0 += mb) {

@@ -224,8 +224,10 @@ __global__ void __launch_bounds__(kThreads) bincount_kernel(const __grid_constan
       for (int e = 0; e < P; ++e) see(static_cast<long long>(v[u].e[e]), add[u]);
     }
   }
-  if (P > 1 && global_thread() == 0)
-    for (int64_t i = np * P; i < p.n; ++i) see(static_cast<long long>(x[i]), A(1));
+  if constexpr (P > 1) {  // the values past the last whole pack
+    if (global_thread() == 0)
+      for (int64_t i = np * P; i < p.n; ++i) see(static_cast<long long>(x[i]), A(1));
+  }
   if (cur >= 0) bin_add(&bins[cur], run);
   if (p.range != nullptr) {
 #pragma unroll
@@ -336,7 +338,6 @@ void bincount(const BincountParams& p) {
   else with_input(TypeTag<int64_t>{});
   launch.check("[bincount]");
 }
-
 
 }  // namespace anvil::cuda_backend
 

@@ -381,24 +381,10 @@ __global__ void segment_finish_kernel(const T* __restrict__ x, const double2* __
   }
 }
 
-// q / d and q % d in the kernel's index type: by the host's multiply-high divisor for int32
-// indices (below 2^31), by division for int64.
-template <typename I>
-__device__ __forceinline__ void norm_divmod(I n, I d, const cuda_device::FastDivmod& f, I& q, I& r) {
-  if constexpr (sizeof(I) == 4) {
-    uint32_t q32, r32;
-    f(static_cast<uint32_t>(n), q32, r32);
-    q = static_cast<I>(q32);
-    r = static_cast<I>(r32);
-  } else {
-    q = n / d;
-    r = n - q * d;
-  }
-}
-
 // The divisors of the normalisation's index map.
+template <typename I>
 struct NormDivs {
-  cuda_device::FastDivmod inner, c, cps, nstat;
+  cuda_device::IndexDiv<I> inner, c, cps, nstat;
 };
 
 // y over x [outer, c, inner]; element (o, ch, i) uses weight[ch] and statistics row
@@ -406,17 +392,26 @@ struct NormDivs {
 // channels; otherwise inner % V == 0 and they share one. kFixed (with kConsecutive, cps == 1
 // and nstat == c): the grid's stride in elements is a multiple of c, so each thread sees the
 // same V channels on every step and loads their parameters once.
+// (v - mean) * rstd, then * weight and + bias where given, each step rounded (no contraction).
+template <typename A>
+__device__ __forceinline__ A normalise_value(A v, A mean, A rstd, const A* w, A wv, const A* bias, A bv) {
+  A r = mul_rn(v - mean, rstd);
+  if (w) r = mul_rn(r, wv);
+  if (bias) r = add_rn(r, bv);
+  return r;
+}
+
 template <typename T, typename A, int V, bool kConsecutive, bool kFixed, typename I>
 __global__ void segment_normalize_kernel(const T* __restrict__ x, T* __restrict__ y, const A* __restrict__ stat,
                                          const A* __restrict__ w, const A* __restrict__ bias, I packs, I c, I inner, I cps,
-                                         I nstat, const __grid_constant__ NormDivs dv) {
+                                         I nstat, const __grid_constant__ NormDivs<I> dv) {
   const I q0 = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x, stride = static_cast<I>(gridDim.x) * blockDim.x;
   if constexpr (kFixed) {
     A mean[V], rstd[V], wv[V], bv[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       I ch, unused;
-      norm_divmod<I>(q0 * V + e, c, dv.c, unused, ch);
+      dv.c(q0 * V + e, unused, ch);
       mean[e] = stat[2 * ch];
       rstd[e] = stat[2 * ch + 1];
       wv[e] = w ? w[ch] : A(1);
@@ -426,34 +421,28 @@ __global__ void segment_normalize_kernel(const T* __restrict__ x, T* __restrict_
       const Pack<T, V> v = reinterpret_cast<const Pack<T, V>*>(x)[q];
       Pack<T, V> out;
 #pragma unroll
+      for (int e = 0; e < V; ++e)
+        out.v[e] = from_compute<T>(normalise_value(static_cast<A>(to_compute(v.v[e])), mean[e], rstd[e], w, wv[e], bias, bv[e]));
+      reinterpret_cast<Pack<T, V>*>(y)[q] = out;
+    }
+  } else {
+    for (I q = q0; q < packs; q += stride) {
+      const Pack<T, V> v = reinterpret_cast<const Pack<T, V>*>(x)[q];
+      Pack<T, V> out;
+      I lin, unused;  // o * c + ch of the first element
+      dv.inner(q * V, lin, unused);
+#pragma unroll
       for (int e = 0; e < V; ++e) {
-        A r = mul_rn(static_cast<A>(to_compute(v.v[e])) - mean[e], rstd[e]);
-        if (w) r = mul_rn(r, wv[e]);
-        if (bias) r = add_rn(r, bv[e]);
-        out.v[e] = from_compute<T>(r);
+        const I l = kConsecutive ? lin + e : lin;
+        I ch, st, t;
+        dv.c(l, t, ch);
+        dv.cps(l, t, st);
+        dv.nstat(t, t, st);
+        out.v[e] = from_compute<T>(normalise_value(static_cast<A>(to_compute(v.v[e])), stat[2 * st], stat[2 * st + 1], w,
+                                                   w ? w[ch] : A(0), bias, bias ? bias[ch] : A(0)));
       }
       reinterpret_cast<Pack<T, V>*>(y)[q] = out;
     }
-    return;
-  }
-  for (I q = q0; q < packs; q += stride) {
-    const Pack<T, V> v = reinterpret_cast<const Pack<T, V>*>(x)[q];
-    Pack<T, V> out;
-    I lin, unused;  // o * c + ch of the first element
-    norm_divmod<I>(q * V, inner, dv.inner, lin, unused);
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const I l = kConsecutive ? lin + e : lin;
-      I ch, st, t;
-      norm_divmod<I>(l, c, dv.c, t, ch);
-      norm_divmod<I>(l, cps, dv.cps, t, st);
-      norm_divmod<I>(t, nstat, dv.nstat, t, st);
-      A r = mul_rn(static_cast<A>(to_compute(v.v[e])) - stat[2 * st], stat[2 * st + 1]);
-      if (w) r = mul_rn(r, w[ch]);
-      if (bias) r = add_rn(r, bias[ch]);
-      out.v[e] = from_compute<T>(r);
-    }
-    reinterpret_cast<Pack<T, V>*>(y)[q] = out;
   }
 }
 
@@ -520,14 +509,8 @@ void launch_segment_norm(const SegmentNorm& p, bool batch_norm, const KernelLaun
   const A* bias = static_cast<const A*>(p.bias);
   const I c = static_cast<I>(p.c), inner = static_cast<I>(p.inner), cps = static_cast<I>(p.channels_per_segment);
   const I nstat = static_cast<I>(p.segments);
-  const bool small = sizeof(I) == 4;  // the divisors take int32 indices
-  NormDivs dv;
-  if (small) {
-    dv.inner = cuda_device::FastDivmod(static_cast<uint32_t>(p.inner));
-    dv.c = cuda_device::FastDivmod(static_cast<uint32_t>(p.c));
-    dv.cps = cuda_device::FastDivmod(static_cast<uint32_t>(p.channels_per_segment));
-    dv.nstat = cuda_device::FastDivmod(static_cast<uint32_t>(p.segments));
-  }
+  using Div = cuda_device::IndexDiv<I>;
+  const NormDivs<I> dv{Div(p.inner), Div(p.c), Div(p.channels_per_segment), Div(p.segments)};
   auto run = [&](auto kernel, int v, unsigned blocks) {
     const int64_t packs = total / v;
     kernel<<<blocks, KernelLaunch::kThreads, 0, launch.stream()>>>(x, y, stat, w, bias, static_cast<I>(packs), c, inner,

@@ -141,30 +141,11 @@ __device__ __forceinline__ Acc table_weight(const UpsampleParams& p, const AxisT
   return j < kTableTaps ? tab.w[j * tab.stride + t] : weight_at<Acc>(p, a, lo + j, i);
 }
 
-// n / d and n % d in the kernel's index type: multiply-high for 32-bit indices, the division
-// routine for 64-bit ones.
-template <typename I>
-struct IndexDiv;
-template <>
-struct IndexDiv<uint32_t> {
-  cuda_device::FastDivmod f;
-  IndexDiv() = default;
-  explicit IndexDiv(int64_t d) : f(static_cast<uint32_t>(d)) {}
-  __device__ __forceinline__ void operator()(uint32_t n, uint32_t& q, uint32_t& r) const { f(n, q, r); }
-};
-template <>
-struct IndexDiv<int64_t> {
-  int64_t d = 1;
-  IndexDiv() = default;
-  explicit IndexDiv(int64_t v) : d(v) {}
-  __device__ __forceinline__ void operator()(int64_t n, int64_t& q, int64_t& r) const { cuda_device::divmod(n, d, q, r); }
-};
-
 // grad_input's extents in its memory order, innermost first: (W, H, D, c) channels-first,
 // (c, W, H, D) channels-last.
 template <typename I>
 struct BackwardDivs {
-  IndexDiv<I> d0, d1, d2, d3;
+  cuda_device::IndexDiv<I> d0, d1, d2, d3;
 };
 
 // A thread per grad_input element, in its memory order; the D and H table entries are warp-
@@ -317,9 +298,11 @@ void upsample_backward(const UpsampleParams& p) {
       using I = decltype(index);
       BackwardDivs<I> dv;
       if (!p.channels_last) {
-        dv.d0 = IndexDiv<I>(aW.in), dv.d1 = IndexDiv<I>(aH.in), dv.d2 = IndexDiv<I>(aD.in);
+        using Div = cuda_device::IndexDiv<I>;
+        dv.d0 = Div(aW.in), dv.d1 = Div(aH.in), dv.d2 = Div(aD.in);
       } else {
-        dv.d0 = IndexDiv<I>(p.c), dv.d1 = IndexDiv<I>(aW.in), dv.d2 = IndexDiv<I>(aH.in), dv.d3 = IndexDiv<I>(aD.in);
+        using Div = cuda_device::IndexDiv<I>;
+        dv.d0 = Div(p.c), dv.d1 = Div(aW.in), dv.d2 = Div(aH.in), dv.d3 = Div(aD.in);
       }
       if (p.mode == UpsampleMode::Nearest || p.mode == UpsampleMode::NearestExact)
         upsample_backward_kernel<T, Acc, I, true>

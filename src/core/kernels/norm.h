@@ -69,7 +69,8 @@ struct BatchNormParams {
   double unbiased = 1;  // a * b / (a * b - 1): the running variance is the unbiased one
 };
 
-// v as element i of a float tensor of dtype t (float16 / bfloat16 / float32 / float64).
+// v as element i of a float tensor of dtype t: float16 / bfloat16 / float32 / float64, the only
+// dtypes the op passes (check_batch_norm), so the last case is float16.
 ANVIL_HD void store_float(void* p, DType t, int64_t i, double v) {
   switch (t) {
     case kFloat64: static_cast<double*>(p)[i] = v; break;

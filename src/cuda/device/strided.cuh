@@ -34,6 +34,32 @@ struct FastDivmod {
   }
 };
 
+// n / d and n % d in a kernel's index type I: by FastDivmod's multiply-high for uint32_t or
+// int32_t indices (below 2^31), by the division routine for int64_t. Built on the host.
+template <typename I>
+struct IndexDiv {
+  static_assert(sizeof(I) == 4 || sizeof(I) == 8, "32- or 64-bit indices");
+  FastDivmod f;
+  int64_t d = 1;
+  IndexDiv() = default;
+  explicit IndexDiv(int64_t divisor) : d(divisor) {
+    if constexpr (sizeof(I) == 4) f = FastDivmod(static_cast<uint32_t>(divisor));
+  }
+  __device__ __forceinline__ void operator()(I n, I& q, I& r) const {
+    if constexpr (sizeof(I) == 4) {
+      uint32_t q32, r32;
+      f(static_cast<uint32_t>(n), q32, r32);
+      q = static_cast<I>(q32);
+      r = static_cast<I>(r32);
+    } else {
+      int64_t q64, r64;
+      divmod(n, d, q64, r64);
+      q = q64;
+      r = r64;
+    }
+  }
+};
+
 // Offset of element i in one operand.
 __device__ __forceinline__ int64_t strided_offset(int64_t i, int ndim, const int64_t* sizes, const int64_t* strides) {
   int64_t off = 0;
