@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR="${1:-build}"
 shift || true
 
-PKGS=(build-essential cmake ninja-build pkg-config libhwy-dev libopenblas-dev liblapacke-dev
+PKGS=(build-essential cmake ninja-build pkg-config libhwy-dev libopenblas-openmp-dev liblapacke-dev
       libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -202,6 +202,36 @@ TEST_P(Conv, Plans) {
   }
 }
 
+// Outputs of 1024 positions or more with every stride 1: the CPU's float32 / float64 shifted
+// GEMMs (a GEMM per tap over the zero-padded input, src/ops/conv.cpp), with dilation, groups,
+// uneven kernels and pads, a pad past (k - 1) d (the input grad then takes the columns), 1-d and
+// 3-d, a stride-1 transposed conv, and chunks of a few rows under a small workspace limit.
+TEST_P(Conv, ShiftedGemms) {
+  th::CaseLoop loop;
+  th::Gen g(8105);
+  const std::vector<Case> cases = {
+      {{1, 3, 36, 32}, {4, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
+      {{2, 4, 33, 34}, {6, 2, 3, 3}, {1}, {3}, {2}, {0}, 2, false, false},
+      {{1, 2, 40, 30}, {3, 2, 2, 4}, {1}, {0, 2}, {1}, {0}, 1, false, true},
+      {{1, 2, 32, 32}, {2, 2, 3, 3}, {1}, {3}, {1}, {0}, 1, false, false},
+      {{2, 3, 1100}, {4, 3, 5}, {1}, {4}, {2}, {0}, 1, false, true},
+      {{1, 2, 4, 17, 16}, {3, 2, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
+      {{1, 2, 5, 16, 18}, {2, 2, 2, 3, 3}, {1}, {1}, {2, 1, 2}, {0}, 1, false, false},
+      {{1, 3, 34, 32}, {3, 4, 3, 3}, {1}, {1}, {1}, {0}, 1, true, true},
+  };
+  for (int64_t limit : {int64_t{0}, int64_t{4096}})
+    for (const Case& c : cases)
+      for (DType t : {kFloat32, kFloat64})
+        for (int layout = 0; layout < 4; ++layout) {
+          if ((layout == 1 || layout == 2) && c.x.size() < 4) continue;
+          set_conv_workspace_limit(limit);
+          const bool ok = loop.run(case_label(c, t, layout, dev()) + (limit ? " chunked" : ""),
+                                   [&] { check_case(c, t, layout, dev(), g); });
+          set_conv_workspace_limit(0);
+          if (!ok) return;
+        }
+}
+
 // Restores the default workspace limit when a test ends.
 struct WorkspaceLimit {
   explicit WorkspaceLimit(int64_t bytes) { set_conv_workspace_limit(bytes); }
