@@ -174,16 +174,19 @@ bool run_direct(const ConvDirectParams& d, const Device& device) {
 // positions, a plain strided GEMM operand. The conv is one GEMM per tap (and group) accumulating
 // in float32 / float64 over a bias-filled accumulator, with no columns (taps x the input) at
 // all: only a zero-padded copy of a chunk of input rows. The last junk row of a chunk is left
-// out of the GEMMs' extent, so no tap reads past the padded chunk. CPU float32 / float64
-// (OpenBLAS), outputs of 1024 positions or more: f32 [4, 64, 56, 56] k3 on 2 Zen 5 threads,
-// forward 34 -> 10 ms (torch 10.2), input grad 25 -> 9.5, weight grad 40 -> 12.6. bfloat16 keeps
-// its im2col path (its GEMM widens A per call, and a call per tap would widen it K times).
+// out of the GEMMs' extent, so no tap reads past the padded chunk. CPU, outputs of 1024
+// positions or more, float32 / float64 (OpenBLAS): f32 [4, 64, 56, 56] k3 on 2 Zen 5 threads,
+// forward 34 -> 10 ms (torch 10.2), input grad 25 -> 9.5, weight grad 40 -> 12.6; [1, 3, 224,
+// 224] k3 -> 64 7.1-14.0 -> 6.9-7.8 ms. bfloat16 / float16 keep im2col: without AMX their GEMM
+// widens or copies A per call, so a call per tap did that K times (Zen 5: [1, 64, 112, 112] k3
+// bf16 18-21 -> 59-62 ms; SD / Wan / ResNet shapes within noise or up to 1.2x faster).
 
 bool shifted_applies(const Problem& p) {
   if (!p.device.is_cpu() || (p.dtype != kFloat32 && p.dtype != kFloat64) || p.pointwise()) return false;
   // Short outputs have small columns, and one GEMM of depth cg x K beats K of depth cg there:
-  // [1, 512, 64] k7 float32 3.7 ms through im2col, 4.3 ms shifted (its GEMM alone 3.2).
-  if (p.out_plane() < 1024) return false;
+  // [1, 512, 64] k7 float32 3.7 ms through im2col, 4.3 ms shifted (its GEMM alone 3.2). So does
+  // one input channel per group ([1, 1, 224, 224] k3 -> 64: 3.4-5.8 ms vs 4.6-5.9).
+  if (p.out_plane() < 1024 || p.cg() < 2) return false;
   for (const ConvAxis& a : p.axes)
     if (a.stride != 1 || a.pad < 0) return false;
   return true;
@@ -274,17 +277,17 @@ void shifted_forward(const Problem& p, const Tensor& x, const Tensor& wr, bool f
   const int64_t K = p.taps(), G = p.groups, cg = p.cg(), cog = p.cout_g(), C = p.c_in, Co = p.c_out;
   const Tensor b = bias.defined() ? bias.view({Co, 1, 1, 1}) : bias;
   for_each_shifted_chunk(p, x, s, [&](const ShiftedChunk& c) {
-    Tensor acc = image_buffer(p, Co, c.rows, s.e1, s.e2, p.dtype);
+    Tensor acc = image_buffer(p, Co, c.rows, s.e1, s.e2, accumulation_dtype(p.dtype));
     if (b.defined()) acc.copy_(b.expand(acc.sizes()));
     else acc.zero_();
     for (int64_t t = 0; t < K; ++t) {
       const void* xs = at(c.xp.raw_data_ptr(), shifted_offset(p, t, s) * (p.channels_last() ? C : 1), p.dtype);
       const void* w_t = at(wr.raw_data_ptr(), (flip ? K - 1 - t : t) * G * cog * cg, p.dtype);
       if (!p.channels_last())  // acc_g [cout_g, M] += W_t,g [cout_g, cg] @ xp_g [cg, M] shifted
-        grouped_gemm(p, p.dtype, true, cog, c.M, cg, {w_t, cog * cg, cg, 1}, {xs, cg * c.plane_x, c.plane_x, 1},
+        grouped_gemm(p, acc.dtype(), true, cog, c.M, cg, {w_t, cog * cg, cg, 1}, {xs, cg * c.plane_x, c.plane_x, 1},
                      acc.raw_data_ptr(), cog * c.plane_y, c.plane_y);
       else  // acc_g [M, cout_g] += xp_g [M, cg] shifted @ W_t,g^T [cg, cout_g]
-        grouped_gemm(p, p.dtype, true, c.M, cog, cg, {xs, cg, C, 1}, {w_t, cog * cg, 1, cg}, acc.raw_data_ptr(), cog, Co);
+        grouped_gemm(p, acc.dtype(), true, c.M, cog, cg, {xs, cg, C, 1}, {w_t, cog * cg, 1, cg}, acc.raw_data_ptr(), cog, Co);
     }
     image_view(p, y, c.n).narrow(1, c.r0, c.rows).copy_(real_outputs(p, acc));
   });
@@ -321,19 +324,19 @@ bool shifted_input_grad(const Problem& p, const Tensor& gy, const Tensor& w, con
 void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Tensor& gw) {
   const ShiftedChunks s = shifted_chunks(p, p.c_in, p.c_out);
   const int64_t K = p.taps(), G = p.groups, cg = p.cg(), cog = p.cout_g(), C = p.c_in, Co = p.c_out;
-  Tensor gwr = zeros({K, G, cog, cg}, TensorOptions(p.dtype).device(p.device));
+  Tensor gwr = zeros({K, G, cog, cg}, TensorOptions(accumulation_dtype(p.dtype)).device(p.device));
   for_each_shifted_chunk(p, x, s, [&](const ShiftedChunk& c) {
     Tensor gyp = image_buffer(p, Co, c.rows, s.e1, s.e2, p.dtype);
     gyp.zero_();
     real_outputs(p, gyp).copy_(image_view(p, gy, c.n).narrow(1, c.r0, c.rows));
     for (int64_t t = 0; t < K; ++t) {
       const void* xs = at(c.xp.raw_data_ptr(), shifted_offset(p, t, s) * (p.channels_last() ? C : 1), p.dtype);
-      void* gw_t = at(gwr.raw_data_ptr(), t * G * cog * cg, p.dtype);
+      void* gw_t = at(gwr.raw_data_ptr(), t * G * cog * cg, gwr.dtype());
       if (!p.channels_last())
-        grouped_gemm(p, p.dtype, true, cog, cg, c.M, {gyp.raw_data_ptr(), cog * c.plane_y, c.plane_y, 1},
+        grouped_gemm(p, gwr.dtype(), true, cog, cg, c.M, {gyp.raw_data_ptr(), cog * c.plane_y, c.plane_y, 1},
                      {xs, cg * c.plane_x, 1, c.plane_x}, gw_t, cog * cg, cg);
       else
-        grouped_gemm(p, p.dtype, true, cog, cg, c.M, {gyp.raw_data_ptr(), cog, 1, Co}, {xs, cg, C, 1}, gw_t, cog * cg, cg);
+        grouped_gemm(p, gwr.dtype(), true, cog, cg, c.M, {gyp.raw_data_ptr(), cog, 1, Co}, {xs, cg, C, 1}, gw_t, cog * cg, cg);
     }
   });
   gw.copy_(gwr.permute({1, 2, 3, 0}).reshape(gw.sizes()));
