@@ -207,55 +207,64 @@ Tensor image_view(const Problem& p, const Tensor& t, int64_t n) {
 }
 
 struct ShiftedChunks {
-  int64_t e1, e2, rows;  // padded extents of axes 1, 2; output rows per chunk
+  int64_t e1, e2;    // padded extents of axes 1 and 2
+  int64_t rows;      // output rows per chunk of one image
+  int64_t images;    // whole images per chunk when one fits (rows = out0), else 1
 };
-ShiftedChunks shifted_chunks(const Problem& p, int64_t c_in, int64_t c_out) {
+ShiftedChunks shifted_chunks(const Problem& p) {
   const ConvAxis &a0 = p.axes[0], &a1 = p.axes[1], &a2 = p.axes[2];
-  const int64_t e1 = a1.in + 2 * a1.pad, e2 = a2.in + 2 * a2.pad;
-  const int64_t es = static_cast<int64_t>(element_size(p.dtype)), row = e1 * e2 * es;
-  const int64_t fixed = (a0.kernel - 1) * a0.dilation * c_in * row;
-  const int64_t budget = conv_workspace_limit(p.device) - fixed;
-  return {e1, e2, std::clamp<int64_t>(budget / std::max<int64_t>(1, (c_in + c_out) * row), 1, a0.out)};
+  const int64_t e1 = a1.in + 2 * a1.pad, e2 = a2.in + 2 * a2.pad, halo = (a0.kernel - 1) * a0.dilation;
+  const int64_t row = (p.c_in + p.c_out) * e1 * e2 * static_cast<int64_t>(element_size(p.dtype));
+  const int64_t limit = conv_workspace_limit(p.device);
+  const int64_t rows = std::clamp<int64_t>(limit / std::max<int64_t>(1, row) - halo, 1, a0.out);
+  const int64_t images = rows < a0.out ? 1 : std::clamp<int64_t>(limit / std::max<int64_t>(1, row * (a0.out + halo)), 1, p.n);
+  return {e1, e2, rows, images};
 }
 
-// Output rows [r0, r0 + R) of image n need padded input rows [r0, r0 + R + (k0 - 1) d0): the
-// chunk's zero-padded copy of x's image as [C, rows, E1, E2].
-Tensor padded_chunk(const Problem& p, const Tensor& x_img, int64_t r0, int64_t R, const ShiftedChunks& s) {
-  const ConvAxis &a0 = p.axes[0], &a1 = p.axes[1], &a2 = p.axes[2];
-  const int64_t rows = R + (a0.kernel - 1) * a0.dilation;
-  Tensor xp = image_buffer(p, p.c_in, rows, s.e1, s.e2, p.dtype);
-  xp.zero_();
-  const int64_t first = r0 - a0.pad, lo = std::max<int64_t>(0, first), hi = std::min(a0.in, first + rows);
-  if (hi > lo)
-    xp.narrow(1, lo - first, hi - lo).narrow(2, a1.pad, a1.in).narrow(3, a2.pad, a2.in).copy_(x_img.narrow(1, lo, hi - lo));
-  return xp;
-}
-
-// One chunk of output rows [r0, r0 + rows) of image n: its padded input xp and the extent M of
-// its GEMMs (flat positions up to the chunk's last real output).
+// One chunk: output rows [r0, r0 + rows) of images [n0, n0 + images). Each image has a slab of
+// rows + (k0 - 1) d0 padded rows, stacked along axis 0 in xp [C, images x slab, E1, E2] (its
+// zero-padded input) and in the chunk's output buffers (the rows past `rows` of a slab are junk
+// too: their taps run into the next slab). M: the GEMMs' extent, up to the last real output.
 struct ShiftedChunk {
-  int64_t n, r0, rows, M;
+  int64_t n0, images, r0, rows, slab, M;
   Tensor xp;
-  int64_t plane_x, plane_y;  // elements per channel of xp and of a [C, rows, E1, E2] output buffer
+  int64_t plane;  // elements per channel of xp and of an output buffer
 };
 
-// f(chunk) for every image and chunk of output rows of a stride-1 problem.
+Tensor chunk_buffer(const Problem& p, const ShiftedChunk& c, const ShiftedChunks& s, int64_t channels, DType dtype) {
+  return image_buffer(p, channels, c.images * c.slab, s.e1, s.e2, dtype);
+}
+
+// Image n0 + b's real outputs in a chunk's output buffer, as [C, rows, out1, out2].
+Tensor real_outputs(const Problem& p, const ShiftedChunk& c, const Tensor& buf, int64_t b) {
+  return buf.narrow(1, b * c.slab, c.rows).narrow(2, 0, p.axes[1].out).narrow(3, 0, p.axes[2].out);
+}
+
+// f(chunk) for every chunk of images and output rows of a stride-1 problem.
 template <typename F>
 void for_each_shifted_chunk(const Problem& p, const Tensor& x, const ShiftedChunks& s, F&& f) {
-  for (int64_t n = 0; n < p.n; ++n) {
-    const Tensor x_img = image_view(p, x, n);
-    for (int64_t r0 = 0; r0 < p.axes[0].out; r0 += s.rows) {
+  const ConvAxis &a0 = p.axes[0], &a1 = p.axes[1], &a2 = p.axes[2];
+  for (int64_t n0 = 0; n0 < p.n; n0 += s.images)
+    for (int64_t r0 = 0; r0 < a0.out; r0 += s.rows) {
       ShiftedChunk c;
-      c.n = n;
+      c.n0 = n0;
+      c.images = std::min(s.images, p.n - n0);
       c.r0 = r0;
-      c.rows = std::min(s.rows, p.axes[0].out - r0);
-      c.M = ((c.rows - 1) * s.e1 + p.axes[1].out - 1) * s.e2 + p.axes[2].out;
-      c.xp = padded_chunk(p, x_img, r0, c.rows, s);
-      c.plane_x = c.xp.size(1) * s.e1 * s.e2;
-      c.plane_y = c.rows * s.e1 * s.e2;
+      c.rows = std::min(s.rows, a0.out - r0);
+      c.slab = c.rows + (a0.kernel - 1) * a0.dilation;
+      c.M = (((c.images - 1) * c.slab + c.rows - 1) * s.e1 + a1.out - 1) * s.e2 + a2.out;
+      c.plane = c.images * c.slab * s.e1 * s.e2;
+      c.xp = chunk_buffer(p, c, s, p.c_in, p.dtype);
+      c.xp.zero_();
+      // Output rows [r0, r0 + rows) read input rows [r0 - pad, r0 + slab - pad).
+      const int64_t first = r0 - a0.pad, lo = std::max<int64_t>(0, first), hi = std::min(a0.in, first + c.slab);
+      for (int64_t b = 0; b < c.images && hi > lo; ++b)
+        c.xp.narrow(1, b * c.slab + lo - first, hi - lo)
+            .narrow(2, a1.pad, a1.in)
+            .narrow(3, a2.pad, a2.in)
+            .copy_(image_view(p, x, n0 + b).narrow(1, lo, hi - lo));
       f(c);
     }
-  }
 }
 
 int64_t shifted_offset(const Problem& p, int64_t tap, const ShiftedChunks& s) {
@@ -264,32 +273,28 @@ int64_t shifted_offset(const Problem& p, int64_t tap, const ShiftedChunks& s) {
   return (t0 * a0.dilation * s.e1 + t1 * a1.dilation) * s.e2 + t2 * a2.dilation;
 }
 
-// The real outputs' part of a [C, rows, E1, E2] buffer.
-Tensor real_outputs(const Problem& p, const Tensor& buf) {
-  return buf.narrow(2, 0, p.axes[1].out).narrow(3, 0, p.axes[2].out);
-}
-
 // y [N, c_out, out] (p.fmt) := conv(x, w) + bias for a stride-1 problem, with wr the weight as
 // [K, G, cout_g, cg] contiguous; tap t multiplies wr's tap K - 1 - t when `flip` (the input
 // grad's adjoint kernel).
 void shifted_forward(const Problem& p, const Tensor& x, const Tensor& wr, bool flip, const Tensor& bias, const Tensor& y) {
-  const ShiftedChunks s = shifted_chunks(p, p.c_in, p.c_out);
+  const ShiftedChunks s = shifted_chunks(p);
   const int64_t K = p.taps(), G = p.groups, cg = p.cg(), cog = p.cout_g(), C = p.c_in, Co = p.c_out;
   const Tensor b = bias.defined() ? bias.view({Co, 1, 1, 1}) : bias;
   for_each_shifted_chunk(p, x, s, [&](const ShiftedChunk& c) {
-    Tensor acc = image_buffer(p, Co, c.rows, s.e1, s.e2, accumulation_dtype(p.dtype));
+    Tensor acc = chunk_buffer(p, c, s, Co, accumulation_dtype(p.dtype));
     if (b.defined()) acc.copy_(b.expand(acc.sizes()));
     else acc.zero_();
     for (int64_t t = 0; t < K; ++t) {
       const void* xs = at(c.xp.raw_data_ptr(), shifted_offset(p, t, s) * (p.channels_last() ? C : 1), p.dtype);
       const void* w_t = at(wr.raw_data_ptr(), (flip ? K - 1 - t : t) * G * cog * cg, p.dtype);
       if (!p.channels_last())  // acc_g [cout_g, M] += W_t,g [cout_g, cg] @ xp_g [cg, M] shifted
-        grouped_gemm(p, acc.dtype(), true, cog, c.M, cg, {w_t, cog * cg, cg, 1}, {xs, cg * c.plane_x, c.plane_x, 1},
-                     acc.raw_data_ptr(), cog * c.plane_y, c.plane_y);
+        grouped_gemm(p, acc.dtype(), true, cog, c.M, cg, {w_t, cog * cg, cg, 1}, {xs, cg * c.plane, c.plane, 1},
+                     acc.raw_data_ptr(), cog * c.plane, c.plane);
       else  // acc_g [M, cout_g] += xp_g [M, cg] shifted @ W_t,g^T [cg, cout_g]
         grouped_gemm(p, acc.dtype(), true, c.M, cog, cg, {xs, cg, C, 1}, {w_t, cog * cg, 1, cg}, acc.raw_data_ptr(), cog, Co);
     }
-    image_view(p, y, c.n).narrow(1, c.r0, c.rows).copy_(real_outputs(p, acc));
+    for (int64_t i = 0; i < c.images; ++i)
+      image_view(p, y, c.n0 + i).narrow(1, c.r0, c.rows).copy_(real_outputs(p, c, acc, i));
   });
 }
 
@@ -322,19 +327,20 @@ bool shifted_input_grad(const Problem& p, const Tensor& gy, const Tensor& w, con
 // copied into the padded positions (zeros at the junk ones, which would otherwise multiply
 // real inputs); summed in float32 / float64 over everything, rounded once.
 void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Tensor& gw) {
-  const ShiftedChunks s = shifted_chunks(p, p.c_in, p.c_out);
+  const ShiftedChunks s = shifted_chunks(p);
   const int64_t K = p.taps(), G = p.groups, cg = p.cg(), cog = p.cout_g(), C = p.c_in, Co = p.c_out;
   Tensor gwr = zeros({K, G, cog, cg}, TensorOptions(accumulation_dtype(p.dtype)).device(p.device));
   for_each_shifted_chunk(p, x, s, [&](const ShiftedChunk& c) {
-    Tensor gyp = image_buffer(p, Co, c.rows, s.e1, s.e2, p.dtype);
+    Tensor gyp = chunk_buffer(p, c, s, Co, p.dtype);
     gyp.zero_();
-    real_outputs(p, gyp).copy_(image_view(p, gy, c.n).narrow(1, c.r0, c.rows));
+    for (int64_t i = 0; i < c.images; ++i)
+      real_outputs(p, c, gyp, i).copy_(image_view(p, gy, c.n0 + i).narrow(1, c.r0, c.rows));
     for (int64_t t = 0; t < K; ++t) {
       const void* xs = at(c.xp.raw_data_ptr(), shifted_offset(p, t, s) * (p.channels_last() ? C : 1), p.dtype);
       void* gw_t = at(gwr.raw_data_ptr(), t * G * cog * cg, gwr.dtype());
       if (!p.channels_last())
-        grouped_gemm(p, gwr.dtype(), true, cog, cg, c.M, {gyp.raw_data_ptr(), cog * c.plane_y, c.plane_y, 1},
-                     {xs, cg * c.plane_x, 1, c.plane_x}, gw_t, cog * cg, cg);
+        grouped_gemm(p, gwr.dtype(), true, cog, cg, c.M, {gyp.raw_data_ptr(), cog * c.plane, c.plane, 1},
+                     {xs, cg * c.plane, 1, c.plane}, gw_t, cog * cg, cg);
       else
         grouped_gemm(p, gwr.dtype(), true, cog, cg, c.M, {gyp.raw_data_ptr(), cog, 1, Co}, {xs, cg, C, 1}, gw_t, cog * cg, cg);
     }
