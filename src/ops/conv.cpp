@@ -192,11 +192,18 @@ bool shifted_applies(const Problem& p) {
   return true;
 }
 
-// One image (or chunk) as [C, A0, A1, A2] in p.fmt's memory order.
+// One image (or chunk) as [C, A0, A1, A2] in p.fmt's memory order, zero-filled while it is
+// still one dense block (a fill or copy through the permuted view walks it element by element).
 Tensor image_buffer(const Problem& p, int64_t c, int64_t a0, int64_t a1, int64_t a2, DType dtype) {
   const TensorOptions o = TensorOptions(dtype).device(p.device);
-  if (!p.channels_last()) return empty({c, a0, a1, a2}, o);
-  return empty({a0, a1, a2, c}, o).permute({3, 0, 1, 2});
+  if (!p.channels_last()) return zeros({c, a0, a1, a2}, o);
+  return zeros({a0, a1, a2, c}, o).permute({3, 0, 1, 2});
+}
+
+// dst := src for [C, A0, A1, A2] views in p.fmt's order, iterated in memory order.
+void copy_image(const Problem& p, Tensor dst, const Tensor& src) {
+  if (!p.channels_last()) dst.copy_(src);
+  else dst.permute({1, 2, 3, 0}).copy_(src.permute({1, 2, 3, 0}));
 }
 
 // Batch element n of t [N, C, spatial...] as [C, A0, A1, A2].
@@ -255,14 +262,11 @@ void for_each_shifted_chunk(const Problem& p, const Tensor& x, const ShiftedChun
       c.M = (((c.images - 1) * c.slab + c.rows - 1) * s.e1 + a1.out - 1) * s.e2 + a2.out;
       c.plane = c.images * c.slab * s.e1 * s.e2;
       c.xp = chunk_buffer(p, c, s, p.c_in, p.dtype);
-      c.xp.zero_();
       // Output rows [r0, r0 + rows) read input rows [r0 - pad, r0 + slab - pad).
       const int64_t first = r0 - a0.pad, lo = std::max<int64_t>(0, first), hi = std::min(a0.in, first + c.slab);
       for (int64_t b = 0; b < c.images && hi > lo; ++b)
-        c.xp.narrow(1, b * c.slab + lo - first, hi - lo)
-            .narrow(2, a1.pad, a1.in)
-            .narrow(3, a2.pad, a2.in)
-            .copy_(image_view(p, x, n0 + b).narrow(1, lo, hi - lo));
+        copy_image(p, c.xp.narrow(1, b * c.slab + lo - first, hi - lo).narrow(2, a1.pad, a1.in).narrow(3, a2.pad, a2.in),
+                   image_view(p, x, n0 + b).narrow(1, lo, hi - lo));
       f(c);
     }
 }
@@ -282,8 +286,7 @@ void shifted_forward(const Problem& p, const Tensor& x, const Tensor& wr, bool f
   const Tensor b = bias.defined() ? bias.view({Co, 1, 1, 1}) : bias;
   for_each_shifted_chunk(p, x, s, [&](const ShiftedChunk& c) {
     Tensor acc = chunk_buffer(p, c, s, Co, accumulation_dtype(p.dtype));
-    if (b.defined()) acc.copy_(b.expand(acc.sizes()));
-    else acc.zero_();
+    if (b.defined()) copy_image(p, acc, b.expand(acc.sizes()));
     for (int64_t t = 0; t < K; ++t) {
       const void* xs = at(c.xp.raw_data_ptr(), shifted_offset(p, t, s) * (p.channels_last() ? C : 1), p.dtype);
       const void* w_t = at(wr.raw_data_ptr(), (flip ? K - 1 - t : t) * G * cog * cg, p.dtype);
@@ -294,7 +297,7 @@ void shifted_forward(const Problem& p, const Tensor& x, const Tensor& wr, bool f
         grouped_gemm(p, acc.dtype(), true, c.M, cog, cg, {xs, cg, C, 1}, {w_t, cog * cg, 1, cg}, acc.raw_data_ptr(), cog, Co);
     }
     for (int64_t i = 0; i < c.images; ++i)
-      image_view(p, y, c.n0 + i).narrow(1, c.r0, c.rows).copy_(real_outputs(p, c, acc, i));
+      copy_image(p, image_view(p, y, c.n0 + i).narrow(1, c.r0, c.rows), real_outputs(p, c, acc, i));
   });
 }
 
@@ -332,9 +335,8 @@ void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Te
   Tensor gwr = zeros({K, G, cog, cg}, TensorOptions(accumulation_dtype(p.dtype)).device(p.device));
   for_each_shifted_chunk(p, x, s, [&](const ShiftedChunk& c) {
     Tensor gyp = chunk_buffer(p, c, s, Co, p.dtype);
-    gyp.zero_();
     for (int64_t i = 0; i < c.images; ++i)
-      real_outputs(p, c, gyp, i).copy_(image_view(p, gy, c.n0 + i).narrow(1, c.r0, c.rows));
+      copy_image(p, real_outputs(p, c, gyp, i), image_view(p, gy, c.n0 + i).narrow(1, c.r0, c.rows));
     for (int64_t t = 0; t < K; ++t) {
       const void* xs = at(c.xp.raw_data_ptr(), shifted_offset(p, t, s) * (p.channels_last() ? C : 1), p.dtype);
       void* gw_t = at(gwr.raw_data_ptr(), t * G * cog * cg, gwr.dtype());
