@@ -14,6 +14,50 @@
 #include "cpu/simd.h"
 
 namespace anvil::cpu {
+namespace {
+
+// A copy whose destination and source are dense along different dims (a memory-format change,
+// NCHW <-> NHWC): 32 x 32 tiles over those two dims, so that both sides move whole cache lines
+// (the element loop strides one side across the whole tensor: contiguous(ChannelsLast) of
+// [4, 64, 56, 56] float32 took 738 us, torch 358). false: not such a copy.
+template <typename To, typename From>
+bool copy_transposed(const ElementwiseParams& p, To* out, const From* in) {
+  constexpr int64_t kTile = 32;
+  int a = -1, b = -1;  // the destination is dense along dim a, the source along dim b
+  for (int d = 0; d < p.ndim; ++d) {
+    if (p.strides[0][d] == 1) a = d;
+    if (p.strides[1][d] == 1) b = d;
+  }
+  if (a < 0 || b < 0 || a == b || p.sizes[a] < 8 || p.sizes[b] < 8) return false;
+  int others[kMaxDims];
+  int n_others = 0;
+  int64_t outer = 1;
+  for (int d = 0; d < p.ndim; ++d)
+    if (d != a && d != b) {
+      others[n_others++] = d;
+      outer *= p.sizes[d];
+    }
+  const int64_t na = p.sizes[a], nb = p.sizes[b], ta = (na + kTile - 1) / kTile, tb = (nb + kTile - 1) / kTile;
+  const int64_t src_a = p.strides[1][a], dst_b = p.strides[0][b];
+#pragma omp parallel for schedule(static) if (p.numel >= kParallelGrain)
+  for (int64_t task = 0; task < outer * ta * tb; ++task) {
+    const int64_t tile = task % (ta * tb), i0 = tile / tb * kTile, j0 = tile % tb * kTile;
+    int64_t o0 = 0, o1 = 0, rem = task / (ta * tb);
+    for (int k = n_others - 1; k >= 0; --k) {
+      const int d = others[k];
+      const int64_t idx = rem % p.sizes[d];
+      rem /= p.sizes[d];
+      o0 += idx * p.strides[0][d];
+      o1 += idx * p.strides[1][d];
+    }
+    const int64_t i1 = std::min(i0 + kTile, na), j1 = std::min(j0 + kTile, nb);
+    for (int64_t j = j0; j < j1; ++j)
+      for (int64_t i = i0; i < i1; ++i) out[o0 + i + j * dst_b] = convert<To>(in[o1 + i * src_a + j]);
+  }
+  return true;
+}
+
+}  // namespace
 
 void copy(const ElementwiseParams& p) {
   if (p.contiguous) {
@@ -39,6 +83,7 @@ void copy(const ElementwiseParams& p) {
       using From = typename decltype(in_tag)::type;
       To* out = static_cast<To*>(p.ptr[0]);
       const From* in = static_cast<const From*>(p.ptr[1]);
+      if (copy_transposed(p, out, in)) return;
       for_each_element(p, [&](int64_t o0, int64_t o1, int64_t, int64_t) { out[o0] = convert<To>(in[o1]); });
     });
   });
