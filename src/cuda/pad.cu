@@ -223,9 +223,17 @@ __device__ __forceinline__ void next_combo(const PadParams& p, const int* count,
   }
 }
 
-// 3 resident blocks (80 registers) measured a little faster than 4 (64, spilling) and than 2.
+// Resident blocks per SM by MaxD: at 5 dims, 3 (80 registers) measured a little faster than 4
+// (64, spilling) and than 2; 1-d and 2-d pads (2 and 3 dims after the front end's merging) need
+// fewer registers for their per-dim arrays, and take more blocks.
+template <int MaxD>
+constexpr int backward_blocks_per_sm() {
+  return MaxD <= 2 ? 5 : MaxD <= 3 ? 4 : MaxD <= 5 ? 3 : 1;
+}
+
 template <typename T, int MaxD, PadMode Mode>
-__global__ void __launch_bounds__(kThreads, MaxD <= 5 ? 3 : 1) pad_backward_kernel(const __grid_constant__ PadParams p, const RowSplit s) {
+__global__ void __launch_bounds__(kThreads, backward_blocks_per_sm<MaxD>())
+    pad_backward_kernel(const __grid_constant__ PadParams p, const RowSplit s) {
   using Acc = opmath_t<T>;
   constexpr int V = 16 / sizeof(T);
   const T* __restrict__ grad_out = static_cast<const T*>(p.src);
@@ -367,7 +375,9 @@ void pad_backward(const PadParams& p) {
     const unsigned blocks = launch.blocks(p.in_numel / p.dims[p.ndim - 1].in * s.segs * s.lanes);
     with_pad_mode(p.mode, [&](auto mode) {
       constexpr PadMode M = decltype(mode)::value;
-      if (p.ndim <= 5) pad_backward_kernel<T, 5, M><<<blocks, kThreads, 0, launch.stream()>>>(p, s);
+      if (p.ndim <= 2) pad_backward_kernel<T, 2, M><<<blocks, kThreads, 0, launch.stream()>>>(p, s);
+      else if (p.ndim <= 3) pad_backward_kernel<T, 3, M><<<blocks, kThreads, 0, launch.stream()>>>(p, s);
+      else if (p.ndim <= 5) pad_backward_kernel<T, 5, M><<<blocks, kThreads, 0, launch.stream()>>>(p, s);
       else pad_backward_kernel<T, kMaxDims, M><<<blocks, kThreads, 0, launch.stream()>>>(p, s);
     });
   });
