@@ -1,8 +1,10 @@
 // Convolution cases at the models' shapes: the Wan2.x VAE decoder's 3-d conv (causally
 // pre-padded, bf16), an SD / FLUX VAE decoder conv2d, a ResNet stage's conv2d backward in
 // channels-last, Whisper's strided front-end conv1d, an EnCodec-style streaming conv1d (short
-// output, float32) and a depthwise short conv1d (Mamba-style). Compute-bound: the fraction is of
-// the GEMM FLOP ceiling of the same dtype measured in the same run. CPU shapes are smaller.
+// output, float32) and a depthwise short conv1d (Mamba-style); on CUDA the ResNet float32
+// backward also with cuDNN's FFT / Winograd engines allowed (PyTorch's default picks them).
+// Compute-bound: the fraction is of the GEMM FLOP ceiling of the same dtype measured in the same
+// run. CPU shapes are smaller.
 #include "cases.h"
 
 namespace anvil::bench {
@@ -15,6 +17,7 @@ struct ConvShape {
   DType dtype;
   bool channels_last = false;
   bool backward = false;
+  bool fft_winograd = false;  // cuDNN may take FFT / Winograd engines (set_cudnn_allow_fft_winograd)
 };
 
 int64_t numel(const Shape& s) {
@@ -45,12 +48,14 @@ std::vector<Case> conv_cases(Device dev) {
       {"sd vae decoder channels-last", {1, c2, h2, h2}, {c2, c2, 3, 3}, {1}, {1}, 1, kBFloat16, true},
       {"resnet stage channels-last", {n4, 64, 56, 56}, {64, 64, 3, 3}, {1}, {1}, 1, kBFloat16, true, true},
       {"resnet stage", {n4, 64, 56, 56}, {64, 64, 3, 3}, {1}, {1}, 1, kFloat32, false, true},
+      {"resnet stage fft/winograd allowed", {n4, 64, 56, 56}, {64, 64, 3, 3}, {1}, {1}, 1, kFloat32, false, true, true},
       {"whisper conv2", {1, whisper, 3000}, {whisper, whisper, 3}, {2}, {1}, 1, kBFloat16},
       {"encodec streaming", {1, 512, 64}, {512, 512, 7}, {1}, {3}, 1, kFloat32},
       {"depthwise short conv", {1, 1536, dw_len}, {1536, 1, 4}, {1}, {3}, 1536, kBFloat16},
   };
   std::vector<Case> cases;
   for (const ConvShape& c : shapes) {
+    if (c.fft_winograd && cpu) continue;  // a cuDNN switch
     const Shape out = output_shape(c);
     int64_t per_out = c.w[1];
     for (size_t i = 2; i < c.w.size(); ++i) per_out *= c.w[i];
@@ -73,8 +78,10 @@ std::vector<Case> conv_cases(Device dev) {
                return [=](int) { (void)convolution(x, w, {}, c.stride, c.padding, {1}, false, {0}, c.groups); };
              const Tensor gy = randn(out, o).contiguous(format);
              return [=](int) {
+               set_cudnn_allow_fft_winograd(c.fft_winograd);
                (void)convolution_backward(gy, x, w, {}, c.stride, c.padding, {1}, false, {0}, c.groups,
                                           {true, true, false});
+               set_cudnn_allow_fft_winograd(false);
              };
            }, "conv", spec};
     k.flops = flops;

@@ -232,6 +232,45 @@ TEST_P(Conv, ShiftedGemms) {
         }
 }
 
+// set_cudnn_allow_fft_winograd: off by default; on, float32 gradients of a ResNet-style conv may
+// come from cuDNN's FFT / Winograd engines: within 1e-5 of the sum of |products| (a direct sum
+// is within ~1e-6 of it here), the same bits on every run, and the switch restores the exact
+// plans (its own plan-cache key).
+TEST_P(Conv, FftWinogradOptIn) {
+  EXPECT_FALSE(cudnn_allow_fft_winograd());
+  th::Gen g(8106);
+  const Shape xs = {2, 16, 20, 20}, ws = {16, 16, 3, 3};
+  th::Input x = th::make_input(xs, kFloat32, dev(), Layout::Contiguous, g, -2, 2);
+  th::Input w = th::make_input(ws, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+  th::Input gy = th::make_input(xs, kFloat32, dev(), Layout::Contiguous, g, -1, 1);
+  const ref::ConvSpec s{{1, 1}, {1, 1}, {1, 1}, {0, 0}, 1, false};
+  auto run = [&] {
+    return convolution_backward(gy.t, x.t, w.t, {}, {1}, {1}, {1}, false, {0}, 1, {true, true, false});
+  };
+  auto [gx_exact, gw_exact, gb_exact] = run();
+  set_cudnn_allow_fft_winograd(true);
+  if (dev().is_cuda()) {
+    EXPECT_TRUE(cudnn_allow_fft_winograd());
+  }
+  auto [gx, gw, gb] = run();
+  auto [gx2, gw2, gb2] = run();
+  set_cudnn_allow_fft_winograd(false);
+  ASSERT_EQ(th::to_bits(gx2), th::to_bits(gx)) << "the same bits every run";
+  ASSERT_EQ(th::to_bits(gw2), th::to_bits(gw)) << "the same bits every run";
+  auto scaled = [](ref::Array a, double f) {
+    for (double& v : a.v) v *= f;
+    return a;
+  };
+  const ref::Array gx_bound = scaled(ref::conv_grad_input(abs_of(gy.a), abs_of(w.a), xs, s), 1e-5);
+  const ref::Array gw_bound = scaled(ref::conv_grad_weight(abs_of(x.a), abs_of(gy.a), ws, s), 1e-5);
+  EXPECT_TRUE(th::expect_close(gx, ref::conv_grad_input(gy.a, w.a, xs, s), th::Tol{0, 0}, &gx_bound)) << "grad_input";
+  EXPECT_TRUE(th::expect_close(gw, ref::conv_grad_weight(x.a, gy.a, ws, s), th::Tol{0, 0}, &gw_bound)) << "grad_weight";
+  // Off again: the exact plans' bits.
+  auto [gx3, gw3, gb3] = run();
+  EXPECT_EQ(th::to_bits(gx3), th::to_bits(gx_exact));
+  EXPECT_EQ(th::to_bits(gw3), th::to_bits(gw_exact));
+}
+
 // Restores the default workspace limit when a test ends.
 struct WorkspaceLimit {
   explicit WorkspaceLimit(int64_t bytes) { set_conv_workspace_limit(bytes); }

@@ -94,5 +94,13 @@ ANVIL_API void set_conv_plan_cache_capacity(size_t plans);
 ANVIL_API bool cudnn_is_available();
 ANVIL_API void set_cudnn_enabled(bool enabled);
 ANVIL_API bool cudnn_enabled();
+// Whether cuDNN may pick FFT and Winograd engines (default false). Off, every CUDA convolution
+// sums its products directly in float32 / float64, as the reference does; on, float32 passes may
+// take PyTorch's faster engines (H200 float32 ResNet backward: cuDNN's FFT input grad and
+// Winograd weight grad), at their rounding (relative error ~1e-6 instead of a direct sum's
+// ~1e-7), still deterministic. TF32, reduced-precision reductions and non-deterministic engines
+// stay off either way.
+ANVIL_API void set_cudnn_allow_fft_winograd(bool allow);
+ANVIL_API bool cudnn_allow_fft_winograd();
 
 }  // namespace anvil

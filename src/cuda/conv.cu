@@ -140,5 +140,7 @@ void set_conv_plan_cache_capacity(size_t plans) { set_cudnn_plan_cache_capacity(
 bool cudnn_is_available() { return cudnn_loadable(); }
 void set_cudnn_enabled(bool enabled) { set_cudnn_use(enabled); }
 bool cudnn_enabled() { return cudnn_use(); }
+void set_cudnn_allow_fft_winograd(bool allow) { set_cudnn_fft_winograd(allow); }
+bool cudnn_allow_fft_winograd() { return cudnn_fft_winograd(); }
 
 }  // namespace anvil::cuda_backend

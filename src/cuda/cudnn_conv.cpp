@@ -97,8 +97,10 @@ Desc desc(int64_t n, int64_t c, const std::vector<int64_t>& spatial, bool channe
   return d;
 }
 
-std::string key_of(const ConvDirectParams& p, int device, int64_t workspace_limit) {
-  std::string k = std::to_string(static_cast<int>(p.pass)) + "," + std::to_string(static_cast<int>(p.dtype)) + "," +
+std::atomic<bool> g_fft_winograd{false};
+
+std::string key_of(const ConvDirectParams& p, int device, int64_t workspace_limit, bool fft_winograd) {
+  std::string k = std::string(fft_winograd ? "fw," : "") + std::to_string(static_cast<int>(p.pass)) + "," + std::to_string(static_cast<int>(p.dtype)) + "," +
                   std::to_string(p.spatial) + "," + std::to_string(p.n) + "," + std::to_string(p.c_in) + "," +
                   std::to_string(p.c_out) + "," + std::to_string(p.groups) + "," + (p.channels_last ? "cl" : "cf") + "," +
                   std::to_string(device) + "," + std::to_string(workspace_limit) + (p.has_bias ? ",bias" : "");
@@ -109,7 +111,7 @@ std::string key_of(const ConvDirectParams& p, int device, int64_t workspace_limi
   return k;
 }
 
-Plan build(cudnnHandle_t handle, const ConvDirectParams& p, int64_t workspace_limit) {
+Plan build(cudnnHandle_t handle, const ConvDirectParams& p, int64_t workspace_limit, bool fft_winograd) {
   Plan plan;
   const Geometry g = geometry(p);
   auto graph = std::make_shared<fe::graph::Graph>();
@@ -161,13 +163,15 @@ Plan build(cudnnHandle_t handle, const ConvDirectParams& p, int64_t workspace_li
   if (graph->validate().is_bad() || graph->build_operation_graph(handle).is_bad()) return plan;
   if (graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}).is_bad()) return plan;
   // Exact sums, the same bits every run: no TF32 for float32 / float64 data, no lossy
-  // algorithms, no split reductions through atomics.
-  std::vector<fe::NumericalNote_t> barred = {fe::NumericalNote_t::NONDETERMINISTIC, fe::NumericalNote_t::FFT,
-                                             fe::NumericalNote_t::WINOGRAD, fe::NumericalNote_t::WINOGRAD_TILE_4x4,
-                                             fe::NumericalNote_t::WINOGRAD_TILE_6x6,
-                                             fe::NumericalNote_t::WINOGRAD_TILE_13x13,
+  // algorithms (unless FFT / Winograd are allowed), no split reductions through atomics.
+  std::vector<fe::NumericalNote_t> barred = {fe::NumericalNote_t::NONDETERMINISTIC,
                                              fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION,
                                              fe::NumericalNote_t::DOWN_CONVERT_INPUTS};
+  if (!fft_winograd)
+    for (fe::NumericalNote_t n : {fe::NumericalNote_t::FFT, fe::NumericalNote_t::WINOGRAD,
+                                  fe::NumericalNote_t::WINOGRAD_TILE_4x4, fe::NumericalNote_t::WINOGRAD_TILE_6x6,
+                                  fe::NumericalNote_t::WINOGRAD_TILE_13x13})
+      barred.push_back(n);
   if (p.dtype == kFloat32 || p.dtype == kFloat64) barred.push_back(fe::NumericalNote_t::TENSOR_CORE);
   graph->deselect_numeric_notes(barred);
   graph->deselect_workspace_greater_than(workspace_limit);
@@ -203,7 +207,8 @@ struct Cache {
 
   std::shared_ptr<Plan> get(const ConvDirectParams& p, int device) {
     const int64_t limit = conv_workspace_limit(Device(kCUDA, device));
-    const std::string key = key_of(p, device, limit);
+    const bool fft_winograd = g_fft_winograd.load();
+    const std::string key = key_of(p, device, limit, fft_winograd);
     auto it = index.find(key);
     if (it != index.end()) {
       order.splice(order.begin(), order, it->second);
@@ -213,7 +218,7 @@ struct Cache {
     if (!unavailable && !load_cudnn()) unavailable = true;
     if (!unavailable) {
       try {
-        *plan = build(handle(device), p, limit);
+        *plan = build(handle(device), p, limit, fft_winograd);
       } catch (const std::exception&) {  // dlopen of libcudnn failed, or no handle
         unavailable = true;
       }
@@ -251,6 +256,8 @@ bool cudnn_loadable() {
 }
 void set_cudnn_use(bool enabled) { g_use.store(enabled); }
 bool cudnn_use() { return g_use.load(); }
+void set_cudnn_fft_winograd(bool allow) { g_fft_winograd.store(allow); }
+bool cudnn_fft_winograd() { return g_fft_winograd.load(); }
 
 // Tensors of 2^31 elements or more go to the composition (64-bit indices): cuDNN 9.19 offered a
 // plan for a one-channel conv1d over 2^31 + 40 samples and its kernel faulted
@@ -321,6 +328,8 @@ void set_cudnn_plan_cache_capacity(size_t) {}
 bool cudnn_loadable() { return false; }
 void set_cudnn_use(bool) {}
 bool cudnn_use() { return false; }
+void set_cudnn_fft_winograd(bool) {}
+bool cudnn_fft_winograd() { return false; }
 }  // namespace anvil::cuda_backend
 
 #endif

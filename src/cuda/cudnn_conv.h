@@ -22,5 +22,8 @@ void set_cudnn_plan_cache_capacity(size_t plans);
 bool cudnn_loadable();
 void set_cudnn_use(bool enabled);
 bool cudnn_use();
+// Whether plans may take FFT / Winograd engines (false by default); part of the plan key.
+void set_cudnn_fft_winograd(bool allow);
+bool cudnn_fft_winograd();
 
 }  // namespace anvil::cuda_backend

@@ -27,6 +27,8 @@ void set_conv_plan_cache_capacity(size_t) {}
 bool cudnn_is_available() { return false; }
 void set_cudnn_enabled(bool) {}
 bool cudnn_enabled() { return false; }
+void set_cudnn_allow_fft_winograd(bool) {}
+bool cudnn_allow_fft_winograd() { return false; }
 void memcpy_to_device(void*, const void*, size_t, Device) { no_cuda("memcpy_to_device"); }
 void memcpy_to_host(void*, const void*, size_t, Device) { no_cuda("memcpy_to_host"); }
 void memcpy_device_to_device(void*, const void*, size_t, Device) { no_cuda("memcpy_device_to_device"); }

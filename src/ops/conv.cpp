@@ -744,6 +744,8 @@ void set_conv_plan_cache_capacity(size_t plans) { cuda_backend::set_conv_plan_ca
 bool cudnn_is_available() { return cuda_backend::cudnn_is_available(); }
 void set_cudnn_enabled(bool enabled) { cuda_backend::set_cudnn_enabled(enabled); }
 bool cudnn_enabled() { return cuda_backend::cudnn_enabled(); }
+void set_cudnn_allow_fft_winograd(bool allow) { cuda_backend::set_cudnn_allow_fft_winograd(allow); }
+bool cudnn_allow_fft_winograd() { return cuda_backend::cudnn_allow_fft_winograd(); }
 
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride, const Shape& padding,
               const Shape& dilation, int64_t groups) {

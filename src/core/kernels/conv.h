@@ -110,6 +110,8 @@ void set_conv_plan_cache_capacity(size_t plans);
 bool cudnn_is_available();
 void set_cudnn_enabled(bool enabled);
 bool cudnn_enabled();
+void set_cudnn_allow_fft_winograd(bool allow);
+bool cudnn_allow_fft_winograd();
 }  // namespace cuda_backend
 
 }  // namespace anvil
