@@ -271,10 +271,12 @@ void for_each_shifted_chunk(const Problem& p, const Tensor& x, const ShiftedChun
     }
 }
 
-int64_t shifted_offset(const Problem& p, int64_t tap, const ShiftedChunks& s) {
+// Tap t's columns: the chunk's padded input shifted by off(t) positions.
+const void* shifted_columns(const Problem& p, const ShiftedChunk& c, const ShiftedChunks& s, int64_t tap) {
   const ConvAxis &a0 = p.axes[0], &a1 = p.axes[1], &a2 = p.axes[2];
   const int64_t t0 = tap / (a1.kernel * a2.kernel), t1 = tap / a2.kernel % a1.kernel, t2 = tap % a2.kernel;
-  return (t0 * a0.dilation * s.e1 + t1 * a1.dilation) * s.e2 + t2 * a2.dilation;
+  const int64_t off = (t0 * a0.dilation * s.e1 + t1 * a1.dilation) * s.e2 + t2 * a2.dilation;
+  return at(c.xp.raw_data_ptr(), off * (p.channels_last() ? p.c_in : 1), p.dtype);
 }
 
 // y [N, c_out, out] (p.fmt) := conv(x, w) + bias for a stride-1 problem, with wr the weight as
@@ -288,7 +290,7 @@ void shifted_forward(const Problem& p, const Tensor& x, const Tensor& wr, bool f
     Tensor acc = chunk_buffer(p, c, s, Co, accumulation_dtype(p.dtype));
     if (b.defined()) copy_image(p, acc, b.expand(acc.sizes()));
     for (int64_t t = 0; t < K; ++t) {
-      const void* xs = at(c.xp.raw_data_ptr(), shifted_offset(p, t, s) * (p.channels_last() ? C : 1), p.dtype);
+      const void* xs = shifted_columns(p, c, s, t);
       const void* w_t = at(wr.raw_data_ptr(), (flip ? K - 1 - t : t) * G * cog * cg, p.dtype);
       if (!p.channels_last())  // acc_g [cout_g, M] += W_t,g [cout_g, cg] @ xp_g [cg, M] shifted
         grouped_gemm(p, acc.dtype(), true, cog, c.M, cg, {w_t, cog * cg, cg, 1}, {xs, cg * c.plane, c.plane, 1},
@@ -338,7 +340,7 @@ void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Te
     for (int64_t i = 0; i < c.images; ++i)
       copy_image(p, real_outputs(p, c, gyp, i), image_view(p, gy, c.n0 + i).narrow(1, c.r0, c.rows));
     for (int64_t t = 0; t < K; ++t) {
-      const void* xs = at(c.xp.raw_data_ptr(), shifted_offset(p, t, s) * (p.channels_last() ? C : 1), p.dtype);
+      const void* xs = shifted_columns(p, c, s, t);
       void* gw_t = at(gwr.raw_data_ptr(), t * G * cog * cg, gwr.dtype());
       if (!p.channels_last())
         grouped_gemm(p, gwr.dtype(), true, cog, cg, c.M, {gyp.raw_data_ptr(), cog * c.plane, c.plane, 1},
