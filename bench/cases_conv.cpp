@@ -1,7 +1,8 @@
 // Convolution cases at the models' shapes: the Wan2.x VAE decoder's 3-d conv (causally
 // pre-padded, bf16), an SD / FLUX VAE decoder conv2d, a ResNet stage's conv2d backward in
 // channels-last, Whisper's strided front-end conv1d, an EnCodec-style streaming conv1d (short
-// output, float32) and a depthwise short conv1d (Mamba-style); on CUDA the ResNet float32
+// output, float32), a depthwise short conv1d (Mamba-style; forward and backward) and a depthwise
+// 3 x 3 conv2d in channels-last (MobileNet-style); on CUDA the ResNet float32
 // backward also with cuDNN's FFT / Winograd engines allowed (PyTorch's default picks them).
 // Compute-bound: the fraction is of the GEMM FLOP ceiling of the same dtype measured in the same
 // run. CPU shapes are smaller.
@@ -41,7 +42,7 @@ Shape output_shape(const ConvShape& c) {
 std::vector<Case> conv_cases(Device dev) {
   const bool cpu = dev.is_cpu();
   const int64_t c3 = cpu ? 32 : 128, t = cpu ? 2 : 16, c2 = cpu ? 128 : 512, h2 = cpu ? 64 : 128, n4 = cpu ? 4 : 32;
-  const int64_t whisper = cpu ? 384 : 1280, dw_len = cpu ? 512 : 2048;
+  const int64_t whisper = cpu ? 384 : 1280, dw_len = cpu ? 512 : 2048, dw_n = cpu ? 1 : 8;
   const std::vector<ConvShape> shapes = {
       {"wan vae decoder", {1, c3, t + 2, 92, 162}, {c3, c3, 3, 3, 3}, {1}, {0}, 1, kBFloat16},
       {"sd vae decoder", {1, c2, h2, h2}, {c2, c2, 3, 3}, {1}, {1}, 1, kBFloat16},
@@ -52,6 +53,8 @@ std::vector<Case> conv_cases(Device dev) {
       {"whisper conv2", {1, whisper, 3000}, {whisper, whisper, 3}, {2}, {1}, 1, kBFloat16},
       {"encodec streaming", {1, 512, 64}, {512, 512, 7}, {1}, {3}, 1, kFloat32},
       {"depthwise short conv", {1, 1536, dw_len}, {1536, 1, 4}, {1}, {3}, 1536, kBFloat16},
+      {"depthwise short conv", {1, 1536, dw_len}, {1536, 1, 4}, {1}, {3}, 1536, kBFloat16, false, true},
+      {"depthwise 2d 3x3", {dw_n, 256, 56, 56}, {256, 1, 3, 3}, {1}, {1}, 256, kBFloat16, true},
   };
   std::vector<Case> cases;
   for (const ConvShape& c : shapes) {

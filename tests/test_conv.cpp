@@ -37,6 +37,11 @@ std::vector<Case> table() {
       {{2, 8, 20}, {8, 1, 7}, {1}, {3}, {1}, {0}, 8, false, true},
       {{2, 4, 7}, {4, 3, 3}, {2}, {1}, {1}, {1}, 1, true, true},
       {{1, 4, 6}, {4, 2, 3}, {3}, {0}, {2}, {2}, 2, true, false},
+      // more channels and outputs: 70 output channels, 37 input channels, 150 outputs, groups
+      {{1, 37, 30}, {70, 37, 5}, {1}, {2}, {2}, {0}, 1, false, true},
+      {{2, 12, 300}, {16, 6, 3}, {2}, {1}, {1}, {0}, 2, false, false},
+      // depthwise transposed, with output_padding
+      {{2, 5, 9}, {5, 1, 4}, {2}, {1}, {1}, {1}, 5, true, true},
       // conv2d
       {{2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
       {{1, 4, 10, 7}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, {0}, 2, false, false},
@@ -51,6 +56,7 @@ std::vector<Case> table() {
       {{2, 4, 5, 4, 4}, {4, 2, 3, 1, 3}, {1, 2, 1}, {1, 0, 1}, {2, 1, 1}, {0}, 2, false, false},
       {{1, 2, 3, 3, 4}, {2, 3, 2, 2, 2}, {2}, {0}, {1}, {0}, 1, true, true},
       {{1, 4, 3, 5, 6}, {2, 4, 3, 3, 3}, {1}, {0, 1, 1}, {1}, {0}, 1, false, true},
+      {{1, 3, 4, 5, 6}, {3, 1, 2, 3, 2}, {1, 2, 1}, {1, 1, 0}, {1, 1, 2}, {0}, 3, false, true},
   };
 }
 
@@ -185,13 +191,25 @@ TEST_P(Conv, Plans) {
   const Tensor shifted = ones({2 * 8 * 12 * 12 + 1}, o).narrow(0, 1, 2 * 8 * 12 * 12).view({2, 8, 12, 12});
   EXPECT_EQ(convolution_plan(shifted, w, {1}, {1}, {1}, false, {0}, 1), FusedPlan::Composed);
   EXPECT_EQ(convolution_plan(x, ones({8, 4, 2, 2}, o), {2}, {0}, {1}, true, {1}, 2), want);
-  // Depthwise: the CPU's own direct kernel, cuDNN on CUDA.
-  EXPECT_EQ(convolution_plan(x, ones({8, 1, 3, 3}, o), {1}, {1}, {1}, false, {0}, 8),
+  // Channels-first depthwise forwards: our own direct kernel on both devices, with or without
+  // cuDNN; channels-last ones: the CPU's kernel, cuDNN on CUDA; a transposed depthwise conv:
+  // cuDNN. 1-d convs of <= 256 outputs are composed on CUDA (im2col + cuBLASLt), longer ones go
+  // to cuDNN.
+  const Tensor w1 = ones({16, 8, 3}, o), wd = ones({8, 1, 3, 3}, o);
+  auto own_plans = [&] {
+    EXPECT_EQ(convolution_plan(x, wd, {1}, {1}, {1}, false, {0}, 8), FusedPlan::Fused);
+    EXPECT_EQ(convolution_plan(ones({2, 8, 256}, o), w1, {1}, {1}, {1}, false, {0}, 1), FusedPlan::Composed);
+  };
+  own_plans();
+  EXPECT_EQ(convolution_plan(x.contiguous(MemoryFormat::ChannelsLast), wd, {1}, {1}, {1}, false, {0}, 8),
             dev().is_cpu() ? FusedPlan::Fused : want);
+  EXPECT_EQ(convolution_plan(x, wd, {2}, {1}, {1}, true, {0}, 8), dev().is_cpu() ? FusedPlan::Composed : want);
+  EXPECT_EQ(convolution_plan(ones({2, 8, 259}, o), w1, {1}, {0}, {1}, false, {0}, 1), want);
   {
     CudnnUse off(false);
     EXPECT_FALSE(cudnn_enabled());
     EXPECT_EQ(convolution_plan(x, w, {1}, {1}, {1}, false, {0}, 1), FusedPlan::Composed);
+    own_plans();
   }
   EXPECT_TRUE(cudnn_enabled() || dev().is_cpu());
   if (want == FusedPlan::Fused) {
@@ -321,10 +339,11 @@ TEST_P(Conv, BackwardMatchesFiniteDifferences) {
     EXPECT_TRUE(th::expect_close(gw, th::array_of(c.w, th::central_differences(w.a.v, [&](const std::vector<double>& v) {
                                    return loss(x.a, th::array_of(c.w, v), b.a);
                                  })), tol));
-    if (c.bias)
+    if (c.bias) {
       EXPECT_TRUE(th::expect_close(gb, th::array_of({c_out}, th::central_differences(b.a.v, [&](const std::vector<double>& v) {
                                      return loss(x.a, w.a, th::array_of({c_out}, v));
                                    })), tol));
+    }
   }
 }
 

@@ -1,14 +1,20 @@
-// CUDA im2col / col2im (core/kernels/conv.h). im2col: a thread per column element, in the
-// column's memory order. col2im: a thread per input element of the chunk's input range gathers
-// the column elements of its taps in tap order and adds them to its own element: no atomics, the
-// same bits every run.
+// CUDA convolution kernels (core/kernels/conv.h).
+// - im2col / col2im for the composition. im2col: a thread per column element, in the column's
+//   memory order. col2im: a thread per input element of the chunk's input range gathers the
+//   column elements of its taps in tap order and adds them to its own element: no atomics, the
+//   same bits every run.
+// - conv_direct's own kernel, ahead of cuDNN: channels-first depthwise forwards of any rank;
+//   then cuDNN.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "core/dispatch.h"
+#include "core/element.h"
 #include "core/kernels/conv.h"
 #include "cuda/cudnn_conv.h"
 #include "cuda/device/map.cuh"
+#include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
@@ -91,6 +97,89 @@ __global__ void __launch_bounds__(kThreads) col2im_kernel(const __grid_constant_
   }
 }
 
+
+// ---- depthwise forward: groups == c_in == c_out > 1, weight [C, 1, k...], channels-first -------
+// The conv's axes moved last (leading axes of extent 1), as the CPU's kernel does. A thread per
+// run of kRun (8) outputs along the last axis: on rows of 256+ outputs every 32nd of a warp's
+// 256 (each load and store a contiguous 32-element piece of a row), on shorter rows 8
+// consecutive ones. Each output sums its taps (t0, t1, t2 ascending) over x in Acc (float,
+// double for double) from the bias, one rounding; a run shares one index decomposition and its
+// weight loads (a thread per output spent ~150 instructions on each: 40 us, 3 % of DRAM, for
+// [1, 1536, 2048] k4 bf16), neighbouring threads share their inputs through L1. Channels-last
+// and the input grad stay with cuDNN: a thread per element there measured 9x and 2.8x slower
+// than PyTorch (docs/PERFORMANCE.md, session 21).
+constexpr int kDepthwiseRun = 8;
+
+template <typename I>
+struct DepthwiseGeo {
+  ConvAxis ax[3];
+  I taps, in_plane, out_plane;  // positions per (n, c) plane of x and of y
+  I lanes;                      // threads per run along the last axis: 32 (a warp) or 1
+  cuda_device::IndexDiv<I> o0, o1, runs, c;  // y's first two extents, runs per row, channels
+};
+
+template <typename I>
+DepthwiseGeo<I> depthwise_geo(const ConvDirectParams& p, int lanes) {
+  DepthwiseGeo<I> g{};
+  for (int i = 0; i < p.spatial; ++i) g.ax[3 - p.spatial + i] = p.axis[i];
+  g.taps = static_cast<I>(g.ax[0].kernel * g.ax[1].kernel * g.ax[2].kernel);
+  g.in_plane = static_cast<I>(g.ax[0].in * g.ax[1].in * g.ax[2].in);
+  g.out_plane = static_cast<I>(g.ax[0].out * g.ax[1].out * g.ax[2].out);
+  g.lanes = static_cast<I>(lanes);
+  const int64_t span = int64_t{kDepthwiseRun} * lanes;
+  g.o0 = cuda_device::IndexDiv<I>(g.ax[0].out);
+  g.o1 = cuda_device::IndexDiv<I>(g.ax[1].out);
+  g.runs = cuda_device::IndexDiv<I>((g.ax[2].out + span - 1) / span);
+  g.c = cuda_device::IndexDiv<I>(p.c_in);
+  return g;
+}
+
+template <typename T, typename Acc, typename I>
+__global__ void __launch_bounds__(kThreads) depthwise_kernel(const DepthwiseGeo<I> g, const T* __restrict__ x,
+                                                             const T* __restrict__ w, const T* __restrict__ bias,
+                                                             T* __restrict__ y, I threads) {
+  const ConvAxis &a0 = g.ax[0], &a1 = g.ax[1], &a2 = g.ax[2];
+  for (I u = static_cast<I>(cuda_device::global_thread()); u < threads; u += static_cast<I>(cuda_device::grid_threads())) {
+    // Thread u -> its plane (n * C + c), channel and first output; its outputs are that one and
+    // every lanes-th after it (lanes is 1 or 32: a shift).
+    I q = u / g.lanes, r, o0, o1, o2, plane, c, n;
+    g.runs(q, q, r);
+    g.o1(q, q, o1);
+    g.o0(q, plane, o0);
+    g.c(plane, n, c);
+    o2 = r * g.lanes * kDepthwiseRun + (u & (g.lanes - 1));
+    const I room = static_cast<I>(a2.out) - o2;  // output v exists when v * lanes < room
+    const Acc b = bias ? static_cast<Acc>(bias[c]) : Acc(0);
+    Acc acc[kDepthwiseRun];
+#pragma unroll
+    for (int v = 0; v < kDepthwiseRun; ++v) acc[v] = b;
+    const T* wc = w + c * g.taps;
+    for (I t0 = 0; t0 < a0.kernel; ++t0) {
+      const I j0 = o0 * static_cast<I>(a0.stride) - static_cast<I>(a0.pad) + t0 * static_cast<I>(a0.dilation);
+      if (j0 < 0 || j0 >= a0.in) continue;
+      for (I t1 = 0; t1 < a1.kernel; ++t1) {
+        const I j1 = o1 * static_cast<I>(a1.stride) - static_cast<I>(a1.pad) + t1 * static_cast<I>(a1.dilation);
+        if (j1 < 0 || j1 >= a1.in) continue;
+        const T* row = x + plane * g.in_plane + (j0 * static_cast<I>(a1.in) + j1) * static_cast<I>(a2.in);
+        const T* wt = wc + (t0 * static_cast<I>(a1.kernel) + t1) * static_cast<I>(a2.kernel);
+        for (I t2 = 0; t2 < a2.kernel; ++t2) {
+          const Acc wv = static_cast<Acc>(wt[t2]);
+          const I jb = o2 * static_cast<I>(a2.stride) - static_cast<I>(a2.pad) + t2 * static_cast<I>(a2.dilation);
+#pragma unroll
+          for (int v = 0; v < kDepthwiseRun; ++v) {
+            const I j2 = jb + v * g.lanes * static_cast<I>(a2.stride);
+            if (v * g.lanes < room && j2 >= 0 && j2 < a2.in) acc[v] += wv * static_cast<Acc>(row[j2]);
+          }
+        }
+      }
+    }
+    T* out = y + plane * g.out_plane + (o0 * static_cast<I>(a1.out) + o1) * static_cast<I>(a2.out) + o2;
+#pragma unroll
+    for (int v = 0; v < kDepthwiseRun; ++v)
+      if (v * g.lanes < room) out[v * g.lanes] = static_cast<T>(acc[v]);
+  }
+}
+
 }  // namespace
 
 void im2col(const Im2colParams& p) {
@@ -121,19 +210,75 @@ void col2im(const Col2imParams& p) {
   launch.check("[col2im]");
 }
 
+namespace {
+
+template <typename F>
+void dispatch_conv_types(DType t, F&& f) {
+  dispatch_float_types(t, "[conv]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
+                  std::is_same_v<T, BFloat16>)
+      f(tag);
+    else
+      throw DTypeError(detail::cat_message("[conv] not implemented for '", dtype_name(t), "'"));
+  });
+}
+
+bool depthwise(const ConvDirectParams& p) {
+  return p.pass == ConvPass::Forward && !p.channels_last && p.groups > 1 && p.groups == p.c_in && p.c_out == p.c_in;
+}
+
 // A 1-d conv with few output positions is a GEMM of few columns: im2col + cuBLASLt beats
-// cuDNN's kernels there (H200, EnCodec-style streaming [1, 512, 64] k7 float32: 21 us vs 84 us).
+// cuDNN's kernels there (H200, EnCodec-style streaming [1, 512, 64] k7 float32: 21 us vs 84 us)
+// and a direct kernel of ours (27-39 us, docs/PERFORMANCE.md session 21), so it stays composed.
 bool short_conv1d(const ConvDirectParams& p) {
   return p.pass == ConvPass::Forward && p.spatial == 1 && p.axis[0].out <= 256;
 }
 
-// Plan: cuDNN where the build has it and it has a plan for the params, short 1-d convs aside;
-// else the im2col composition.
+void run_depthwise(const ConvDirectParams& p) {
+  int64_t outs = p.n * p.c_in, ins = outs;
+  for (int i = 0; i < p.spatial; ++i) {
+    outs *= p.axis[i].out;
+    ins *= p.axis[i].in;
+  }
+  if (outs == 0) return;
+  KernelLaunch launch(p.y);
+  dispatch_conv_types(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = opmath_t<T>;
+    auto go = [&](auto index) {
+      using I = decltype(index);
+      const int64_t last = p.axis[p.spatial - 1].out;
+      const int lanes = last >= 32 * kDepthwiseRun ? 32 : 1;
+      const int64_t span = int64_t{kDepthwiseRun} * lanes, threads = outs / last * ((last + span - 1) / span) * lanes;
+      // A block per 256 threads, not a grid-stride loop over a resident grid: a thread's runs
+      // wait on each other's loads, so fresh blocks are what keeps loads in flight.
+      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + kThreads - 1) / kThreads, INT32_MAX));
+      depthwise_kernel<T, Acc, I><<<blocks, kThreads, 0, launch.stream()>>>(
+          depthwise_geo<I>(p, lanes), static_cast<const T*>(p.x), static_cast<const T*>(p.w),
+          static_cast<const T*>(p.has_bias ? p.bias : nullptr), static_cast<T*>(p.y), static_cast<I>(threads));
+    };
+    if (std::max(outs, ins) < (int64_t{1} << 31)) go(int32_t{});
+    else go(int64_t{});
+  });
+  launch.check("[conv]");
+}
+
+}  // namespace
+
+// Plan: our own kernel for channels-first depthwise forwards, whatever
+// set_cudnn_enabled says (it governs cuDNN only, as torch.backends.cudnn.enabled); cuDNN where
+// the build has it and it has a plan for the params, short 1-d forwards aside; else the im2col
+// composition.
 FusedPlan conv_direct_plan(const ConvDirectParams& p) {
+  if (depthwise(p)) return FusedPlan::Fused;
   return !short_conv1d(p) && cudnn_conv_supported(p) ? FusedPlan::Fused : FusedPlan::Composed;
 }
 
-void conv_direct(const ConvDirectParams& p) { cudnn_conv_run(p); }
+void conv_direct(const ConvDirectParams& p) {
+  if (depthwise(p)) return run_depthwise(p);
+  cudnn_conv_run(p);
+}
 
 size_t conv_plan_cache_size() { return cudnn_plan_cache_size(); }
 void set_conv_plan_cache_capacity(size_t plans) { set_cudnn_plan_cache_capacity(plans); }
