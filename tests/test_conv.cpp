@@ -40,8 +40,11 @@ std::vector<Case> table() {
       // more channels and outputs: 70 output channels, 37 input channels, 150 outputs, groups
       {{1, 37, 30}, {70, 37, 5}, {1}, {2}, {2}, {0}, 1, false, true},
       {{2, 12, 300}, {16, 6, 3}, {2}, {1}, {1}, {0}, 2, false, false},
-      // depthwise transposed, with output_padding
+      // depthwise: transposed with output_padding (stride 2, and stride 1 with dilation 2), a pad
+      // past (k - 1) d (CUDA's input grad as a forward conv then pads by a negative amount)
       {{2, 5, 9}, {5, 1, 4}, {2}, {1}, {1}, {1}, 5, true, true},
+      {{2, 5, 9}, {5, 1, 4}, {1}, {1}, {2}, {1}, 5, true, true},
+      {{1, 4, 6}, {4, 1, 2}, {1}, {3}, {1}, {0}, 4, false, false},
       // conv2d
       {{2, 3, 9, 8}, {4, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
       {{1, 4, 10, 7}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, {0}, 2, false, false},

@@ -3,8 +3,8 @@
 //   memory order. col2im: a thread per input element of the chunk's input range gathers the
 //   column elements of its taps in tap order and adds them to its own element: no atomics, the
 //   same bits every run.
-// - conv_direct's own kernel, ahead of cuDNN: channels-first depthwise forwards of any rank;
-//   then cuDNN.
+// - conv_direct's own kernels, ahead of cuDNN: channels-first depthwise convolutions of any rank
+//   (forward, stride-1 input grad, weight grad); then cuDNN.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -14,6 +14,7 @@
 #include "core/kernels/conv.h"
 #include "cuda/cudnn_conv.h"
 #include "cuda/device/map.cuh"
+#include "cuda/device/reduce.cuh"
 #include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
@@ -106,8 +107,8 @@ __global__ void __launch_bounds__(kThreads) col2im_kernel(const __grid_constant_
 // double for double) from the bias, one rounding; a run shares one index decomposition and its
 // weight loads (a thread per output spent ~150 instructions on each: 40 us, 3 % of DRAM, for
 // [1, 1536, 2048] k4 bf16), neighbouring threads share their inputs through L1. Channels-last
-// and the input grad stay with cuDNN: a thread per element there measured 9x and 2.8x slower
-// than PyTorch (docs/PERFORMANCE.md, session 21).
+// stays with cuDNN, and so does a strided input grad: a thread per element measured 9x (a
+// channels-last 3 x 3) and 2.8x slower than PyTorch there (docs/PERFORMANCE.md, session 21).
 constexpr int kDepthwiseRun = 8;
 
 template <typename I>
@@ -115,12 +116,14 @@ struct DepthwiseGeo {
   ConvAxis ax[3];
   I taps, in_plane, out_plane;  // positions per (n, c) plane of x and of y
   I lanes;                      // threads per run along the last axis: 32 (a warp) or 1
+  bool flip;                    // taps read in reverse (the input grad as a forward conv)
   cuda_device::IndexDiv<I> o0, o1, runs, c;  // y's first two extents, runs per row, channels
 };
 
 template <typename I>
-DepthwiseGeo<I> depthwise_geo(const ConvDirectParams& p, int lanes) {
+DepthwiseGeo<I> depthwise_geo(const ConvDirectParams& p, int lanes, bool flip) {
   DepthwiseGeo<I> g{};
+  g.flip = flip;
   for (int i = 0; i < p.spatial; ++i) g.ax[3 - p.spatial + i] = p.axis[i];
   g.taps = static_cast<I>(g.ax[0].kernel * g.ax[1].kernel * g.ax[2].kernel);
   g.in_plane = static_cast<I>(g.ax[0].in * g.ax[1].in * g.ax[2].in);
@@ -161,9 +164,9 @@ __global__ void __launch_bounds__(kThreads) depthwise_kernel(const DepthwiseGeo<
         const I j1 = o1 * static_cast<I>(a1.stride) - static_cast<I>(a1.pad) + t1 * static_cast<I>(a1.dilation);
         if (j1 < 0 || j1 >= a1.in) continue;
         const T* row = x + plane * g.in_plane + (j0 * static_cast<I>(a1.in) + j1) * static_cast<I>(a2.in);
-        const T* wt = wc + (t0 * static_cast<I>(a1.kernel) + t1) * static_cast<I>(a2.kernel);
+        const I f = (t0 * static_cast<I>(a1.kernel) + t1) * static_cast<I>(a2.kernel);  // flat tap of t2 = 0
         for (I t2 = 0; t2 < a2.kernel; ++t2) {
-          const Acc wv = static_cast<Acc>(wt[t2]);
+          const Acc wv = static_cast<Acc>(g.flip ? wc[g.taps - 1 - f - t2] : wc[f + t2]);
           const I jb = o2 * static_cast<I>(a2.stride) - static_cast<I>(a2.pad) + t2 * static_cast<I>(a2.dilation);
 #pragma unroll
           for (int v = 0; v < kDepthwiseRun; ++v) {
@@ -177,6 +180,67 @@ __global__ void __launch_bounds__(kThreads) depthwise_kernel(const DepthwiseGeo<
 #pragma unroll
     for (int v = 0; v < kDepthwiseRun; ++v)
       if (v * g.lanes < room) out[v * g.lanes] = static_cast<T>(acc[v]);
+  }
+}
+
+// Depthwise weight grad, channels-first: gw[c, tap] = the sum over the batch and the output
+// positions of gy[n, c, o] x[n, c, o s - p + t d]. A block per channel; each thread sums its
+// positions for every tap in registers (kMaxTaps of them, taps' input offsets from shared
+// memory), then the block combines them in a fixed order: the same bits every run, no atomics.
+template <typename I>
+struct DepthwiseWgradGeo {
+  ConvAxis ax[3];
+  I taps, channels, in_plane, out_plane, total;  // total: N x out_plane, each channel's sum
+  cuda_device::IndexDiv<I> plane, o1, o2;        // by out_plane, out1, out2
+};
+
+template <typename Acc>
+struct AccSum {
+  __device__ Acc init() const { return Acc(0); }
+  __device__ Acc combine(Acc a, Acc b) const { return a + b; }
+};
+
+template <typename T, typename Acc, typename I, int kMaxTaps>
+__global__ void __launch_bounds__(kThreads) depthwise_weight_grad_kernel(const DepthwiseWgradGeo<I> g,
+                                                                         const T* __restrict__ x,
+                                                                         const T* __restrict__ gy, T* __restrict__ gw) {
+  __shared__ int tap_off[3][kMaxTaps];  // t_i x dilation_i of each tap
+  __shared__ Acc partial[kThreads / 32];
+  const ConvAxis &a0 = g.ax[0], &a1 = g.ax[1], &a2 = g.ax[2];
+  for (int j = static_cast<int>(threadIdx.x); j < kMaxTaps; j += kThreads) {
+    const int64_t t = j < g.taps ? j : 0;
+    tap_off[0][j] = static_cast<int>(t / (a1.kernel * a2.kernel) * a0.dilation);
+    tap_off[1][j] = static_cast<int>(t / a2.kernel % a1.kernel * a1.dilation);
+    tap_off[2][j] = static_cast<int>(t % a2.kernel * a2.dilation);
+  }
+  __syncthreads();
+  const I c = static_cast<I>(blockIdx.x);
+  Acc acc[kMaxTaps];
+#pragma unroll
+  for (int j = 0; j < kMaxTaps; ++j) acc[j] = Acc(0);
+  for (I e = static_cast<I>(threadIdx.x); e < g.total; e += kThreads) {
+    I n, pos, q, o0, o1, o2;
+    g.plane(e, n, pos);
+    g.o2(pos, q, o2);
+    g.o1(q, o0, o1);
+    const Acc gv = static_cast<Acc>(gy[(n * g.channels + c) * g.out_plane + pos]);
+    const T* xp = x + (n * g.channels + c) * g.in_plane;
+    const I b0 = o0 * static_cast<I>(a0.stride) - static_cast<I>(a0.pad);
+    const I b1 = o1 * static_cast<I>(a1.stride) - static_cast<I>(a1.pad);
+    const I b2 = o2 * static_cast<I>(a2.stride) - static_cast<I>(a2.pad);
+#pragma unroll
+    for (int j = 0; j < kMaxTaps; ++j) {
+      if (j >= g.taps) break;
+      const I i0 = b0 + tap_off[0][j], i1 = b1 + tap_off[1][j], i2 = b2 + tap_off[2][j];
+      if (i0 >= 0 && i0 < a0.in && i1 >= 0 && i1 < a1.in && i2 >= 0 && i2 < a2.in)
+        acc[j] += gv * static_cast<Acc>(xp[(i0 * static_cast<I>(a1.in) + i1) * static_cast<I>(a2.in) + i2]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxTaps; ++j) {
+    if (j >= g.taps) break;
+    const Acc v = cuda_device::block_reduce(acc[j], AccSum<Acc>{}, partial);
+    if (threadIdx.x == 0) gw[c * g.taps + j] = static_cast<T>(v);
   }
 }
 
@@ -224,8 +288,28 @@ void dispatch_conv_types(DType t, F&& f) {
   });
 }
 
+constexpr int kDepthwiseMaxTaps = 32;  // the weight grad's register sums
+
+int64_t taps_of(const ConvDirectParams& p) {
+  int64_t k = 1;
+  for (int i = 0; i < p.spatial; ++i) k *= p.axis[i].kernel;
+  return k;
+}
+
+// Channels-first depthwise passes: the forward; the input grad when every stride is 1 (then it is
+// a forward conv of grad_output with the taps reversed and padding (k - 1) d - p); the weight grad
+// of up to 32 taps.
 bool depthwise(const ConvDirectParams& p) {
-  return p.pass == ConvPass::Forward && !p.channels_last && p.groups > 1 && p.groups == p.c_in && p.c_out == p.c_in;
+  if (p.channels_last || p.groups <= 1 || p.groups != p.c_in || p.c_out != p.c_in) return false;
+  switch (p.pass) {
+    case ConvPass::Forward: return true;
+    case ConvPass::BackwardInput:
+      for (int i = 0; i < p.spatial; ++i)
+        if (p.axis[i].stride != 1) return false;
+      return true;
+    case ConvPass::BackwardWeight: return taps_of(p) <= kDepthwiseMaxTaps;
+  }
+  return false;
 }
 
 // A 1-d conv with few output positions is a GEMM of few columns: im2col + cuBLASLt beats
@@ -235,7 +319,54 @@ bool short_conv1d(const ConvDirectParams& p) {
   return p.pass == ConvPass::Forward && p.spatial == 1 && p.axis[0].out <= 256;
 }
 
-void run_depthwise(const ConvDirectParams& p) {
+void run_depthwise_weight_grad(const ConvDirectParams& p) {
+  int64_t out_plane = 1, in_plane = 1;
+  for (int i = 0; i < p.spatial; ++i) {
+    out_plane *= p.axis[i].out;
+    in_plane *= p.axis[i].in;
+  }
+  KernelLaunch launch(p.w);
+  dispatch_conv_types(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = opmath_t<T>;
+    auto go = [&](auto index) {
+      using I = decltype(index);
+      DepthwiseWgradGeo<I> g{};
+      for (int i = 0; i < p.spatial; ++i) g.ax[3 - p.spatial + i] = p.axis[i];
+      g.taps = static_cast<I>(taps_of(p));
+      g.channels = static_cast<I>(p.c_in);
+      g.in_plane = static_cast<I>(in_plane);
+      g.out_plane = static_cast<I>(out_plane);
+      g.total = static_cast<I>(p.n * out_plane);
+      g.plane = cuda_device::IndexDiv<I>(out_plane);
+      g.o1 = cuda_device::IndexDiv<I>(g.ax[1].out);
+      g.o2 = cuda_device::IndexDiv<I>(g.ax[2].out);
+      const T* x = static_cast<const T*>(p.x);
+      const T* gy = static_cast<const T*>(p.y);
+      T* gw = static_cast<T*>(p.w);
+      const unsigned blocks = static_cast<unsigned>(p.c_in);
+      if (g.taps <= 8) depthwise_weight_grad_kernel<T, Acc, I, 8><<<blocks, kThreads, 0, launch.stream()>>>(g, x, gy, gw);
+      else depthwise_weight_grad_kernel<T, Acc, I, kDepthwiseMaxTaps><<<blocks, kThreads, 0, launch.stream()>>>(g, x, gy, gw);
+    };
+    if (p.n * p.c_in * std::max(out_plane, in_plane) < (int64_t{1} << 31)) go(int32_t{});
+    else go(int64_t{});
+  });
+  launch.check("[conv]");
+}
+
+// The forward, or the input grad as a forward conv of grad_output with reversed taps.
+void run_depthwise(const ConvDirectParams& given) {
+  if (given.pass == ConvPass::BackwardWeight) return run_depthwise_weight_grad(given);
+  const bool flip = given.pass == ConvPass::BackwardInput;
+  ConvDirectParams p = given;
+  if (flip) {
+    for (int i = 0; i < p.spatial; ++i) {
+      const ConvAxis& a = given.axis[i];
+      p.axis[i] = ConvAxis{a.out, a.in, a.kernel, 1, (a.kernel - 1) * a.dilation - a.pad, a.dilation};
+    }
+    p.x = given.y;
+    p.y = given.x;
+  }
   int64_t outs = p.n * p.c_in, ins = outs;
   for (int i = 0; i < p.spatial; ++i) {
     outs *= p.axis[i].out;
@@ -255,7 +386,7 @@ void run_depthwise(const ConvDirectParams& p) {
       // wait on each other's loads, so fresh blocks are what keeps loads in flight.
       const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + kThreads - 1) / kThreads, INT32_MAX));
       depthwise_kernel<T, Acc, I><<<blocks, kThreads, 0, launch.stream()>>>(
-          depthwise_geo<I>(p, lanes), static_cast<const T*>(p.x), static_cast<const T*>(p.w),
+          depthwise_geo<I>(p, lanes, flip), static_cast<const T*>(p.x), static_cast<const T*>(p.w),
           static_cast<const T*>(p.has_bias ? p.bias : nullptr), static_cast<T*>(p.y), static_cast<I>(threads));
     };
     if (std::max(outs, ins) < (int64_t{1} << 31)) go(int32_t{});
@@ -266,7 +397,8 @@ void run_depthwise(const ConvDirectParams& p) {
 
 }  // namespace
 
-// Plan: our own kernel for channels-first depthwise forwards, whatever
+// Plan: our own kernels for channels-first depthwise convolutions (depthwise() says which
+// passes), whatever
 // set_cudnn_enabled says (it governs cuDNN only, as torch.backends.cudnn.enabled); cuDNN where
 // the build has it and it has a plan for the params, short 1-d forwards aside; else the im2col
 // composition.
