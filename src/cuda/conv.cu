@@ -319,12 +319,21 @@ bool short_conv1d(const ConvDirectParams& p) {
   return p.pass == ConvPass::Forward && p.spatial == 1 && p.axis[0].out <= 256;
 }
 
-void run_depthwise_weight_grad(const ConvDirectParams& p) {
-  int64_t out_plane = 1, in_plane = 1;
+// Positions per (n, c) plane of x and of y.
+struct Planes {
+  int64_t in = 1, out = 1;
+};
+Planes planes_of(const ConvDirectParams& p) {
+  Planes r;
   for (int i = 0; i < p.spatial; ++i) {
-    out_plane *= p.axis[i].out;
-    in_plane *= p.axis[i].in;
+    r.in *= p.axis[i].in;
+    r.out *= p.axis[i].out;
   }
+  return r;
+}
+
+void run_depthwise_weight_grad(const ConvDirectParams& p) {
+  const int64_t out_plane = planes_of(p).out, in_plane = planes_of(p).in;
   KernelLaunch launch(p.w);
   dispatch_conv_types(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -367,11 +376,7 @@ void run_depthwise(const ConvDirectParams& given) {
     p.x = given.y;
     p.y = given.x;
   }
-  int64_t outs = p.n * p.c_in, ins = outs;
-  for (int i = 0; i < p.spatial; ++i) {
-    outs *= p.axis[i].out;
-    ins *= p.axis[i].in;
-  }
+  const int64_t outs = p.n * p.c_in * planes_of(p).out, ins = p.n * p.c_in * planes_of(p).in;
   if (outs == 0) return;
   KernelLaunch launch(p.y);
   dispatch_conv_types(p.dtype, [&](auto tag) {
