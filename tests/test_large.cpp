@@ -272,8 +272,9 @@ TEST_P(LargeTensorOnDevice, UpsamplePast2Pow31) {
 // Convolutions past 2^31 elements: a k3 conv1d of one channel of 2^31 + 40 bfloat16 (the extent
 // itself past 2^31), and a depthwise one over two channels of 2^30 + 40 (channel offsets past
 // 2^30 elements, the total past 2^31). Ones with markers, a [1, 2, 3] kernel: outputs are sums
-// of small integers, exact. On CUDA both run the 64-bit composition (cuDNN faulted on the
-// first; its plan query refuses tensors of 2^31 elements).
+// of small integers, exact. On CUDA the first runs the 64-bit composition (cuDNN faulted on it;
+// its plan query refuses tensors of 2^31 elements), the second our depthwise kernel with 64-bit
+// indices; on the CPU the second runs its depthwise kernel.
 TEST_P(LargeTensorOnDevice, Conv1dPast2Pow31) {
   SKIP_UNDER_SANITIZERS();
   const int64_t n = (int64_t{1} << 31) + 40, p31 = int64_t{1} << 31;
