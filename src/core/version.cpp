@@ -16,8 +16,13 @@ void set_num_threads(int n) {
   omp_set_num_threads(n);
 }
 
+#ifndef ANVIL_CUDA_ARCHS
+#define ANVIL_CUDA_ARCHS ""
+#endif
+
 std::string build_info() {
-  return detail::cat_message("anvil ", version(), "; cuda backend: ", cuda::built_with_cuda() ? "on (sm_90 + PTX)" : "off",
+  return detail::cat_message("anvil ", version(), "; cuda backend: ",
+                             cuda::built_with_cuda() ? std::string("on (") + ANVIL_CUDA_ARCHS + ")" : std::string("off"),
 #ifdef ANVIL_SANITIZE_BUILD
                              "; sanitizers: address+undefined",
 #endif
