@@ -98,17 +98,17 @@ __global__ void __launch_bounds__(kThreads) col2im_kernel(const __grid_constant_
   }
 }
 
-
-// ---- depthwise forward: groups == c_in == c_out > 1, weight [C, 1, k...], channels-first -------
+// ---- depthwise, channels-first: groups == c_in == c_out > 1, weight [C, 1, k...] ---------------
 // The conv's axes moved last (leading axes of extent 1), as the CPU's kernel does. A thread per
-// run of kRun (8) outputs along the last axis: on rows of 256+ outputs every 32nd of a warp's
+// run of kDepthwiseRun (8) outputs along the last axis: on rows of 256+ outputs every 32nd of a warp's
 // 256 (each load and store a contiguous 32-element piece of a row), on shorter rows 8
 // consecutive ones. Each output sums its taps (t0, t1, t2 ascending) over x in Acc (float,
 // double for double) from the bias, one rounding; a run shares one index decomposition and its
 // weight loads (a thread per output spent ~150 instructions on each: 40 us, 3 % of DRAM, for
-// [1, 1536, 2048] k4 bf16), neighbouring threads share their inputs through L1. Channels-last
-// stays with cuDNN, and so does a strided input grad: a thread per element measured 9x (a
-// channels-last 3 x 3) and 2.8x slower than PyTorch there (docs/PERFORMANCE.md, session 21).
+// [1, 1536, 2048] k4 bf16), neighbouring threads share their inputs through L1. The input grad
+// with every stride 1 runs the same kernel (run_depthwise). Channels-last stays with cuDNN, and
+// so does a strided input grad: a thread per element measured 9x (a channels-last 3 x 3) and
+// 2.8x slower than PyTorch there (docs/PERFORMANCE.md, session 21).
 constexpr int kDepthwiseRun = 8;
 
 template <typename I>
@@ -276,18 +276,6 @@ void col2im(const Col2imParams& p) {
 
 namespace {
 
-template <typename F>
-void dispatch_conv_types(DType t, F&& f) {
-  dispatch_float_types(t, "[conv]", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
-                  std::is_same_v<T, BFloat16>)
-      f(tag);
-    else
-      throw DTypeError(detail::cat_message("[conv] not implemented for '", dtype_name(t), "'"));
-  });
-}
-
 constexpr int kDepthwiseMaxTaps = 32;  // the weight grad's register sums
 
 int64_t taps_of(const ConvDirectParams& p) {
@@ -335,7 +323,7 @@ Planes planes_of(const ConvDirectParams& p) {
 void run_depthwise_weight_grad(const ConvDirectParams& p) {
   const int64_t out_plane = planes_of(p).out, in_plane = planes_of(p).in;
   KernelLaunch launch(p.w);
-  dispatch_conv_types(p.dtype, [&](auto tag) {
+  dispatch_float_types(p.dtype, "[conv]", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = opmath_t<T>;
     auto go = [&](auto index) {
@@ -379,7 +367,7 @@ void run_depthwise(const ConvDirectParams& given) {
   const int64_t outs = p.n * p.c_in * planes_of(p).out, ins = p.n * p.c_in * planes_of(p).in;
   if (outs == 0) return;
   KernelLaunch launch(p.y);
-  dispatch_conv_types(p.dtype, [&](auto tag) {
+  dispatch_float_types(p.dtype, "[conv]", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = opmath_t<T>;
     auto go = [&](auto index) {
@@ -403,10 +391,9 @@ void run_depthwise(const ConvDirectParams& given) {
 }  // namespace
 
 // Plan: our own kernels for channels-first depthwise convolutions (depthwise() says which
-// passes), whatever
-// set_cudnn_enabled says (it governs cuDNN only, as torch.backends.cudnn.enabled); cuDNN where
-// the build has it and it has a plan for the params, short 1-d forwards aside; else the im2col
-// composition.
+// passes) whatever set_cudnn_enabled says (it governs cuDNN only, as
+// torch.backends.cudnn.enabled); cuDNN where the build has it and it has a plan for the params,
+// short 1-d forwards aside; else the im2col composition.
 FusedPlan conv_direct_plan(const ConvDirectParams& p) {
   if (depthwise(p)) return FusedPlan::Fused;
   return !short_conv1d(p) && cudnn_conv_supported(p) ? FusedPlan::Fused : FusedPlan::Composed;
