@@ -355,15 +355,7 @@ void run_depthwise_weight_grad(const ConvDirectParams& p) {
 void run_depthwise(const ConvDirectParams& given) {
   if (given.pass == ConvPass::BackwardWeight) return run_depthwise_weight_grad(given);
   const bool flip = given.pass == ConvPass::BackwardInput;
-  ConvDirectParams p = given;
-  if (flip) {
-    for (int i = 0; i < p.spatial; ++i) {
-      const ConvAxis& a = given.axis[i];
-      p.axis[i] = ConvAxis{a.out, a.in, a.kernel, 1, (a.kernel - 1) * a.dilation - a.pad, a.dilation};
-    }
-    p.x = given.y;
-    p.y = given.x;
-  }
+  const ConvDirectParams p = flip ? input_grad_as_forward(given) : given;
   const int64_t outs = p.n * p.c_in * planes_of(p).out, ins = p.n * p.c_in * planes_of(p).in;
   if (outs == 0) return;
   KernelLaunch launch(p.y);

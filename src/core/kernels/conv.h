@@ -94,6 +94,21 @@ struct ConvDirectParams {
   bool has_bias = false;  // plan queries know whether there is a bias before its pointer
 };
 
+// A stride-1 input grad as a forward conv: x = sum over taps t of w[t] gy[i + p - t d] is the
+// conv of gy with the taps reversed (the caller reads w[k - 1 - t]) and padding (k - 1) d - p,
+// the roles of x and y swapped. Both backends' depthwise kernels run it so.
+inline ConvDirectParams input_grad_as_forward(const ConvDirectParams& given) {
+  ConvDirectParams p = given;
+  p.pass = ConvPass::Forward;
+  for (int i = 0; i < p.spatial; ++i) {
+    const ConvAxis& a = given.axis[i];
+    p.axis[i] = ConvAxis{a.out, a.in, a.kernel, 1, (a.kernel - 1) * a.dilation - a.pad, a.dilation};
+  }
+  p.x = given.y;
+  p.y = given.x;
+  return p;
+}
+
 #define ANVIL_CONV_KERNELS(X) \
   X(im2col, const Im2colParams&) \
   X(col2im, const Col2imParams&)
