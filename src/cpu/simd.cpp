@@ -444,6 +444,41 @@ void NormaliseScalarBF16(const float* x, int64_t n, float mean, float invstd, co
   NormaliseScalarTo(x, n, mean, invstd, w, b, y);
 }
 
+// acc[i] += sum over t of w[t][i] * x[t][i], t ascending, each product and sum rounded: a vector
+// of acc stays in a register across the taps.
+template <typename X>
+void MulAddTapsTo(const float* const* HWY_RESTRICT w, const void* const* HWY_RESTRICT x, int64_t taps,
+                  float* HWY_RESTRICT acc, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<uint16_t, decltype(du)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto a = hn::LoadU(df, acc + i);
+    for (int64_t t = 0; t < taps; ++t) {
+      const X* xt = static_cast<const X*>(x[t]);
+      hn::Vec<decltype(df)> xv;
+      if constexpr (std::is_same_v<X, float>) xv = hn::LoadU(df, xt + i);
+      else xv = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, xt + i))));
+      a = hn::Add(a, hn::Mul(hn::LoadU(df, w[t] + i), xv));
+    }
+    hn::StoreU(a, df, acc + i);
+  }
+  for (; i < n; ++i)
+    for (int64_t t = 0; t < taps; ++t) {
+      const X v = static_cast<const X*>(x[t])[i];
+      if constexpr (std::is_same_v<X, float>) acc[i] += w[t][i] * v;
+      else acc[i] += w[t][i] * bf16_bits_to_f32(v);
+    }
+}
+void MulAddTapsF32(const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n) {
+  MulAddTapsTo<float>(w, x, taps, acc, n);
+}
+void MulAddTapsBF16(const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n) {
+  MulAddTapsTo<uint16_t>(w, x, taps, acc, n);
+}
+
 }  // namespace anvil::cpu::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -470,6 +505,8 @@ HWY_EXPORT(ColumnSums);
 HWY_EXPORT(ColumnSquaredDeviations);
 HWY_EXPORT(NormaliseColumns);
 HWY_EXPORT(NormaliseScalar);
+HWY_EXPORT(MulAddTapsF32);
+HWY_EXPORT(MulAddTapsBF16);
 HWY_EXPORT(NormaliseScalarBF16);
 
 namespace {
@@ -593,6 +630,12 @@ void normalise_columns(const float* x, int64_t rows, int64_t c, const float* mea
 }
 void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b, float* y) {
   HWY_DYNAMIC_DISPATCH(NormaliseScalar)(x, n, mean, invstd, w, b, y);
+}
+bool mul_add_taps(DType x_dtype, const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n) {
+  if (x_dtype == DType::Float32) HWY_DYNAMIC_DISPATCH(MulAddTapsF32)(w, x, taps, acc, n);
+  else if (x_dtype == DType::BFloat16) HWY_DYNAMIC_DISPATCH(MulAddTapsBF16)(w, x, taps, acc, n);
+  else return false;
+  return true;
 }
 void normalise_scalar_bf16(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b,
                            uint16_t* y) {

@@ -51,6 +51,10 @@ void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const
 // normalise_scalar rounded to bfloat16 bits as it is stored (encode_f32's rounding).
 void normalise_scalar_bf16(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b,
                            uint16_t* y);
+// acc[i] += w[0][i] * x[0][i] + ... + w[taps - 1][i] * x[taps - 1][i] over n values, added in
+// tap order, each product and sum rounded (no fused multiply-add: the scalar loop's bits); x
+// rows float32 or bfloat16 (false for other dtypes: nothing done).
+bool mul_add_taps(DType x_dtype, const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n);
 // Software prefetch distance of the GEMV weight streams (cpu/gemv-inl.h, cpu/bf16_dots_x86.cpp),
 // bytes ahead into L2; measured in gemv-inl.h.
 constexpr int64_t kGemvPrefetchBytes = 4096;
