@@ -227,7 +227,10 @@ void depthwise_forward_kernel(const ConvDirectParams& p, const T* x, const T* w,
           for (int64_t i1 = 0; i1 < a1.in; ++i1) {
             Acc* d = xp.data() + ((i0 + a0.pad) * e1 + i1 + a1.pad) * win;
             const T* src = xs + (i0 * a1.in + i1) * a2.in;
-            for (int64_t j = j0; j < j1; ++j) d[j] = static_cast<Acc>(src[base2 + j]);
+            if constexpr (std::is_same_v<Acc, float> && !std::is_same_v<T, float>)
+              simd::decode_f32(p.dtype, src + base2 + j0, d + j0, j1 - j0);  // 16-bit rows widened by SIMD
+            else
+              for (int64_t j = j0; j < j1; ++j) d[j] = static_cast<Acc>(src[base2 + j]);
           }
         T* ys = y + plane * out_plane + o2a;
         for (int64_t o0 = 0; o0 < a0.out; ++o0)
@@ -239,6 +242,12 @@ void depthwise_forward_kernel(const ConvDirectParams& p, const T* x, const T* w,
                 for (int64_t t2 = 0; t2 < a2.kernel; ++t2) {
                   const Acc wv = wt[static_cast<size_t>(((t0 * a1.kernel + t1) * a2.kernel + t2) * C + c)];
                   const Acc* s2 = src + t2 * a2.dilation;
+                  if constexpr (std::is_same_v<Acc, float>) {
+                    if (a2.stride == 1) {  // SIMD (GCC's loop is the x86-64 baseline's SSE2)
+                      simd::axpy(wv, s2, row.data(), w2);
+                      continue;
+                    }
+                  }
                   if (a2.stride == 1)
                     for (int64_t o2 = 0; o2 < w2; ++o2) row[static_cast<size_t>(o2)] += wv * s2[o2];
                   else
@@ -246,7 +255,10 @@ void depthwise_forward_kernel(const ConvDirectParams& p, const T* x, const T* w,
                 }
               }
             T* d = ys + (o0 * a1.out + o1) * a2.out;
-            for (int64_t o2 = 0; o2 < w2; ++o2) d[o2] = T(row[static_cast<size_t>(o2)]);
+            if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>)
+              simd::encode_f32(p.dtype, row.data(), d, w2);  // the scalar rounding, vectorised
+            else
+              for (int64_t o2 = 0; o2 < w2; ++o2) d[o2] = T(row[static_cast<size_t>(o2)]);
           }
       }
     }

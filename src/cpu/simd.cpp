@@ -472,6 +472,16 @@ void MulAddTapsTo(const float* const* HWY_RESTRICT w, const void* const* HWY_RES
       else acc[i] += w[t][i] * bf16_bits_to_f32(v);
     }
 }
+// y[i] += a * x[i], the product and the sum each rounded (no fused multiply-add).
+void Axpy(float a, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto av = hn::Set(df, a);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Add(hn::LoadU(df, y + i), hn::Mul(av, hn::LoadU(df, x + i))), df, y + i);
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
 void MulAddTapsF32(const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n) {
   MulAddTapsTo<float>(w, x, taps, acc, n);
 }
@@ -505,6 +515,7 @@ HWY_EXPORT(ColumnSums);
 HWY_EXPORT(ColumnSquaredDeviations);
 HWY_EXPORT(NormaliseColumns);
 HWY_EXPORT(NormaliseScalar);
+HWY_EXPORT(Axpy);
 HWY_EXPORT(MulAddTapsF32);
 HWY_EXPORT(MulAddTapsBF16);
 HWY_EXPORT(NormaliseScalarBF16);
@@ -631,6 +642,7 @@ void normalise_columns(const float* x, int64_t rows, int64_t c, const float* mea
 void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b, float* y) {
   HWY_DYNAMIC_DISPATCH(NormaliseScalar)(x, n, mean, invstd, w, b, y);
 }
+void axpy(float a, const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(Axpy)(a, x, y, n); }
 bool mul_add_taps(DType x_dtype, const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n) {
   if (x_dtype == DType::Float32) HWY_DYNAMIC_DISPATCH(MulAddTapsF32)(w, x, taps, acc, n);
   else if (x_dtype == DType::BFloat16) HWY_DYNAMIC_DISPATCH(MulAddTapsBF16)(w, x, taps, acc, n);

@@ -51,6 +51,8 @@ void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const
 // normalise_scalar rounded to bfloat16 bits as it is stored (encode_f32's rounding).
 void normalise_scalar_bf16(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b,
                            uint16_t* y);
+// y[i] += a * x[i] over n values, the product and the sum each rounded (the scalar loop's bits).
+void axpy(float a, const float* x, float* y, int64_t n);
 // acc[i] += w[0][i] * x[0][i] + ... + w[taps - 1][i] * x[taps - 1][i] over n values, added in
 // tap order, each product and sum rounded (no fused multiply-add: the scalar loop's bits); x
 // rows float32 or bfloat16 (false for other dtypes: nothing done).
