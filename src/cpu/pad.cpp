@@ -12,6 +12,7 @@
 #include "core/element.h"
 #include "core/kernels/pad.h"
 #include "cpu/loop.h"
+#include "cpu/simd.h"
 
 namespace anvil::cpu {
 namespace {
@@ -147,10 +148,67 @@ SourceTable sources_table(PadMode mode, const PadDim& d) {
   return t;
 }
 
+// y[e] = y[e] + x[e] over n elements of T in the accumulation type (x widened first: the scalar
+// loop's sums).
+template <typename T, typename Acc>
+void add_row(const T* x, Acc* y, int64_t n) {
+  if constexpr (std::is_same_v<T, BFloat16>)  // widening as a shift: a loop the compiler vectorises
+    for (int64_t e = 0; e < n; ++e) y[e] = y[e] + bf16_bits_to_f32(x[e].x);
+  else
+    for (int64_t e = 0; e < n; ++e) y[e] = y[e] + static_cast<Acc>(x[e]);
+}
+
+// y[e] = T(Acc{} + x[e]): a single source's sum, as the CUDA kernel adds it. For bfloat16 that is
+// the bits themselves except -0 (0 + -0 is +0) and NaN (the conversion's 0x7FC0), as a loop of
+// integer selects the compiler vectorises (Zen 5, 2 threads, reflect backward of
+// [1, 16, 128, 128] bf16: 0.32 ms with a scalar conversion per element).
+template <typename T, typename Acc>
+void copy_row(const T* x, T* y, int64_t n) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    const uint16_t* xs = &x->x;
+    uint16_t* ys = &y->x;
+    for (int64_t e = 0; e < n; ++e) {
+      const uint16_t v = xs[e];
+      ys[e] = (v & 0x7FFFu) > 0x7F80u ? uint16_t{0x7FC0} : v == 0x8000u ? uint16_t{0} : v;
+    }
+  } else {
+    for (int64_t e = 0; e < n; ++e) y[e] = static_cast<T>(Acc{} + static_cast<Acc>(x[e]));
+  }
+}
+
+// y[e] = T(x[e]); rows of bfloat16 / float16 through simd::encode_f32 (the scalar conversion's
+// rounding), short ones (a row's edges) element by element.
+template <typename T, typename Acc>
+void store_row(const Acc* x, T* y, int64_t n) {
+  if constexpr (std::is_same_v<Acc, float> && !std::is_same_v<T, float>)
+    if (n >= 64) return simd::encode_f32(dtype_of<T>::value, x, y, n);
+  for (int64_t e = 0; e < n; ++e) y[e] = static_cast<T>(x[e]);
+}
+
+// The innermost dim's edge indices (outside pad_interior) and, per edge index, the output
+// indices that read it, ascending (pad_sources expanded once per call, not per row).
+struct EdgeSources {
+  std::vector<int64_t> k, begin{0}, j;
+};
+EdgeSources edge_sources(PadMode mode, const PadDim& d, const PadInterior& mid) {
+  EdgeSources e;
+  auto add = [&](int64_t k) {
+    const PadSources s = pad_sources(mode, d, k);
+    for (int r = 0; r < s.n; ++r)
+      for (int64_t j = s.lo[r]; j < s.hi[r]; ++j) e.j.push_back(j);
+    e.k.push_back(k);
+    e.begin.push_back(static_cast<int64_t>(e.j.size()));
+  };
+  for (int64_t k = 0; k < mid.lo; ++k) add(k);
+  for (int64_t k = mid.hi; k < d.in; ++k) add(k);
+  return e;
+}
+
 // grad_input[k] = sum of grad_output over the outputs that read k, in the output's order: the
 // outer dims' sources expanded into output row offsets (outer loop), then the last dim's
 // sources of each element (inner), accumulated for a whole row at once so that the interior
-// (one source per element) is a plain add loop.
+// (one source per element) is one add over the row (bfloat16 / float16 through the SIMD codecs:
+// Zen 5, 2 threads, reflect backward of [1, 16, 128, 128] bf16 0.32 ms as scalar conversions).
 template <typename T>
 void pad_backward_gather(const PadParams& p) {
   using Acc = opmath_t<T>;
@@ -163,6 +221,8 @@ void pad_backward_gather(const PadParams& p) {
   for (int d = 0; d < nd - 1; ++d) tables.push_back(sources_table(p.mode, p.dims[d]));
   const PadDim ld = p.dims[nd - 1];
   const PadInterior mid = pad_interior(p.mode, ld);
+  const EdgeSources edges = edge_sources(p.mode, ld, mid);
+  const size_t n_left = static_cast<size_t>(mid.lo);
   const int64_t n = ld.in, rows = p.in_numel / (n * b);
   const int64_t s_in = p.in_strides[nd - 1], s_out = p.out_strides[nd - 1];
   auto ext = [&](int d) { return p.dims[d].in; };
@@ -185,7 +245,7 @@ void pad_backward_gather(const PadParams& p) {
       Acc* a = acc.data();
       T* gi = grad_in + in_off;
       // The common row, one source row, both dense: its interior converts straight from
-      // grad_output (Acc{} + x, as the CUDA kernel adds), only the edges go through the buffer.
+      // grad_output, only the edges go through the buffer.
       const bool direct = offs.size() == 1 && s_out == b && s_in == b;
       if (direct) {
         std::fill(a, a + mid.lo * b, Acc{});
@@ -195,35 +255,28 @@ void pad_backward_gather(const PadParams& p) {
       }
       for (int64_t o : offs) {
         const T* go = grad_out + o;
-        auto sum_edge = [&](int64_t k0, int64_t k1) {
-          for (int64_t k = k0; k < k1; ++k) {
-            const PadSources src = pad_sources(p.mode, ld, k);
-            for (int r = 0; r < src.n; ++r)
-              for (int64_t j = src.lo[r]; j < src.hi[r]; ++j)
-                for (int64_t c = 0; c < b; ++c) a[k * b + c] = a[k * b + c] + static_cast<Acc>(go[j * s_out + c]);
-          }
+        // Each element's sources in the output's order: the left edge's, the interior's (one
+        // each), the right edge's.
+        auto sum_edges = [&](size_t q0, size_t q1) {
+          for (size_t q = q0; q < q1; ++q)
+            for (int64_t i = edges.begin[q]; i < edges.begin[q + 1]; ++i)
+              add_row<T, Acc>(go + edges.j[static_cast<size_t>(i)] * s_out, a + edges.k[q] * b, b);
         };
-        sum_edge(0, mid.lo);
-        if (direct) {
-          const T* gm = go + ld.before * b;
-          for (int64_t e = mid.lo * b; e < mid.hi * b; ++e) gi[e] = static_cast<T>(Acc{} + static_cast<Acc>(gm[e]));
-        } else if (s_out == b) {  // one source each: a[k] += grad_out[k + before], contiguous
-          const T* gm = go + ld.before * b;
-          for (int64_t e = mid.lo * b; e < mid.hi * b; ++e) a[e] = a[e] + static_cast<Acc>(gm[e]);
-        } else {
-          for (int64_t k = mid.lo; k < mid.hi; ++k)
-            for (int64_t c = 0; c < b; ++c) a[k * b + c] = a[k * b + c] + static_cast<Acc>(go[(k + ld.before) * s_out + c]);
-        }
-        sum_edge(mid.hi, n);
+        sum_edges(0, n_left);
+        const T* gm = go + ld.before * b;
+        if (direct) copy_row<T, Acc>(gm + mid.lo * b, gi + mid.lo * b, (mid.hi - mid.lo) * b);
+        else if (s_out == b) add_row<T, Acc>(gm + mid.lo * b, a + mid.lo * b, (mid.hi - mid.lo) * b);  // one source each
+        else
+          for (int64_t k = mid.lo; k < mid.hi; ++k) add_row<T, Acc>(go + (k + ld.before) * s_out, a + k * b, b);
+        sum_edges(n_left, edges.k.size());
       }
       if (direct) {
-        for (int64_t e = 0; e < mid.lo * b; ++e) gi[e] = static_cast<T>(a[e]);
-        for (int64_t e = mid.hi * b; e < n * b; ++e) gi[e] = static_cast<T>(a[e]);
+        store_row<T, Acc>(a, gi, mid.lo * b);
+        store_row<T, Acc>(a + mid.hi * b, gi + mid.hi * b, (n - mid.hi) * b);
       } else if (s_in == b) {
-        for (int64_t e = 0; e < n * b; ++e) gi[e] = static_cast<T>(a[e]);
+        store_row<T, Acc>(a, gi, n * b);
       } else {
-        for (int64_t k = 0; k < n; ++k)
-          for (int64_t c = 0; c < b; ++c) gi[k * s_in + c] = static_cast<T>(a[k * b + c]);
+        for (int64_t k = 0; k < n; ++k) store_row<T, Acc>(a + k * b, gi + k * s_in, b);
       }
     }
   });

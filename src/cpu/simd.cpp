@@ -482,6 +482,90 @@ void Axpy(float a, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// y[i] = sum over t of c[t] * x[R * i + off[t]] for i in [i0, i1), t ascending from 0, each
+// product and sum rounded. x (nx elements) is first split into its R phases, phase m holding
+// x[R * j + m], so that each tap is one unaligned load of a phase at j = i + off / R (floor);
+// the last partial vector is computed in full over the phases' zero padding and stored masked.
+template <int R>
+void StridedTapsR(const float* HWY_RESTRICT x, int64_t nx, const int64_t* off, const float* c, int taps,
+                  float* HWY_RESTRICT y, int64_t i0, int64_t i1) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int kMaxTaps = 16;
+  int64_t q[kMaxTaps];
+  int64_t q_max = 0;
+  for (int t = 0; t < taps; ++t) {
+    q[t] = off[t] >= 0 ? off[t] / R : -((-off[t] + R - 1) / R);
+    q_max = std::max(q_max, q[t]);
+  }
+  const int64_t np = (nx + R - 1) / R, stride = std::max(np, i1 + q_max) + N;
+  thread_local std::vector<float> phases;
+  if (R > 1) {
+    phases.assign(static_cast<size_t>(R * stride), 0.0f);
+    float* ph = phases.data();
+    int64_t j = 0;
+    if constexpr (R > 1)
+      for (; (j + N) * R <= nx; j += N) {
+        hn::Vec<decltype(df)> v[4];
+        if constexpr (R == 2) hn::LoadInterleaved2(df, x + R * j, v[0], v[1]);
+        else if constexpr (R == 3) hn::LoadInterleaved3(df, x + R * j, v[0], v[1], v[2]);
+        else hn::LoadInterleaved4(df, x + R * j, v[0], v[1], v[2], v[3]);
+        for (int m = 0; m < R; ++m) hn::StoreU(v[m], df, ph + m * stride + j);
+      }
+    for (; R * j < nx; ++j)
+      for (int m = 0; m < R && R * j + m < nx; ++m) ph[m * stride + j] = x[R * j + m];
+  }
+  const float* base[kMaxTaps];
+  for (int t = 0; t < taps; ++t) base[t] = R == 1 ? x + off[t] : phases.data() + (off[t] - q[t] * R) * stride + q[t];
+  int64_t i = i0;
+  auto taps_at = [&](int64_t i) {
+    auto a = hn::Zero(df);
+    for (int t = 0; t < taps; ++t) a = hn::Add(a, hn::Mul(hn::Set(df, c[t]), hn::LoadU(df, base[t] + i)));
+    return a;
+  };
+  for (; i + N <= i1; i += N) hn::StoreU(taps_at(i), df, y + i);
+  if (i < i1) {
+    if (R == 1) {  // x itself has no padding
+      for (; i < i1; ++i) {
+        float a = 0.0f;
+        for (int t = 0; t < taps; ++t) a += c[t] * x[i + off[t]];
+        y[i] = a;
+      }
+    } else {
+      hn::BlendedStore(taps_at(i), hn::FirstN(df, static_cast<size_t>(i1 - i)), df, y + i);
+    }
+  }
+}
+void StridedTaps(const float* x, int64_t nx, int64_t r, const int64_t* off, const float* c, int taps, float* y,
+                 int64_t i0, int64_t i1) {
+  if (r == 1) StridedTapsR<1>(x, nx, off, c, taps, y, i0, i1);
+  else if (r == 2) StridedTapsR<2>(x, nx, off, c, taps, y, i0, i1);
+  else if (r == 3) StridedTapsR<3>(x, nx, off, c, taps, y, i0, i1);
+  else StridedTapsR<4>(x, nx, off, c, taps, y, i0, i1);
+}
+
+// dst[r * i + m] = src[i] for m < r, i < n, as bits (lanes of U).
+template <typename U>
+void RepeatLanesU(const U* HWY_RESTRICT src, U* HWY_RESTRICT dst, int64_t n, int r) {
+  const hn::ScalableTag<U> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(d, src + i);
+    if (r == 2) hn::StoreInterleaved2(v, v, d, dst + 2 * i);
+    else if (r == 3) hn::StoreInterleaved3(v, v, v, d, dst + 3 * i);
+    else hn::StoreInterleaved4(v, v, v, v, d, dst + 4 * i);
+  }
+  for (; i < n; ++i)
+    for (int m = 0; m < r; ++m) dst[r * i + m] = src[i];
+}
+void RepeatLanes(size_t elem, const void* src, void* dst, int64_t n, int r) {
+  if (elem == 1) RepeatLanesU(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), n, r);
+  else if (elem == 2) RepeatLanesU(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), n, r);
+  else if (elem == 4) RepeatLanesU(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), n, r);
+  else RepeatLanesU(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), n, r);
+}
+
 void MulAddTapsF32(const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n) {
   MulAddTapsTo<float>(w, x, taps, acc, n);
 }
@@ -516,6 +600,8 @@ HWY_EXPORT(ColumnSquaredDeviations);
 HWY_EXPORT(NormaliseColumns);
 HWY_EXPORT(NormaliseScalar);
 HWY_EXPORT(Axpy);
+HWY_EXPORT(StridedTaps);
+HWY_EXPORT(RepeatLanes);
 HWY_EXPORT(MulAddTapsF32);
 HWY_EXPORT(MulAddTapsBF16);
 HWY_EXPORT(NormaliseScalarBF16);
@@ -643,6 +729,17 @@ void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const
   HWY_DYNAMIC_DISPATCH(NormaliseScalar)(x, n, mean, invstd, w, b, y);
 }
 void axpy(float a, const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(Axpy)(a, x, y, n); }
+bool strided_taps(const float* x, int64_t nx, int64_t r, const int64_t* off, const float* c, int taps, float* y,
+                  int64_t i0, int64_t i1) {
+  if (r < 1 || r > 4 || taps < 1 || taps > 16) return false;
+  HWY_DYNAMIC_DISPATCH(StridedTaps)(x, nx, r, off, c, taps, y, i0, i1);
+  return true;
+}
+bool repeat_lanes(size_t elem, const void* src, void* dst, int64_t n, int r) {
+  if (r < 2 || r > 4 || (elem != 1 && elem != 2 && elem != 4 && elem != 8)) return false;
+  HWY_DYNAMIC_DISPATCH(RepeatLanes)(elem, src, dst, n, r);
+  return true;
+}
 bool mul_add_taps(DType x_dtype, const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n) {
   if (x_dtype == DType::Float32) HWY_DYNAMIC_DISPATCH(MulAddTapsF32)(w, x, taps, acc, n);
   else if (x_dtype == DType::BFloat16) HWY_DYNAMIC_DISPATCH(MulAddTapsBF16)(w, x, taps, acc, n);

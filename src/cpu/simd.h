@@ -57,6 +57,15 @@ void axpy(float a, const float* x, float* y, int64_t n);
 // tap order, each product and sum rounded (no fused multiply-add: the scalar loop's bits); x
 // rows float32 or bfloat16 (false for other dtypes: nothing done).
 bool mul_add_taps(DType x_dtype, const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n);
+// y[i] = sum over t < taps of c[t] * x[r * i + off[t]] for i in [i0, i1), added in tap order from
+// 0, each product and sum rounded (the scalar loop's bits): a banded, strided gather such as an
+// upsampling axis's interior. x has nx elements and every tap read lies in it; false for r
+// outside [1, 4] or taps outside [1, 16] (nothing done).
+bool strided_taps(const float* x, int64_t nx, int64_t r, const int64_t* off, const float* c, int taps, float* y,
+                  int64_t i0, int64_t i1);
+// dst[r * i + m] = src[i] for m < r, i < n: each element repeated r times, as bits, for elements
+// of 1, 2, 4 or 8 bytes; false for r outside [2, 4] or other sizes (nothing done).
+bool repeat_lanes(size_t elem, const void* src, void* dst, int64_t n, int r);
 // Software prefetch distance of the GEMV weight streams (cpu/gemv-inl.h, cpu/bf16_dots_x86.cpp),
 // bytes ahead into L2; measured in gemv-inl.h.
 constexpr int64_t kGemvPrefetchBytes = 4096;
