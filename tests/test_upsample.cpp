@@ -57,6 +57,11 @@ std::vector<Case> table() {
     v.push_back({{2, 3, 7}, std::nullopt, std::vector<double>{0.6}, m, false, true});
     v.push_back({{1, 2, 4}, Shape{1}, std::nullopt, m, false, false});
     v.push_back({{1, 2, 600}, std::nullopt, std::vector<double>{2.5}, m, false, false});
+    // integer scales over 16+ indices: the CPU's banded SIMD axis pass (r = 2, 3, 4, forward and
+    // backward) and the nearest forward's repeated elements, with ragged vector ends
+    v.push_back({{1, 2, 41}, std::nullopt, std::vector<double>{2.0}, m, false, false});
+    v.push_back({{1, 2, 23}, std::nullopt, std::vector<double>{3.0}, m, false, false});
+    v.push_back({{1, 2, 67}, std::nullopt, std::vector<double>{0.25}, m, false, false});
   }
   v.push_back({{2, 3, 5}, Shape{9}, std::nullopt, "linear", true, false});
   v.push_back({{2, 3, 5}, Shape{1}, std::nullopt, "linear", true, false});
@@ -65,6 +70,8 @@ std::vector<Case> table() {
     v.push_back({{1, 4, 6, 4}, std::nullopt, std::vector<double>{0.5, 2.5}, m, false, false});
     v.push_back({{1, 3, 5, 5}, std::nullopt, std::vector<double>{1.1}, m, false, true});
     v.push_back({{2, 5, 9, 3}, Shape{4, 7}, std::nullopt, m, false, false});
+    v.push_back({{1, 2, 6, 37}, std::nullopt, std::vector<double>{2.0}, m, false, false});
+    v.push_back({{1, 2, 5, 19}, std::nullopt, std::vector<double>{1.0, 4.0}, m, false, false});
   }
   for (const char* m : {"bilinear", "bicubic"}) {
     v.push_back({{2, 3, 5, 7}, Shape{8, 10}, std::nullopt, m, true, false});
@@ -73,6 +80,7 @@ std::vector<Case> table() {
   for (const char* m : {"nearest", "nearest-exact", "trilinear"}) {
     v.push_back({{1, 3, 2, 3, 4}, Shape{3, 5, 7}, std::nullopt, m, false, false});
     v.push_back({{2, 2, 3, 4, 2}, std::nullopt, std::vector<double>{2.0, 0.5, 1.5}, m, false, false});
+    v.push_back({{1, 2, 3, 4, 21}, std::nullopt, std::vector<double>{2.0}, m, false, false});
   }
   v.push_back({{1, 3, 2, 3, 4}, Shape{3, 5, 7}, std::nullopt, "trilinear", true, false});
   return v;

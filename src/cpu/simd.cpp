@@ -544,6 +544,45 @@ void StridedTaps(const float* x, int64_t nx, int64_t r, const int64_t* off, cons
   else StridedTapsR<4>(x, nx, off, c, taps, y, i0, i1);
 }
 
+// y[i] = ((0 + x[0][i]) + x[1][i]) + ... over count rows, in float32, stored as X (float32, or
+// bfloat16 bits rounded as F32ToBF16): the accumulator of a vector stays in a register. A ragged
+// end is one more vector ending at n (its overlap recomputed to the same values: y must not
+// overlap x), so short rows pay no scalar conversions.
+template <typename X>
+void SumRowsTo(const X* const* HWY_RESTRICT x, int64_t count, X* HWY_RESTRICT y, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(du)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto at = [&](int64_t i) {
+    auto a = hn::Zero(df);
+    for (int64_t t = 0; t < count; ++t) {
+      if constexpr (std::is_same_v<X, float>) a = hn::Add(a, hn::LoadU(df, x[t] + i));
+      else a = hn::Add(a, hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, x[t] + i)))));
+    }
+    if constexpr (std::is_same_v<X, float>) hn::StoreU(a, df, y + i);
+    else hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, a)))), d16, y + i);
+  };
+  int64_t i = 0;
+  for (; i + N <= n; i += N) at(i);
+  if (i < n && n >= N) {
+    at(n - N);
+    return;
+  }
+  for (; i < n; ++i) {
+    float a = 0.0f;
+    for (int64_t t = 0; t < count; ++t) {
+      if constexpr (std::is_same_v<X, float>) a += x[t][i];
+      else a += bf16_bits_to_f32(x[t][i]);
+    }
+    if constexpr (std::is_same_v<X, float>) y[i] = a;
+    else y[i] = f32_to_bf16_bits(a);
+  }
+}
+void SumRowsF32(const float* const* x, int64_t count, float* y, int64_t n) { SumRowsTo(x, count, y, n); }
+void SumRowsBF16(const uint16_t* const* x, int64_t count, uint16_t* y, int64_t n) { SumRowsTo(x, count, y, n); }
+
 // dst[r * i + m] = src[i] for m < r, i < n, as bits (lanes of U).
 template <typename U>
 void RepeatLanesU(const U* HWY_RESTRICT src, U* HWY_RESTRICT dst, int64_t n, int r) {
@@ -602,6 +641,8 @@ HWY_EXPORT(NormaliseScalar);
 HWY_EXPORT(Axpy);
 HWY_EXPORT(StridedTaps);
 HWY_EXPORT(RepeatLanes);
+HWY_EXPORT(SumRowsF32);
+HWY_EXPORT(SumRowsBF16);
 HWY_EXPORT(MulAddTapsF32);
 HWY_EXPORT(MulAddTapsBF16);
 HWY_EXPORT(NormaliseScalarBF16);
@@ -733,6 +774,14 @@ bool strided_taps(const float* x, int64_t nx, int64_t r, const int64_t* off, con
                   int64_t i0, int64_t i1) {
   if (r < 1 || r > 4 || taps < 1 || taps > 16) return false;
   HWY_DYNAMIC_DISPATCH(StridedTaps)(x, nx, r, off, c, taps, y, i0, i1);
+  return true;
+}
+bool sum_rows(DType t, const void* const* x, int64_t count, void* y, int64_t n) {
+  if (t == DType::Float32)
+    HWY_DYNAMIC_DISPATCH(SumRowsF32)(reinterpret_cast<const float* const*>(x), count, static_cast<float*>(y), n);
+  else if (t == DType::BFloat16)
+    HWY_DYNAMIC_DISPATCH(SumRowsBF16)(reinterpret_cast<const uint16_t* const*>(x), count, static_cast<uint16_t*>(y), n);
+  else return false;
   return true;
 }
 bool repeat_lanes(size_t elem, const void* src, void* dst, int64_t n, int r) {

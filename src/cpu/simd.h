@@ -63,6 +63,10 @@ bool mul_add_taps(DType x_dtype, const float* const* w, const void* const* x, in
 // outside [1, 4] or taps outside [1, 16] (nothing done).
 bool strided_taps(const float* x, int64_t nx, int64_t r, const int64_t* off, const float* c, int taps, float* y,
                   int64_t i0, int64_t i1);
+// y[i] = ((0 + x[0][i]) + x[1][i]) + ... + x[count - 1][i] over n values of float32 or bfloat16
+// (t), summed in float32 and stored as t (the scalar loop's bits); y must not overlap any x row;
+// false for other dtypes (nothing done).
+bool sum_rows(DType t, const void* const* x, int64_t count, void* y, int64_t n);
 // dst[r * i + m] = src[i] for m < r, i < n: each element repeated r times, as bits, for elements
 // of 1, 2, 4 or 8 bytes; false for r outside [2, 4] or other sizes (nothing done).
 bool repeat_lanes(size_t elem, const void* src, void* dst, int64_t n, int r);
