@@ -6,6 +6,7 @@
 // every run, a rank-5 case whose H * W crosses 2^16, and PyTorch's messages, on every device.
 #include <cmath>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -249,6 +250,30 @@ TEST_P(Upsample, PlanePast2Pow16) {
     // Every output gradient of 1 lands somewhere: the gradients sum to the output's element count.
     Tensor gi = upsample_backward(ones(y.sizes(), TensorOptions(kFloat32).device(dev())), {3, 260, 520}, xs, mode);
     EXPECT_NEAR(th::to_array(sum(gi.to(kFloat64))).v[0], static_cast<double>(y.numel()), 1e-6 * static_cast<double>(y.numel()));
+  }
+}
+
+// An infinite input keeps PyTorch's infinities and NaNs: NaN only where a tap of weight 0 reads
+// it (the clamped first row and column), never from an axis the op does not have. The patterns
+// are PyTorch 2.15's (CPU) for a [1, 1, 4, 4] zero image with +inf at (1, 1), upsampled to 8 x 8
+// ('n' NaN, '+' / '-' infinities, '0' zero), and a 1-d linear row.
+TEST_P(Upsample, InfinityAsPyTorch) {
+  auto pattern = [](const Tensor& y) {
+    std::string s;
+    for (double v : th::to_array(y).v) s += std::isnan(v) ? 'n' : std::isinf(v) ? (v > 0 ? '+' : '-') : v == 0 ? '0' : '?';
+    return s;
+  };
+  for (DType t : {kFloat32, kBFloat16, kFloat64}) {
+    SCOPED_TRACE(dtype_name(t));
+    Tensor x = zeros({1, 1, 4, 4}, TensorOptions(kFloat64));
+    static_cast<double*>(x.raw_data_ptr())[5] = std::numeric_limits<double>::infinity();
+    x = x.to(t).to(dev());
+    EXPECT_EQ(pattern(interpolate(x, Shape{8, 8}, std::nullopt, "bilinear", false)),
+              "nnnnn000" "n++++000" "n++++000" "n++++000" "n++++000" "00000000" "00000000" "00000000");
+    EXPECT_EQ(pattern(interpolate(x, Shape{8, 8}, std::nullopt, "bicubic", false)),
+              "+----++0" "-++++--0" "-++++--0" "-++++--0" "-++++--0" "+----++0" "+----++0" "00000000");
+    EXPECT_EQ(pattern(interpolate(x.reshape({1, 4, 4}), Shape{8}, std::nullopt, "linear", false)),
+              "00000000" "n++++000" "00000000" "00000000");
   }
 }
 

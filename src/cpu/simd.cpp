@@ -482,66 +482,84 @@ void Axpy(float a, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-// y[i] = sum over t of c[t] * x[R * i + off[t]] for i in [i0, i1), t ascending from 0, each
-// product and sum rounded. x (nx elements) is first split into its R phases, phase m holding
-// x[R * j + m], so that each tap is one unaligned load of a phase at j = i + off / R (floor);
-// the last partial vector is computed in full over the phases' zero padding and stored masked.
+// out[m * stride + j] = x[R * j + m] for R * j + m < n: the R phases of a row, each a contiguous
+// array (R = 1: a copy).
 template <int R>
-void StridedTapsR(const float* HWY_RESTRICT x, int64_t nx, const int64_t* off, const float* c, int taps,
-                  float* HWY_RESTRICT y, int64_t i0, int64_t i1) {
+void SplitPhasesR(const float* HWY_RESTRICT x, int64_t n, float* HWY_RESTRICT out, int64_t stride) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = 0;
+  for (; (j + N) * R <= n; j += N) {
+    hn::Vec<decltype(df)> v[4];
+    if constexpr (R == 1) v[0] = hn::LoadU(df, x + j);
+    else if constexpr (R == 2) hn::LoadInterleaved2(df, x + R * j, v[0], v[1]);
+    else if constexpr (R == 3) hn::LoadInterleaved3(df, x + R * j, v[0], v[1], v[2]);
+    else hn::LoadInterleaved4(df, x + R * j, v[0], v[1], v[2], v[3]);
+    for (int m = 0; m < R; ++m) hn::StoreU(v[m], df, out + m * stride + j);
+  }
+  for (; R * j < n; ++j)
+    for (int m = 0; m < R && R * j + m < n; ++m) out[m * stride + j] = x[R * j + m];
+}
+void SplitPhases(const float* x, int64_t n, int64_t r, float* out, int64_t stride) {
+  if (r == 1) SplitPhasesR<1>(x, n, out, stride);
+  else if (r == 2) SplitPhasesR<2>(x, n, out, stride);
+  else if (r == 3) SplitPhasesR<3>(x, n, out, stride);
+  else SplitPhasesR<4>(x, n, out, stride);
+}
+
+// For each destination row j < nrows (its source rows x[row_begin[j] .. row_begin[j + 1]), each
+// split into phases of `stride`) and i in [i0, i1): with w_b(i) = sum over t of c[t] * (phase
+// ph[t] of row b)[i + q[t]] (t ascending from 0), y[j * ystride + i] = w_b(i) of its one row when
+// unit, else the sum over its rows of wrow[b] * w_b(i) from 0; each product and sum rounded: one
+// unaligned load per tap. A ragged end is one more vector ending at i1 (its overlap recomputed to
+// the same values).
+void BandedRows(const float* const* HWY_RESTRICT x, int64_t stride, const float* wrow, const int64_t* row_begin,
+                int64_t nrows, bool unit, int64_t r, const int64_t* off, const float* c, int taps,
+                float* HWY_RESTRICT y, int64_t ystride, int64_t i0, int64_t i1) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   constexpr int kMaxTaps = 16;
-  int64_t q[kMaxTaps];
-  int64_t q_max = 0;
+  int64_t at[kMaxTaps];  // tap t of index i reads phase element at[t] + i
   for (int t = 0; t < taps; ++t) {
-    q[t] = off[t] >= 0 ? off[t] / R : -((-off[t] + R - 1) / R);
-    q_max = std::max(q_max, q[t]);
+    const int64_t q = off[t] >= 0 ? off[t] / r : -((-off[t] + r - 1) / r);
+    at[t] = (off[t] - q * r) * stride + q;
   }
-  const int64_t np = (nx + R - 1) / R, stride = std::max(np, i1 + q_max) + N;
-  thread_local std::vector<float> phases;
-  if (R > 1) {
-    phases.assign(static_cast<size_t>(R * stride), 0.0f);
-    float* ph = phases.data();
-    int64_t j = 0;
-    if constexpr (R > 1)
-      for (; (j + N) * R <= nx; j += N) {
-        hn::Vec<decltype(df)> v[4];
-        if constexpr (R == 2) hn::LoadInterleaved2(df, x + R * j, v[0], v[1]);
-        else if constexpr (R == 3) hn::LoadInterleaved3(df, x + R * j, v[0], v[1], v[2]);
-        else hn::LoadInterleaved4(df, x + R * j, v[0], v[1], v[2], v[3]);
-        for (int m = 0; m < R; ++m) hn::StoreU(v[m], df, ph + m * stride + j);
+  for (int64_t j = 0; j < nrows; ++j) {
+    const int64_t b0 = row_begin[j], b1 = row_begin[j + 1];
+    float* yj = y + j * ystride;
+    auto w_at = [&](const float* xb, int64_t i) {
+      V a = hn::Zero(df);
+      for (int t = 0; t < taps; ++t) a = hn::Add(a, hn::Mul(hn::Set(df, c[t]), hn::LoadU(df, xb + at[t] + i)));
+      return a;
+    };
+    auto store_at = [&](int64_t i) {
+      V a;
+      if (unit) {
+        a = w_at(x[b0], i);
+      } else {
+        a = hn::Zero(df);
+        for (int64_t b = b0; b < b1; ++b) a = hn::Add(a, hn::Mul(hn::Set(df, wrow[b]), w_at(x[b], i)));
       }
-    for (; R * j < nx; ++j)
-      for (int m = 0; m < R && R * j + m < nx; ++m) ph[m * stride + j] = x[R * j + m];
-  }
-  const float* base[kMaxTaps];
-  for (int t = 0; t < taps; ++t) base[t] = R == 1 ? x + off[t] : phases.data() + (off[t] - q[t] * R) * stride + q[t];
-  int64_t i = i0;
-  auto taps_at = [&](int64_t i) {
-    auto a = hn::Zero(df);
-    for (int t = 0; t < taps; ++t) a = hn::Add(a, hn::Mul(hn::Set(df, c[t]), hn::LoadU(df, base[t] + i)));
-    return a;
-  };
-  for (; i + N <= i1; i += N) hn::StoreU(taps_at(i), df, y + i);
-  if (i < i1) {
-    if (R == 1) {  // x itself has no padding
-      for (; i < i1; ++i) {
-        float a = 0.0f;
-        for (int t = 0; t < taps; ++t) a += c[t] * x[i + off[t]];
-        y[i] = a;
+      hn::StoreU(a, df, yj + i);
+    };
+    int64_t i = i0;
+    for (; i + N <= i1; i += N) store_at(i);
+    if (i < i1 && i1 - i0 >= N) {
+      store_at(i1 - N);
+      continue;
+    }
+    for (; i < i1; ++i) {
+      float a = 0.0f;
+      for (int64_t b = b0; b < b1; ++b) {
+        float w = 0.0f;
+        for (int t = 0; t < taps; ++t) w += c[t] * x[b][at[t] + i];
+        if (unit) a = w;
+        else a += wrow[b] * w;
       }
-    } else {
-      hn::BlendedStore(taps_at(i), hn::FirstN(df, static_cast<size_t>(i1 - i)), df, y + i);
+      yj[i] = a;
     }
   }
-}
-void StridedTaps(const float* x, int64_t nx, int64_t r, const int64_t* off, const float* c, int taps, float* y,
-                 int64_t i0, int64_t i1) {
-  if (r == 1) StridedTapsR<1>(x, nx, off, c, taps, y, i0, i1);
-  else if (r == 2) StridedTapsR<2>(x, nx, off, c, taps, y, i0, i1);
-  else if (r == 3) StridedTapsR<3>(x, nx, off, c, taps, y, i0, i1);
-  else StridedTapsR<4>(x, nx, off, c, taps, y, i0, i1);
 }
 
 // y[i] = ((0 + x[0][i]) + x[1][i]) + ... over count rows, in float32, stored as X (float32, or
@@ -639,7 +657,8 @@ HWY_EXPORT(ColumnSquaredDeviations);
 HWY_EXPORT(NormaliseColumns);
 HWY_EXPORT(NormaliseScalar);
 HWY_EXPORT(Axpy);
-HWY_EXPORT(StridedTaps);
+HWY_EXPORT(BandedRows);
+HWY_EXPORT(SplitPhases);
 HWY_EXPORT(RepeatLanes);
 HWY_EXPORT(SumRowsF32);
 HWY_EXPORT(SumRowsBF16);
@@ -770,10 +789,14 @@ void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const
   HWY_DYNAMIC_DISPATCH(NormaliseScalar)(x, n, mean, invstd, w, b, y);
 }
 void axpy(float a, const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(Axpy)(a, x, y, n); }
-bool strided_taps(const float* x, int64_t nx, int64_t r, const int64_t* off, const float* c, int taps, float* y,
-                  int64_t i0, int64_t i1) {
+void split_phases(const float* x, int64_t n, int64_t r, float* out, int64_t stride) {
+  HWY_DYNAMIC_DISPATCH(SplitPhases)(x, n, std::clamp<int64_t>(r, 1, 4), out, stride);
+}
+bool banded_rows(const float* const* x, int64_t stride, const float* wrow, const int64_t* row_begin, int64_t nrows,
+                 bool unit, int64_t r, const int64_t* off, const float* c, int taps, float* y, int64_t ystride, int64_t i0,
+                 int64_t i1) {
   if (r < 1 || r > 4 || taps < 1 || taps > 16) return false;
-  HWY_DYNAMIC_DISPATCH(StridedTaps)(x, nx, r, off, c, taps, y, i0, i1);
+  HWY_DYNAMIC_DISPATCH(BandedRows)(x, stride, wrow, row_begin, nrows, unit, r, off, c, taps, y, ystride, i0, i1);
   return true;
 }
 bool sum_rows(DType t, const void* const* x, int64_t count, void* y, int64_t n) {

@@ -57,12 +57,19 @@ void axpy(float a, const float* x, float* y, int64_t n);
 // tap order, each product and sum rounded (no fused multiply-add: the scalar loop's bits); x
 // rows float32 or bfloat16 (false for other dtypes: nothing done).
 bool mul_add_taps(DType x_dtype, const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n);
-// y[i] = sum over t < taps of c[t] * x[r * i + off[t]] for i in [i0, i1), added in tap order from
-// 0, each product and sum rounded (the scalar loop's bits): a banded, strided gather such as an
-// upsampling axis's interior. x has nx elements and every tap read lies in it; false for r
-// outside [1, 4] or taps outside [1, 16] (nothing done).
-bool strided_taps(const float* x, int64_t nx, int64_t r, const int64_t* off, const float* c, int taps, float* y,
-                  int64_t i0, int64_t i1);
+// A banded, strided gather over rows (an upsampling H x W interior), on rows split into their r
+// phases: split_phases writes out[m * stride + j] = x[r * j + m] for r * j + m < n, m < r (r in
+// [1, 4]); banded_rows then reads a row's element r * i + off as its phase (off mod r) at
+// i + floor(off / r). For each destination row j < nrows, whose source rows are
+// x[row_begin[j] .. row_begin[j + 1]) with weights wrow[...], and i in [i0, i1): with w_b(i) =
+// sum over t < taps of c[t] * x_b[r * i + off[t]] added in tap order from 0, y[j * ystride + i]
+// = w_b(i) of its one row when unit, else the sum over its rows of wrow[b] * w_b(i) from 0; each
+// product and sum rounded (the scalar loops' bits). Every read lies in its phase; y overlaps no
+// row. false for r outside [1, 4] or taps outside [1, 16] (nothing done).
+void split_phases(const float* x, int64_t n, int64_t r, float* out, int64_t stride);
+bool banded_rows(const float* const* x, int64_t stride, const float* wrow, const int64_t* row_begin, int64_t nrows,
+                 bool unit, int64_t r, const int64_t* off, const float* c, int taps, float* y, int64_t ystride, int64_t i0,
+                 int64_t i1);
 // y[i] = ((0 + x[0][i]) + x[1][i]) + ... + x[count - 1][i] over n values of float32 or bfloat16
 // (t), summed in float32 and stored as t (the scalar loop's bits); y must not overlap any x row;
 // false for other dtypes (nothing done).

@@ -82,6 +82,7 @@ UpsampleParams make_params(const char* op, DType dtype, const Mode& m, const Sha
   p.align_corners = align_corners;
   p.n = in_sizes[0];
   p.c = in_sizes[1];
+  for (size_t i = 0; i < 3 - k; ++i) p.axis[i].single = true;
   for (size_t i = 0; i < k; ++i)
     p.axis[3 - k + i] = make_axis(m, align_corners, in_spatial[i], out_spatial[i], scales.empty() ? std::nullopt : scales[i]);
   return p;

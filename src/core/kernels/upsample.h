@@ -17,12 +17,16 @@ enum class UpsampleMode : int8_t { Nearest, NearestExact, Linear, Cubic };
 // in float (scale_f) and double (scale_d): as PyTorch's area_pixel_compute_scale, 1 / scale_factor
 // when one is given (and > 0), else in / out; align_corners (linear / cubic): (in - 1) / (out - 1),
 // 0 for out = 1. Nearest modes always use scale_f. `copy`: a linear axis with out == in reads
-// its own index (PyTorch's CPU shortcut, whatever the scale).
+// its own index (PyTorch's CPU shortcut, whatever the scale). `single`: an axis the op does not
+// have (the leading ones of a 1-d / 2-d upsampling), one tap of weight 1 in every mode: a
+// linear / cubic tap list there would add 0 * x, which turns an infinite x into NaN where
+// PyTorch keeps it.
 struct UpsampleAxis {
   int64_t in = 1, out = 1;
   float scale_f = 1.0f;
   double scale_d = 1.0;
   bool copy = false;
+  bool single = false;
 };
 
 // a * b rounded on its own: CUDA would otherwise contract it with the next add into one fma, and
@@ -43,12 +47,8 @@ ANVIL_HD Acc axis_scale(const UpsampleAxis& a) {
   else return a.scale_f;
 }
 
-ANVIL_HD int upsample_tap_count(UpsampleMode mode) {
-  return mode == UpsampleMode::Cubic ? 4 : mode == UpsampleMode::Linear ? 2 : 1;
-}
-
 // Output index o of axis a reads input indices idx[0..n) (ascending) with weights w[0..n), n the
-// mode's tap count. Acc: float, or double for float64 data (nearest modes compute in float).
+// mode's tap count (1 on a `single` axis). Acc: float, or double for float64 data (nearest modes compute in float).
 //   nearest        min(floor(o * s), in - 1)
 //   nearest-exact  min(floor((o + 0.5) * s), in - 1)
 //   linear         src = s * o (align_corners) or max(s * (o + 0.5) - 0.5, 0); i0 = min(floor(src),
@@ -59,6 +59,11 @@ template <typename Acc>
 ANVIL_HD int upsample_taps(UpsampleMode mode, bool align_corners, const UpsampleAxis& a, int64_t o, int64_t* idx,
                            Acc* w) {
   const int64_t last = a.in - 1;
+  if (a.single) {
+    idx[0] = o;
+    w[0] = Acc(1);
+    return 1;
+  }
   if (mode == UpsampleMode::Nearest || mode == UpsampleMode::NearestExact) {
     const float v = mul_rounded(mode == UpsampleMode::Nearest ? static_cast<float>(o) : static_cast<float>(o) + 0.5f,
                                 a.scale_f);
