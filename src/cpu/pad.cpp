@@ -119,9 +119,9 @@ void pad_forward(const PadParams& p) {
           else std::memcpy(o + j * s_out, x + k * s_in, static_cast<size_t>(b) * sizeof(U));
         }
       };
-      if (dense) {  // edges through the table, the middle as one copy
-        edge(0, run.j0);
+      if (dense) {  // the middle as one copy, then the edges through the table (reading cached lines)
         std::memcpy(o + run.j0 * b, x + run.k0 * b, static_cast<size_t>((run.j1 - run.j0) * b) * sizeof(U));
+        edge(0, run.j0);
         edge(run.j1, n);
       } else {
         edge(0, n);

@@ -444,33 +444,58 @@ void NormaliseScalarBF16(const float* x, int64_t n, float mean, float invstd, co
   NormaliseScalarTo(x, n, mean, invstd, w, b, y);
 }
 
-// acc[i] += sum over t of w[t][i] * x[t][i], t ascending, each product and sum rounded: a vector
-// of acc stays in a register across the taps.
-template <typename X>
+// y[p * n + i] = init[i] (0 without) + sum over t of w[t][i] * x[t][p * x_step + i] for
+// positions p, t ascending, each product and sum rounded, stored as Y (float32, or bfloat16 bits
+// rounded as F32ToBF16): the accumulators of a vector of i for up to kRun positions stay in
+// registers across the taps, and each weight vector is loaded once for them. Positions go in
+// runs of kRun, each run over all of n, so that its rows and the weights stay in L1.
+template <typename X, typename Y>
 void MulAddTapsTo(const float* const* HWY_RESTRICT w, const void* const* HWY_RESTRICT x, int64_t taps,
-                  float* HWY_RESTRICT acc, int64_t n) {
+                  int64_t positions, int64_t x_step, const float* HWY_RESTRICT init, Y* HWY_RESTRICT y, int64_t n) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint16_t, decltype(du)> d16;
+  using V = hn::Vec<decltype(df)>;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    auto a = hn::LoadU(df, acc + i);
-    for (int64_t t = 0; t < taps; ++t) {
-      const X* xt = static_cast<const X*>(x[t]);
-      hn::Vec<decltype(df)> xv;
-      if constexpr (std::is_same_v<X, float>) xv = hn::LoadU(df, xt + i);
-      else xv = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, xt + i))));
-      a = hn::Add(a, hn::Mul(hn::LoadU(df, w[t] + i), xv));
+  auto load_x = [&](int64_t t, int64_t off) {
+    const X* xt = static_cast<const X*>(x[t]) + off;
+    if constexpr (std::is_same_v<X, float>) return hn::LoadU(df, xt);
+    else return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, xt))));
+  };
+  auto store_y = [&](V a, int64_t off) {
+    if constexpr (std::is_same_v<Y, float>) hn::StoreU(a, df, y + off);
+    else hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, a)))), d16, y + off);
+  };
+  constexpr int64_t kRun = 6;
+  auto run = [&](int64_t p, auto count) {
+    constexpr int64_t K = decltype(count)::value;
+    int64_t i = 0;
+    for (; i + N <= n; i += N) {
+      V a[K];
+      const V start = init ? hn::LoadU(df, init + i) : hn::Zero(df);
+      for (int64_t k = 0; k < K; ++k) a[k] = start;
+      for (int64_t t = 0; t < taps; ++t) {
+        const V wv = hn::LoadU(df, w[t] + i);
+        for (int64_t k = 0; k < K; ++k) a[k] = hn::Add(a[k], hn::Mul(wv, load_x(t, (p + k) * x_step + i)));
+      }
+      for (int64_t k = 0; k < K; ++k) store_y(a[k], (p + k) * n + i);
     }
-    hn::StoreU(a, df, acc + i);
-  }
-  for (; i < n; ++i)
-    for (int64_t t = 0; t < taps; ++t) {
-      const X v = static_cast<const X*>(x[t])[i];
-      if constexpr (std::is_same_v<X, float>) acc[i] += w[t][i] * v;
-      else acc[i] += w[t][i] * bf16_bits_to_f32(v);
-    }
+    for (; i < n; ++i)
+      for (int64_t k = 0; k < K; ++k) {
+        float a = init ? init[i] : 0.0f;
+        for (int64_t t = 0; t < taps; ++t) {
+          const X v = static_cast<const X*>(x[t])[(p + k) * x_step + i];
+          if constexpr (std::is_same_v<X, float>) a += w[t][i] * v;
+          else a += w[t][i] * bf16_bits_to_f32(v);
+        }
+        if constexpr (std::is_same_v<Y, float>) y[(p + k) * n + i] = a;
+        else y[(p + k) * n + i] = f32_to_bf16_bits(a);
+      }
+  };
+  int64_t p = 0;
+  for (; p + kRun <= positions; p += kRun) run(p, std::integral_constant<int64_t, kRun>{});
+  for (; p < positions; ++p) run(p, std::integral_constant<int64_t, 1>{});
 }
 // y[i] += a * x[i], the product and the sum each rounded (no fused multiply-add).
 void Axpy(float a, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
@@ -623,11 +648,13 @@ void RepeatLanes(size_t elem, const void* src, void* dst, int64_t n, int r) {
   else RepeatLanesU(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), n, r);
 }
 
-void MulAddTapsF32(const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n) {
-  MulAddTapsTo<float>(w, x, taps, acc, n);
+void MulAddTapsF32(const float* const* w, const void* const* x, int64_t taps, int64_t positions, int64_t x_step,
+                   const float* init, void* y, int64_t n) {
+  MulAddTapsTo<float, float>(w, x, taps, positions, x_step, init, static_cast<float*>(y), n);
 }
-void MulAddTapsBF16(const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n) {
-  MulAddTapsTo<uint16_t>(w, x, taps, acc, n);
+void MulAddTapsBF16(const float* const* w, const void* const* x, int64_t taps, int64_t positions, int64_t x_step,
+                    const float* init, void* y, int64_t n) {
+  MulAddTapsTo<uint16_t, uint16_t>(w, x, taps, positions, x_step, init, static_cast<uint16_t*>(y), n);
 }
 
 }  // namespace anvil::cpu::simd::HWY_NAMESPACE
@@ -812,9 +839,10 @@ bool repeat_lanes(size_t elem, const void* src, void* dst, int64_t n, int r) {
   HWY_DYNAMIC_DISPATCH(RepeatLanes)(elem, src, dst, n, r);
   return true;
 }
-bool mul_add_taps(DType x_dtype, const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n) {
-  if (x_dtype == DType::Float32) HWY_DYNAMIC_DISPATCH(MulAddTapsF32)(w, x, taps, acc, n);
-  else if (x_dtype == DType::BFloat16) HWY_DYNAMIC_DISPATCH(MulAddTapsBF16)(w, x, taps, acc, n);
+bool mul_add_taps(DType dtype, const float* const* w, const void* const* x, int64_t taps, int64_t positions,
+                  int64_t x_step, const float* init, void* y, int64_t n) {
+  if (dtype == DType::Float32) HWY_DYNAMIC_DISPATCH(MulAddTapsF32)(w, x, taps, positions, x_step, init, y, n);
+  else if (dtype == DType::BFloat16) HWY_DYNAMIC_DISPATCH(MulAddTapsBF16)(w, x, taps, positions, x_step, init, y, n);
   else return false;
   return true;
 }

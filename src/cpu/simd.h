@@ -53,10 +53,14 @@ void normalise_scalar_bf16(const float* x, int64_t n, float mean, float invstd, 
                            uint16_t* y);
 // y[i] += a * x[i] over n values, the product and the sum each rounded (the scalar loop's bits).
 void axpy(float a, const float* x, float* y, int64_t n);
-// acc[i] += w[0][i] * x[0][i] + ... + w[taps - 1][i] * x[taps - 1][i] over n values, added in
-// tap order, each product and sum rounded (no fused multiply-add: the scalar loop's bits); x
-// rows float32 or bfloat16 (false for other dtypes: nothing done).
-bool mul_add_taps(DType x_dtype, const float* const* w, const void* const* x, int64_t taps, float* acc, int64_t n);
+// For each position p < positions: y[p * n + i] = init[i] (0 when init is null) + w[0][i] *
+// x[0][p * x_step + i] + ... + w[taps - 1][i] * x[taps - 1][p * x_step + i] over n values, added
+// in tap order, each product and sum rounded (no fused multiply-add: the scalar loop's bits),
+// then stored as dtype; x rows and y of dtype float32 or bfloat16 (false for other dtypes:
+// nothing done). A run of positions (a channels-last row of outputs) loads each weight vector
+// once for several of them.
+bool mul_add_taps(DType dtype, const float* const* w, const void* const* x, int64_t taps, int64_t positions,
+                  int64_t x_step, const float* init, void* y, int64_t n);
 // A banded, strided gather over rows (an upsampling H x W interior), on rows split into their r
 // phases: split_phases writes out[m * stride + j] = x[r * j + m] for r * j + m < n, m < r (r in
 // [1, 4]); banded_rows then reads a row's element r * i + off as its phase (off mod r) at
