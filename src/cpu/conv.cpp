@@ -282,7 +282,7 @@ void depthwise_forward_kernel(const ConvDirectParams& p, const T* x, const T* w,
 #pragma omp parallel if (p.n * C * out_plane * k >= kParallelGrain)
   {
     std::vector<Acc> acc(static_cast<size_t>(C));
-    std::vector<const void*> x_rows(static_cast<size_t>(k));
+    std::vector<const void*> x_rows(static_cast<size_t>(k)), groups;
     std::vector<const Acc*> w_rows(static_cast<size_t>(k));
     // The taps of positions [q0, q0 + count) (o2 = q0.. of row (n, o0, o1)), all inside along W
     // when count > 1, from the bias to the rounded output d[(o2 - q0) * C + c].
@@ -297,9 +297,18 @@ void depthwise_forward_kernel(const ConvDirectParams& p, const T* x, const T* w,
         }
       });
       const int64_t step = a2.stride * C;
-      if constexpr (std::is_same_v<Acc, float>)
-        if (simd::mul_add_taps(p.dtype, w_rows.data(), x_rows.data(), nt, count, step, bias ? b_vec.data() : nullptr, d, C))
-          return;
+      if constexpr (std::is_same_v<Acc, float>) {
+        const float* init = bias ? b_vec.data() : nullptr;
+        // stride and dilation 1 along W: the window's taps of a group share their input loads
+        // (bf16 [1, 256, 56, 56] 3 x 3: 205-232 us with every tap loading its own)
+        if (count > 1 && a2.stride == 1 && a2.dilation == 1 && nt % a2.kernel == 0) {
+          groups.clear();
+          for (int64_t t = 0; t < nt; t += a2.kernel) groups.push_back(x_rows[static_cast<size_t>(t)]);
+          if (simd::mul_add_window(p.dtype, w_rows.data(), groups.data(), nt / a2.kernel, a2.kernel, count, init, d, C))
+            return;
+        }
+        if (simd::mul_add_taps(p.dtype, w_rows.data(), x_rows.data(), nt, count, step, init, d, C)) return;
+      }
       for (int64_t q = 0; q < count; ++q) {
         std::copy(b_vec.begin(), b_vec.end(), acc.begin());
         for (int64_t t = 0; t < nt; ++t) {

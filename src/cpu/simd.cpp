@@ -444,59 +444,6 @@ void NormaliseScalarBF16(const float* x, int64_t n, float mean, float invstd, co
   NormaliseScalarTo(x, n, mean, invstd, w, b, y);
 }
 
-// y[p * n + i] = init[i] (0 without) + sum over t of w[t][i] * x[t][p * x_step + i] for
-// positions p, t ascending, each product and sum rounded, stored as Y (float32, or bfloat16 bits
-// rounded as F32ToBF16): the accumulators of a vector of i for up to kRun positions stay in
-// registers across the taps, and each weight vector is loaded once for them. Positions go in
-// runs of kRun, each run over all of n, so that its rows and the weights stay in L1.
-template <typename X, typename Y>
-void MulAddTapsTo(const float* const* HWY_RESTRICT w, const void* const* HWY_RESTRICT x, int64_t taps,
-                  int64_t positions, int64_t x_step, const float* HWY_RESTRICT init, Y* HWY_RESTRICT y, int64_t n) {
-  const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint16_t, decltype(du)> d16;
-  using V = hn::Vec<decltype(df)>;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  auto load_x = [&](int64_t t, int64_t off) {
-    const X* xt = static_cast<const X*>(x[t]) + off;
-    if constexpr (std::is_same_v<X, float>) return hn::LoadU(df, xt);
-    else return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, xt))));
-  };
-  auto store_y = [&](V a, int64_t off) {
-    if constexpr (std::is_same_v<Y, float>) hn::StoreU(a, df, y + off);
-    else hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, a)))), d16, y + off);
-  };
-  constexpr int64_t kRun = 6;
-  auto run = [&](int64_t p, auto count) {
-    constexpr int64_t K = decltype(count)::value;
-    int64_t i = 0;
-    for (; i + N <= n; i += N) {
-      V a[K];
-      const V start = init ? hn::LoadU(df, init + i) : hn::Zero(df);
-      for (int64_t k = 0; k < K; ++k) a[k] = start;
-      for (int64_t t = 0; t < taps; ++t) {
-        const V wv = hn::LoadU(df, w[t] + i);
-        for (int64_t k = 0; k < K; ++k) a[k] = hn::Add(a[k], hn::Mul(wv, load_x(t, (p + k) * x_step + i)));
-      }
-      for (int64_t k = 0; k < K; ++k) store_y(a[k], (p + k) * n + i);
-    }
-    for (; i < n; ++i)
-      for (int64_t k = 0; k < K; ++k) {
-        float a = init ? init[i] : 0.0f;
-        for (int64_t t = 0; t < taps; ++t) {
-          const X v = static_cast<const X*>(x[t])[(p + k) * x_step + i];
-          if constexpr (std::is_same_v<X, float>) a += w[t][i] * v;
-          else a += w[t][i] * bf16_bits_to_f32(v);
-        }
-        if constexpr (std::is_same_v<Y, float>) y[(p + k) * n + i] = a;
-        else y[(p + k) * n + i] = f32_to_bf16_bits(a);
-      }
-  };
-  int64_t p = 0;
-  for (; p + kRun <= positions; p += kRun) run(p, std::integral_constant<int64_t, kRun>{});
-  for (; p < positions; ++p) run(p, std::integral_constant<int64_t, 1>{});
-}
 // y[i] += a * x[i], the product and the sum each rounded (no fused multiply-add).
 void Axpy(float a, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
   const hn::ScalableTag<float> df;
@@ -648,13 +595,84 @@ void RepeatLanes(size_t elem, const void* src, void* dst, int64_t n, int r) {
   else RepeatLanesU(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), n, r);
 }
 
-void MulAddTapsF32(const float* const* w, const void* const* x, int64_t taps, int64_t positions, int64_t x_step,
-                   const float* init, void* y, int64_t n) {
-  MulAddTapsTo<float, float>(w, x, taps, positions, x_step, init, static_cast<float*>(y), n);
+// y[p * n + i] = init[i] (0 without) + the sum over g < groups, t < KW (in that order) of
+// w[g * KW + t][i] * x[g][(p + t) * x_step + i], each product and sum rounded, stored as Y
+// (float32, or bfloat16 bits rounded as F32ToBF16). KW = 1 is any list of taps, each position
+// x_step further; KW > 1 is groups of consecutive taps one position apart (stride and dilation
+// 1), so a run of positions loads (and widens) each input vector once for the KW taps that read
+// it. The accumulators of up to kRun positions stay in registers across the taps and each weight
+// vector is loaded once for them; a run sweeps all of n, so its rows and the weights stay in L1.
+template <typename X, typename Y, int KW>
+void MulAddWindowTo(const float* const* HWY_RESTRICT w, const void* const* HWY_RESTRICT x, int64_t groups,
+                    int64_t positions, int64_t x_step, const float* HWY_RESTRICT init, Y* HWY_RESTRICT y, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(du)> d16;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto load_x = [&](int64_t g, int64_t off) {
+    const X* xt = static_cast<const X*>(x[g]) + off;
+    if constexpr (std::is_same_v<X, float>) return hn::LoadU(df, xt);
+    else return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, xt))));
+  };
+  auto store_y = [&](V a, int64_t off) {
+    if constexpr (std::is_same_v<Y, float>) hn::StoreU(a, df, y + off);
+    else hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, a)))), d16, y + off);
+  };
+  constexpr int64_t kRun = 10;
+  auto run = [&](int64_t p, auto count) {
+    constexpr int64_t K = decltype(count)::value;
+    int64_t i = 0;
+    for (; i + N <= n; i += N) {
+      V a[K];
+      const V start = init ? hn::LoadU(df, init + i) : hn::Zero(df);
+      for (int64_t k = 0; k < K; ++k) a[k] = start;
+      for (int64_t g = 0; g < groups; ++g) {
+        V xv[K + KW - 1];
+        for (int64_t j = 0; j < K + KW - 1; ++j) xv[j] = load_x(g, (p + j) * x_step + i);
+        for (int64_t t = 0; t < KW; ++t) {
+          const V wv = hn::LoadU(df, w[g * KW + t] + i);
+          for (int64_t k = 0; k < K; ++k) a[k] = hn::Add(a[k], hn::Mul(wv, xv[k + t]));
+        }
+      }
+      for (int64_t k = 0; k < K; ++k) store_y(a[k], (p + k) * n + i);
+    }
+    for (; i < n; ++i)
+      for (int64_t k = 0; k < K; ++k) {
+        float a = init ? init[i] : 0.0f;
+        for (int64_t g = 0; g < groups; ++g)
+          for (int64_t t = 0; t < KW; ++t) {
+            const X v = static_cast<const X*>(x[g])[(p + k + t) * x_step + i];
+            if constexpr (std::is_same_v<X, float>) a += w[g * KW + t][i] * v;
+            else a += w[g * KW + t][i] * bf16_bits_to_f32(v);
+          }
+        if constexpr (std::is_same_v<Y, float>) y[(p + k) * n + i] = a;
+        else y[(p + k) * n + i] = f32_to_bf16_bits(a);
+      }
+  };
+  int64_t p = 0;
+  for (; p + kRun <= positions; p += kRun) run(p, std::integral_constant<int64_t, kRun>{});
+  for (; p < positions; ++p) run(p, std::integral_constant<int64_t, 1>{});
 }
-void MulAddTapsBF16(const float* const* w, const void* const* x, int64_t taps, int64_t positions, int64_t x_step,
-                    const float* init, void* y, int64_t n) {
-  MulAddTapsTo<uint16_t, uint16_t>(w, x, taps, positions, x_step, init, static_cast<uint16_t*>(y), n);
+template <typename X>
+bool MulAddWindowKW(const float* const* w, const void* const* x, int64_t groups, int64_t kw, int64_t positions,
+                    int64_t x_step, const float* init, void* y, int64_t n) {
+  X* yt = static_cast<X*>(y);
+  if (kw == 1) MulAddWindowTo<X, X, 1>(w, x, groups, positions, x_step, init, yt, n);
+  else if (kw == 3) MulAddWindowTo<X, X, 3>(w, x, groups, positions, x_step, init, yt, n);
+  else if (kw == 5) MulAddWindowTo<X, X, 5>(w, x, groups, positions, x_step, init, yt, n);
+  else if (kw == 7) MulAddWindowTo<X, X, 7>(w, x, groups, positions, x_step, init, yt, n);
+  else return false;
+  return true;
+}
+bool MulAddWindowF32(const float* const* w, const void* const* x, int64_t groups, int64_t kw, int64_t positions,
+                     int64_t x_step, const float* init, void* y, int64_t n) {
+  return MulAddWindowKW<float>(w, x, groups, kw, positions, x_step, init, y, n);
+}
+bool MulAddWindowBF16(const float* const* w, const void* const* x, int64_t groups, int64_t kw, int64_t positions,
+                      int64_t x_step, const float* init, void* y, int64_t n) {
+  return MulAddWindowKW<uint16_t>(w, x, groups, kw, positions, x_step, init, y, n);
 }
 
 }  // namespace anvil::cpu::simd::HWY_NAMESPACE
@@ -689,8 +707,8 @@ HWY_EXPORT(SplitPhases);
 HWY_EXPORT(RepeatLanes);
 HWY_EXPORT(SumRowsF32);
 HWY_EXPORT(SumRowsBF16);
-HWY_EXPORT(MulAddTapsF32);
-HWY_EXPORT(MulAddTapsBF16);
+HWY_EXPORT(MulAddWindowF32);
+HWY_EXPORT(MulAddWindowBF16);
 HWY_EXPORT(NormaliseScalarBF16);
 
 namespace {
@@ -839,12 +857,18 @@ bool repeat_lanes(size_t elem, const void* src, void* dst, int64_t n, int r) {
   HWY_DYNAMIC_DISPATCH(RepeatLanes)(elem, src, dst, n, r);
   return true;
 }
+bool mul_add_window(DType dtype, const float* const* w, const void* const* x, int64_t groups, int64_t kw,
+                    int64_t positions, const float* init, void* y, int64_t n) {
+  if (kw == 1) return false;  // mul_add_taps' case
+  if (dtype == DType::Float32) return HWY_DYNAMIC_DISPATCH(MulAddWindowF32)(w, x, groups, kw, positions, n, init, y, n);
+  if (dtype == DType::BFloat16) return HWY_DYNAMIC_DISPATCH(MulAddWindowBF16)(w, x, groups, kw, positions, n, init, y, n);
+  return false;
+}
 bool mul_add_taps(DType dtype, const float* const* w, const void* const* x, int64_t taps, int64_t positions,
                   int64_t x_step, const float* init, void* y, int64_t n) {
-  if (dtype == DType::Float32) HWY_DYNAMIC_DISPATCH(MulAddTapsF32)(w, x, taps, positions, x_step, init, y, n);
-  else if (dtype == DType::BFloat16) HWY_DYNAMIC_DISPATCH(MulAddTapsBF16)(w, x, taps, positions, x_step, init, y, n);
-  else return false;
-  return true;
+  if (dtype == DType::Float32) return HWY_DYNAMIC_DISPATCH(MulAddWindowF32)(w, x, taps, 1, positions, x_step, init, y, n);
+  if (dtype == DType::BFloat16) return HWY_DYNAMIC_DISPATCH(MulAddWindowBF16)(w, x, taps, 1, positions, x_step, init, y, n);
+  return false;
 }
 void normalise_scalar_bf16(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b,
                            uint16_t* y) {

@@ -81,6 +81,13 @@ bool sum_rows(DType t, const void* const* x, int64_t count, void* y, int64_t n);
 // dst[r * i + m] = src[i] for m < r, i < n: each element repeated r times, as bits, for elements
 // of 1, 2, 4 or 8 bytes; false for r outside [2, 4] or other sizes (nothing done).
 bool repeat_lanes(size_t elem, const void* src, void* dst, int64_t n, int r);
+// mul_add_taps for groups of kw consecutive taps along the positions' axis (stride and dilation
+// 1, positions n apart): y[p * n + i] = init[i] + the sum over g < groups, t < kw (in that
+// order) of w[g * kw + t][i] * x[g][(p + t) * n + i], each product and sum rounded, stored as
+// dtype; each input vector is loaded once for the kw taps that read it. false (nothing done)
+// for dtypes other than float32 / bfloat16 or kw other than 3, 5, 7.
+bool mul_add_window(DType dtype, const float* const* w, const void* const* x, int64_t groups, int64_t kw,
+                    int64_t positions, const float* init, void* y, int64_t n);
 // Software prefetch distance of the GEMV weight streams (cpu/gemv-inl.h, cpu/bf16_dots_x86.cpp),
 // bytes ahead into L2; measured in gemv-inl.h.
 constexpr int64_t kGemvPrefetchBytes = 4096;
