@@ -85,12 +85,20 @@ void pad_forward(const PadParams& p) {
   const Rows g = rows_of(p);
   const int nd = g.nd;
   const int64_t b = g.block;
-  const auto src_of = source_tables(p, nd - 1);  // the outer dims; the row's edges use pad_source
+  const auto src_of = source_tables(p, nd - 1);  // the outer dims; the row's edges: edge_j / edge_k
   const PadDim ld = p.dims[nd - 1];
   const int64_t n = ld.out, rows = p.out_numel / (n * b);
   const int64_t s_in = p.in_strides[nd - 1], s_out = p.out_strides[nd - 1];
   const PadRun run = pad_direct_run(p.mode, p.dims[nd - 1]);
   const bool dense = s_in == b && s_out == b;
+  // A dense row's edge outputs and their sources (pad_source once per call, not per row and
+  // element); other rows map every output through pad_source.
+  std::vector<int64_t> edge_j, edge_k;
+  for (int64_t j = 0; j < n; ++j)
+    if (dense && (j < run.j0 || j >= run.j1)) {
+      edge_j.push_back(j);
+      edge_k.push_back(pad_source(p.mode, ld, j));
+    }
   auto ext = [&](int d) { return p.dims[d].out; };
   for_row_ranges(rows, p.out_numel, [&](int64_t r0, int64_t r1) {
     Odometer od(nd, r0, ext);
@@ -111,20 +119,16 @@ void pad_forward(const PadParams& p) {
         continue;
       }
       const U* x = in + in_off;
-      auto edge = [&](int64_t j0, int64_t j1) {
-        for (int64_t j = j0; j < j1; ++j) {
-          const int64_t k = pad_source(p.mode, ld, j);
-          if (k < 0) std::fill_n(o + j * s_out, b, fill);
-          else if (b == 1) o[j * s_out] = x[k * s_in];
-          else std::memcpy(o + j * s_out, x + k * s_in, static_cast<size_t>(b) * sizeof(U));
-        }
+      auto put = [&](int64_t j, int64_t k) {
+        if (k < 0) std::fill_n(o + j * s_out, b, fill);
+        else if (b == 1) o[j * s_out] = x[k * s_in];
+        else std::memcpy(o + j * s_out, x + k * s_in, static_cast<size_t>(b) * sizeof(U));
       };
       if (dense) {  // the middle as one copy, then the edges through the table (reading cached lines)
         std::memcpy(o + run.j0 * b, x + run.k0 * b, static_cast<size_t>((run.j1 - run.j0) * b) * sizeof(U));
-        edge(0, run.j0);
-        edge(run.j1, n);
+        for (size_t e = 0; e < edge_j.size(); ++e) put(edge_j[e], edge_k[e]);
       } else {
-        edge(0, n);
+        for (int64_t j = 0; j < n; ++j) put(j, pad_source(p.mode, ld, j));
       }
     }
   });
@@ -199,7 +203,7 @@ void pad_backward_gather(const PadParams& p) {
   const Rows g = rows_of(p);
   const int nd = g.nd;
   const int64_t b = g.block;
-  std::vector<SourceTable> tables;  // the outer dims; the row's edges use pad_sources
+  std::vector<SourceTable> tables;  // the outer dims; the row's edges: edge_sources
   for (int d = 0; d < nd - 1; ++d) tables.push_back(sources_table(p.mode, p.dims[d]));
   const PadDim ld = p.dims[nd - 1];
   const PadInterior mid = pad_interior(p.mode, ld);
