@@ -486,7 +486,7 @@ void SplitPhases(const float* x, int64_t n, int64_t r, float* out, int64_t strid
 // unaligned load per tap. A ragged end is one more vector ending at i1 (its overlap recomputed to
 // the same values).
 void BandedRows(const float* const* HWY_RESTRICT x, int64_t stride, const float* wrow, const int64_t* row_begin,
-                int64_t nrows, bool unit, int64_t r, const int64_t* off, const float* c, int taps,
+                int64_t nrows, bool unit, int64_t r, const int64_t* off, const float* c, int taps, float init,
                 float* HWY_RESTRICT y, int64_t ystride, int64_t i0, int64_t i1) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
@@ -501,7 +501,7 @@ void BandedRows(const float* const* HWY_RESTRICT x, int64_t stride, const float*
     const int64_t b0 = row_begin[j], b1 = row_begin[j + 1];
     float* yj = y + j * ystride;
     auto w_at = [&](const float* xb, int64_t i) {
-      V a = hn::Zero(df);
+      V a = hn::Set(df, init);
       for (int t = 0; t < taps; ++t) a = hn::Add(a, hn::Mul(hn::Set(df, c[t]), hn::LoadU(df, xb + at[t] + i)));
       return a;
     };
@@ -524,7 +524,7 @@ void BandedRows(const float* const* HWY_RESTRICT x, int64_t stride, const float*
     for (; i < i1; ++i) {
       float a = 0.0f;
       for (int64_t b = b0; b < b1; ++b) {
-        float w = 0.0f;
+        float w = init;
         for (int t = 0; t < taps; ++t) w += c[t] * x[b][at[t] + i];
         if (unit) a = w;
         else a += wrow[b] * w;
@@ -838,10 +838,10 @@ void split_phases(const float* x, int64_t n, int64_t r, float* out, int64_t stri
   HWY_DYNAMIC_DISPATCH(SplitPhases)(x, n, std::clamp<int64_t>(r, 1, 4), out, stride);
 }
 bool banded_rows(const float* const* x, int64_t stride, const float* wrow, const int64_t* row_begin, int64_t nrows,
-                 bool unit, int64_t r, const int64_t* off, const float* c, int taps, float* y, int64_t ystride, int64_t i0,
-                 int64_t i1) {
+                 bool unit, int64_t r, const int64_t* off, const float* c, int taps, float init, float* y,
+                 int64_t ystride, int64_t i0, int64_t i1) {
   if (r < 1 || r > 4 || taps < 1 || taps > 16) return false;
-  HWY_DYNAMIC_DISPATCH(BandedRows)(x, stride, wrow, row_begin, nrows, unit, r, off, c, taps, y, ystride, i0, i1);
+  HWY_DYNAMIC_DISPATCH(BandedRows)(x, stride, wrow, row_begin, nrows, unit, r, off, c, taps, init, y, ystride, i0, i1);
   return true;
 }
 bool sum_rows(DType t, const void* const* x, int64_t count, void* y, int64_t n) {

@@ -66,14 +66,15 @@ bool mul_add_taps(DType dtype, const float* const* w, const void* const* x, int6
 // [1, 4]); banded_rows then reads a row's element r * i + off as its phase (off mod r) at
 // i + floor(off / r). For each destination row j < nrows, whose source rows are
 // x[row_begin[j] .. row_begin[j + 1]) with weights wrow[...], and i in [i0, i1): with w_b(i) =
-// sum over t < taps of c[t] * x_b[r * i + off[t]] added in tap order from 0, y[j * ystride + i]
+// sum over t < taps of c[t] * x_b[r * i + off[t]] added in tap order from init (0 for a gather,
+// a bias for a convolution), y[j * ystride + i]
 // = w_b(i) of its one row when unit, else the sum over its rows of wrow[b] * w_b(i) from 0; each
 // product and sum rounded (the scalar loops' bits). Every read lies in its phase; y overlaps no
 // row. false for r outside [1, 4] or taps outside [1, 16] (nothing done).
 void split_phases(const float* x, int64_t n, int64_t r, float* out, int64_t stride);
 bool banded_rows(const float* const* x, int64_t stride, const float* wrow, const int64_t* row_begin, int64_t nrows,
-                 bool unit, int64_t r, const int64_t* off, const float* c, int taps, float* y, int64_t ystride, int64_t i0,
-                 int64_t i1);
+                 bool unit, int64_t r, const int64_t* off, const float* c, int taps, float init, float* y,
+                 int64_t ystride, int64_t i0, int64_t i1);
 // y[i] = ((0 + x[0][i]) + x[1][i]) + ... + x[count - 1][i] over n values of float32 or bfloat16
 // (t), summed in float32 and stored as t (the scalar loop's bits); y must not overlap any x row;
 // false for other dtypes (nothing done).

@@ -221,8 +221,8 @@ void gather_rows(const UpsampleParams& p, const AxisList<Acc> (&l)[3], const int
         bool banded = false;
         if constexpr (std::is_same_v<Acc, float>)
           banded = bd.hi > bd.lo && simd::banded_rows(xs.data(), stride, ws.data(), begin.data(), nrows, unit, bd.r,
-                                                      bd.off.data(), bd.c.data(), static_cast<int>(bd.off.size()), y,
-                                                      dW, bd.lo, bd.hi);
+                                                      bd.off.data(), bd.c.data(), static_cast<int>(bd.off.size()), 0.0f,
+                                                      y, dW, bd.lo, bd.hi);
         if (banded) {
           loop(0, bd.lo);
           loop(bd.hi, len);
