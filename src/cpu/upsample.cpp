@@ -194,7 +194,7 @@ void gather_rows(const UpsampleParams& p, const AxisList<Acc> (&l)[3], const int
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t plane = task / blocks_per_plane, nc = plane / dD, d = plane % dD;
       const int64_t h0 = task % blocks_per_plane * block, h1 = std::min(h0 + block, dH), rows = h1 - h0;
-      // the block's source rows [s0, s1): entries ascend within an index and across indices
+      // the block's source rows [s0, s1): from the lowest to the highest one its rows read
       int64_t s0 = sH, s1 = 0;
       for (int64_t h = h0; h < h1; ++h)
         if (l[1].start[h + 1] > l[1].start[h]) {
