@@ -534,6 +534,91 @@ void BandedRows(const float* const* HWY_RESTRICT x, int64_t stride, const float*
   }
 }
 
+// y[h * n + i] = the sum over a < RH (from 0) of the sum over b < RW (from 0) of
+// g[(RH * h + a) * g_row + RW * i + b], for h < rows, i < n, stored as X (float32, or bfloat16
+// bits rounded as F32ToBF16): a nearest upsampling's backward at integer scales. bfloat16 rows
+// are widened into a per-thread buffer first; a ragged end is one more vector ending at n.
+template <typename X, int RH, int RW>
+void BlockSumsTo(const X* HWY_RESTRICT g, int64_t g_row, X* HWY_RESTRICT y, int64_t rows, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(du)> d16;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), len = RW * n;
+  thread_local std::vector<float> buf;
+  if constexpr (!std::is_same_v<X, float>) buf.resize(static_cast<size_t>(RH * len));
+  for (int64_t h = 0; h < rows; ++h) {
+    const float* src[RH];
+    for (int a = 0; a < RH; ++a) {
+      const X* gr = g + (RH * h + a) * g_row;
+      if constexpr (std::is_same_v<X, float>) {
+        src[a] = gr;
+      } else {
+        float* b = buf.data() + a * len;
+        int64_t e = 0;
+        for (; e + N <= len; e += N)
+          hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, gr + e)))), df, b + e);
+        for (; e < len; ++e) b[e] = bf16_bits_to_f32(gr[e]);
+        src[a] = b;
+      }
+    }
+    X* yh = y + h * n;
+    auto at = [&](int64_t i) {
+      V acc = hn::Zero(df);
+      for (int a = 0; a < RH; ++a) {
+        V v[4];
+        const float* p = src[a] + RW * i;
+        if constexpr (RW == 1) v[0] = hn::LoadU(df, p);
+        else if constexpr (RW == 2) hn::LoadInterleaved2(df, p, v[0], v[1]);
+        else if constexpr (RW == 3) hn::LoadInterleaved3(df, p, v[0], v[1], v[2]);
+        else hn::LoadInterleaved4(df, p, v[0], v[1], v[2], v[3]);
+        V w = hn::Zero(df);
+        for (int b = 0; b < RW; ++b) w = hn::Add(w, v[b]);
+        acc = hn::Add(acc, w);
+      }
+      if constexpr (std::is_same_v<X, float>) hn::StoreU(acc, df, yh + i);
+      else hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, acc)))), d16, yh + i);
+    };
+    int64_t i = 0;
+    for (; i + N <= n; i += N) at(i);
+    if (i < n && n >= N) {
+      at(n - N);
+      continue;
+    }
+    for (; i < n; ++i) {
+      float acc = 0.0f;
+      for (int a = 0; a < RH; ++a) {
+        float w = 0.0f;
+        for (int b = 0; b < RW; ++b) w += src[a][RW * i + b];
+        acc += w;
+      }
+      if constexpr (std::is_same_v<X, float>) yh[i] = acc;
+      else yh[i] = f32_to_bf16_bits(acc);
+    }
+  }
+}
+template <typename X, int RH>
+void BlockSumsRW(const X* g, int64_t g_row, int64_t rw, X* y, int64_t rows, int64_t n) {
+  if (rw == 1) BlockSumsTo<X, RH, 1>(g, g_row, y, rows, n);
+  else if (rw == 2) BlockSumsTo<X, RH, 2>(g, g_row, y, rows, n);
+  else if (rw == 3) BlockSumsTo<X, RH, 3>(g, g_row, y, rows, n);
+  else BlockSumsTo<X, RH, 4>(g, g_row, y, rows, n);
+}
+template <typename X>
+void BlockSumsRH(const X* g, int64_t g_row, int64_t rh, int64_t rw, X* y, int64_t rows, int64_t n) {
+  if (rh == 1) BlockSumsRW<X, 1>(g, g_row, rw, y, rows, n);
+  else if (rh == 2) BlockSumsRW<X, 2>(g, g_row, rw, y, rows, n);
+  else if (rh == 3) BlockSumsRW<X, 3>(g, g_row, rw, y, rows, n);
+  else BlockSumsRW<X, 4>(g, g_row, rw, y, rows, n);
+}
+void BlockSumsF32(const float* g, int64_t g_row, int64_t rh, int64_t rw, float* y, int64_t rows, int64_t n) {
+  BlockSumsRH(g, g_row, rh, rw, y, rows, n);
+}
+void BlockSumsBF16(const uint16_t* g, int64_t g_row, int64_t rh, int64_t rw, uint16_t* y, int64_t rows, int64_t n) {
+  BlockSumsRH(g, g_row, rh, rw, y, rows, n);
+}
+
 // y[i] = ((0 + x[0][i]) + x[1][i]) + ... over count rows, in float32, stored as X (float32, or
 // bfloat16 bits rounded as F32ToBF16): the accumulator of a vector stays in a register. A ragged
 // end is one more vector ending at n (its overlap recomputed to the same values: y must not
@@ -707,6 +792,8 @@ HWY_EXPORT(SplitPhases);
 HWY_EXPORT(RepeatLanes);
 HWY_EXPORT(SumRowsF32);
 HWY_EXPORT(SumRowsBF16);
+HWY_EXPORT(BlockSumsF32);
+HWY_EXPORT(BlockSumsBF16);
 HWY_EXPORT(MulAddWindowF32);
 HWY_EXPORT(MulAddWindowBF16);
 HWY_EXPORT(NormaliseScalarBF16);
@@ -842,6 +929,15 @@ bool banded_rows(const float* const* x, int64_t stride, const float* wrow, const
                  int64_t ystride, int64_t i0, int64_t i1) {
   if (r < 1 || r > 4 || taps < 1 || taps > 16) return false;
   HWY_DYNAMIC_DISPATCH(BandedRows)(x, stride, wrow, row_begin, nrows, unit, r, off, c, taps, init, y, ystride, i0, i1);
+  return true;
+}
+bool block_sums(DType t, const void* g, int64_t g_row, int64_t rh, int64_t rw, void* y, int64_t rows, int64_t n) {
+  if (rh < 1 || rh > 4 || rw < 1 || rw > 4) return false;
+  if (t == DType::Float32)
+    HWY_DYNAMIC_DISPATCH(BlockSumsF32)(static_cast<const float*>(g), g_row, rh, rw, static_cast<float*>(y), rows, n);
+  else if (t == DType::BFloat16)
+    HWY_DYNAMIC_DISPATCH(BlockSumsBF16)(static_cast<const uint16_t*>(g), g_row, rh, rw, static_cast<uint16_t*>(y), rows, n);
+  else return false;
   return true;
 }
 bool sum_rows(DType t, const void* const* x, int64_t count, void* y, int64_t n) {

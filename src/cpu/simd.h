@@ -75,6 +75,12 @@ void split_phases(const float* x, int64_t n, int64_t r, float* out, int64_t stri
 bool banded_rows(const float* const* x, int64_t stride, const float* wrow, const int64_t* row_begin, int64_t nrows,
                  bool unit, int64_t r, const int64_t* off, const float* c, int taps, float init, float* y,
                  int64_t ystride, int64_t i0, int64_t i1);
+// y[h * n + i] = the sum over a < rh (from 0) of the sum over b < rw (from 0) of
+// g[(rh * h + a) * g_row + rw * i + b], for h < rows and i < n, in float32 and stored as t
+// (float32 or bfloat16; each sum rounded: the scalar loops' bits): a nearest upsampling's
+// backward at integer scales rh, rw in [1, 4]. y must not overlap g; false (nothing done) for
+// other dtypes or scales.
+bool block_sums(DType t, const void* g, int64_t g_row, int64_t rh, int64_t rw, void* y, int64_t rows, int64_t n);
 // y[i] = ((0 + x[0][i]) + x[1][i]) + ... + x[count - 1][i] over n values of float32 or bfloat16
 // (t), summed in float32 and stored as t (the scalar loop's bits); y must not overlap any x row;
 // false for other dtypes (nothing done).

@@ -114,6 +114,19 @@ bool single_taps(const AxisList<Acc>& l) {
   return true;
 }
 
+// r when index i of the list reads exactly [r * i, r * i + r), each with weight 1, for every i
+// (a nearest backward at an integer scale), else 0.
+template <typename Acc>
+int64_t uniform_block(const AxisList<Acc>& l) {
+  const int64_t n = static_cast<int64_t>(l.start.size()) - 1, r = n > 0 ? l.start[1] : 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t t = 0; t < r; ++t) {
+      const int64_t e = l.start[i] + t;
+      if (l.start[i + 1] - l.start[i] != r || l.at[e] != r * i + t || l.w[e] != Acc(1)) return 0;
+    }
+  return r;
+}
+
 // An axis list's interior as a band: indices [lo, hi) whose entries are (r * i + off[t], c[t])
 // for t < taps, the same offsets and weights for every i (an integer scale's interior, e.g. the
 // four outputs of a 2x bilinear backward's input). lo == hi where no run of 16 or more exists.
@@ -379,6 +392,22 @@ void upsample_backward(const UpsampleParams& p) {
                                 backward_list<Acc>(p, p.axis[2])};
     const int64_t in[3] = {p.axis[0].in, p.axis[1].in, p.axis[2].in};
     const int64_t out[3] = {p.axis[0].out, p.axis[1].out, p.axis[2].out};
+    // A nearest backward at integer H / W scales (<= 4) sums each input's block of outputs in one
+    // pass per plane: the gather's sums (weights of 1) without its per-row passes (Zen 5, 2
+    // threads, nearest 2x backward of [1, 64, 64, 64] bf16: 210-290 us through gather_rows).
+    const int64_t rh = uniform_block(l[1]), rw = uniform_block(l[2]);
+    if (!p.channels_last && rh >= 1 && rh <= 4 && rw >= 1 && rw <= 4 && single_taps(l[0])) {
+      const int64_t planes = p.n * p.c * in[0];
+      bool done = true;
+#pragma omp parallel for schedule(static) if (planes * in[1] * in[2] >= kParallelGrain) reduction(&& : done)
+      for (int64_t q = 0; q < planes; ++q) {
+        const int64_t nc = q / in[0], d = q % in[0];
+        const T* g = static_cast<const T*>(p.src) + (nc * out[0] + l[0].at[l[0].start[d]]) * out[1] * out[2];
+        T* y = static_cast<T*>(p.dst) + q * in[1] * in[2];
+        done = done && simd::block_sums(p.dtype, g, out[2], rh, rw, y, in[1], in[2]);
+      }
+      if (done) return;
+    }
     if (p.channels_last) gather_channels_last<T, Acc>(p, l, out, in);
     else gather_rows<T, Acc>(p, l, out, in);
   });
