@@ -249,21 +249,16 @@ void depthwise_forward_kernel(const ConvDirectParams& p, const T* x, const T* w,
         }
         for (int64_t o0 = 0; o0 < a0.out; ++o0)
           for (int64_t o1 = 0; o1 < a1.out; ++o1) {
+            bool summed = false;
             if constexpr (std::is_same_v<Acc, float>) {
               const float* src = xp.data() + (o0 * a0.stride * e1 + o1 * a1.stride) * win;
               const float one = 1.0f;
               const int64_t begin[2] = {0, 1};
-              if (one_pass && simd::banded_rows(&src, win, &one, begin, 1, true, 1, taps_off.data(), taps_w.data(),
-                                                static_cast<int>(a2.kernel), b_of(c), row.data(), w2, 0, w2)) {
-                T* d = ys + (o0 * a1.out + o1) * a2.out;
-                if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) simd::encode_f32(p.dtype, row.data(), d, w2);
-                else
-                  for (int64_t o2 = 0; o2 < w2; ++o2) d[o2] = T(row[static_cast<size_t>(o2)]);
-                continue;
-              }
+              summed = one_pass && simd::banded_rows(&src, win, &one, begin, 1, true, 1, taps_off.data(), taps_w.data(),
+                                                     static_cast<int>(a2.kernel), b_of(c), row.data(), w2, 0, w2);
             }
-            std::fill(row.begin(), row.begin() + w2, b_of(c));
-            for (int64_t t0 = 0; t0 < a0.kernel; ++t0)
+            if (!summed) std::fill(row.begin(), row.begin() + w2, b_of(c));
+            for (int64_t t0 = 0; t0 < a0.kernel && !summed; ++t0)
               for (int64_t t1 = 0; t1 < a1.kernel; ++t1) {
                 const Acc* src = xp.data() + ((o0 * a0.stride + t0 * a0.dilation) * e1 + o1 * a1.stride + t1 * a1.dilation) * win;
                 for (int64_t t2 = 0; t2 < a2.kernel; ++t2) {

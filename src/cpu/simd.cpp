@@ -26,30 +26,55 @@ HWY_INLINE hn::Vec<DU> RoundToBF16Bits(DU du, hn::Vec<DU> u) {
   const auto bias = hn::Add(hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)), hn::Set(du, 0x7FFFu));
   return hn::IfThenElse(is_nan, hn::Set(du, 0x7FC0u), hn::ShiftRight<16>(hn::Add(u, bias)));
 }
+// The kernels below that take X = float or uint16_t (bfloat16 bits) compute in float32 and
+// store as X: Lanes(df) values of X at p as float32, and a float32 vector stored as X (bfloat16
+// rounded to nearest even, NaN -> 0x7FC0); ToF32 / FromF32 are the same for one value.
+template <typename X, class DF>
+HWY_INLINE hn::Vec<DF> LoadF32(DF df, const X* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<X, float>) {
+    return hn::LoadU(df, p);
+  } else {
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Rebind<uint16_t, decltype(du)> d16;
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+  }
+}
+template <typename X, class DF>
+HWY_INLINE void StoreFromF32(DF df, hn::Vec<DF> v, X* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<X, float>) {
+    hn::StoreU(v, df, p);
+  } else {
+    const hn::RebindToUnsigned<DF> du;
+    const hn::RebindToSigned<DF> di;
+    const hn::Rebind<uint16_t, decltype(du)> d16;
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, v)))), d16, p);
+  }
+}
+template <typename X>
+HWY_INLINE float ToF32(X v) {
+  if constexpr (std::is_same_v<X, float>) return v;
+  else return bf16_bits_to_f32(v);
+}
+template <typename X>
+HWY_INLINE X FromF32(float v) {
+  if constexpr (std::is_same_v<X, float>) return v;
+  else return f32_to_bf16_bits(v);
+}
+
 // float32 -> bfloat16 bits: round to nearest even, NaN -> 0x7FC0.
 void F32ToBF16(const float* HWY_RESTRICT in, uint16_t* HWY_RESTRICT out, int64_t n) {
-  const hn::ScalableTag<uint32_t> du;
   const hn::ScalableTag<float> df;
-  const hn::Rebind<uint16_t, decltype(du)> d16;
-  const hn::RebindToSigned<decltype(du)> di;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
-  for (; i + N <= n; i += N)
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, hn::LoadU(df, in + i))))), d16,
-               out + i);
+  for (; i + N <= n; i += N) StoreFromF32(df, hn::LoadU(df, in + i), out + i);
   for (; i < n; ++i) out[i] = f32_to_bf16_bits(in[i]);
 }
 
 void BF16ToF32(const uint16_t* HWY_RESTRICT in, float* HWY_RESTRICT out, int64_t n) {
-  const hn::ScalableTag<uint32_t> du;
   const hn::ScalableTag<float> df;
-  const hn::Rebind<uint16_t, decltype(du)> d16;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    auto w = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, in + i)));
-    hn::StoreU(hn::BitCast(df, w), df, out + i);
-  }
+  for (; i + N <= n; i += N) hn::StoreU(LoadF32(df, in + i), df, out + i);
   for (; i < n; ++i) out[i] = bf16_bits_to_f32(in[i]);
 }
 
@@ -414,9 +439,6 @@ template <typename Out>
 void NormaliseScalarTo(const float* HWY_RESTRICT x, int64_t n, float mean, float invstd, const float* w, const float* b,
                        Out* HWY_RESTRICT y) {
   const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint16_t, decltype(du)> d16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const auto m = hn::Set(df, mean), is = hn::Set(df, invstd);
   const auto wv = hn::Set(df, w ? *w : 1.0f), bv = hn::Set(df, b ? *b : 0.0f);
@@ -425,15 +447,13 @@ void NormaliseScalarTo(const float* HWY_RESTRICT x, int64_t n, float mean, float
     auto v = hn::Mul(hn::Sub(hn::LoadU(df, x + i), m), is);
     if (w) v = hn::Mul(v, wv);
     if (b) v = hn::Add(v, bv);
-    if constexpr (std::is_same_v<Out, float>) hn::StoreU(v, df, y + i);
-    else hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, v)))), d16, y + i);
+    StoreFromF32(df, v, y + i);
   }
   for (; i < n; ++i) {
     float v = (x[i] - mean) * invstd;
     if (w) v = v * *w;
     if (b) v = v + *b;
-    if constexpr (std::is_same_v<Out, float>) y[i] = v;
-    else y[i] = f32_to_bf16_bits(v);
+    y[i] = FromF32<Out>(v);
   }
 }
 void NormaliseScalar(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b, float* y) {
@@ -541,9 +561,6 @@ void BandedRows(const float* const* HWY_RESTRICT x, int64_t stride, const float*
 template <typename X, int RH, int RW>
 void BlockSumsTo(const X* HWY_RESTRICT g, int64_t g_row, X* HWY_RESTRICT y, int64_t rows, int64_t n) {
   const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint16_t, decltype(du)> d16;
   using V = hn::Vec<decltype(df)>;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), len = RW * n;
   thread_local std::vector<float> buf;
@@ -556,10 +573,7 @@ void BlockSumsTo(const X* HWY_RESTRICT g, int64_t g_row, X* HWY_RESTRICT y, int6
         src[a] = gr;
       } else {
         float* b = buf.data() + a * len;
-        int64_t e = 0;
-        for (; e + N <= len; e += N)
-          hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, gr + e)))), df, b + e);
-        for (; e < len; ++e) b[e] = bf16_bits_to_f32(gr[e]);
+        BF16ToF32(gr, b, len);
         src[a] = b;
       }
     }
@@ -577,8 +591,7 @@ void BlockSumsTo(const X* HWY_RESTRICT g, int64_t g_row, X* HWY_RESTRICT y, int6
         for (int b = 0; b < RW; ++b) w = hn::Add(w, v[b]);
         acc = hn::Add(acc, w);
       }
-      if constexpr (std::is_same_v<X, float>) hn::StoreU(acc, df, yh + i);
-      else hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, acc)))), d16, yh + i);
+      StoreFromF32(df, acc, yh + i);
     };
     int64_t i = 0;
     for (; i + N <= n; i += N) at(i);
@@ -593,8 +606,7 @@ void BlockSumsTo(const X* HWY_RESTRICT g, int64_t g_row, X* HWY_RESTRICT y, int6
         for (int b = 0; b < RW; ++b) w += src[a][RW * i + b];
         acc += w;
       }
-      if constexpr (std::is_same_v<X, float>) yh[i] = acc;
-      else yh[i] = f32_to_bf16_bits(acc);
+      yh[i] = FromF32<X>(acc);
     }
   }
 }
@@ -626,18 +638,11 @@ void BlockSumsBF16(const uint16_t* g, int64_t g_row, int64_t rh, int64_t rw, uin
 template <typename X>
 void SumRowsTo(const X* const* HWY_RESTRICT x, int64_t count, X* HWY_RESTRICT y, int64_t n) {
   const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint16_t, decltype(du)> d16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   auto at = [&](int64_t i) {
     auto a = hn::Zero(df);
-    for (int64_t t = 0; t < count; ++t) {
-      if constexpr (std::is_same_v<X, float>) a = hn::Add(a, hn::LoadU(df, x[t] + i));
-      else a = hn::Add(a, hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, x[t] + i)))));
-    }
-    if constexpr (std::is_same_v<X, float>) hn::StoreU(a, df, y + i);
-    else hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, a)))), d16, y + i);
+    for (int64_t t = 0; t < count; ++t) a = hn::Add(a, LoadF32(df, x[t] + i));
+    StoreFromF32(df, a, y + i);
   };
   int64_t i = 0;
   for (; i + N <= n; i += N) at(i);
@@ -647,12 +652,8 @@ void SumRowsTo(const X* const* HWY_RESTRICT x, int64_t count, X* HWY_RESTRICT y,
   }
   for (; i < n; ++i) {
     float a = 0.0f;
-    for (int64_t t = 0; t < count; ++t) {
-      if constexpr (std::is_same_v<X, float>) a += x[t][i];
-      else a += bf16_bits_to_f32(x[t][i]);
-    }
-    if constexpr (std::is_same_v<X, float>) y[i] = a;
-    else y[i] = f32_to_bf16_bits(a);
+    for (int64_t t = 0; t < count; ++t) a += ToF32(x[t][i]);
+    y[i] = FromF32<X>(a);
   }
 }
 void SumRowsF32(const float* const* x, int64_t count, float* y, int64_t n) { SumRowsTo(x, count, y, n); }
@@ -681,30 +682,19 @@ void RepeatLanes(size_t elem, const void* src, void* dst, int64_t n, int r) {
 }
 
 // y[p * n + i] = init[i] (0 without) + the sum over g < groups, t < KW (in that order) of
-// w[g * KW + t][i] * x[g][(p + t) * x_step + i], each product and sum rounded, stored as Y
-// (float32, or bfloat16 bits rounded as F32ToBF16). KW = 1 is any list of taps, each position
-// x_step further; KW > 1 is groups of consecutive taps one position apart (stride and dilation
-// 1), so a run of positions loads (and widens) each input vector once for the KW taps that read
-// it. The accumulators of up to kRun positions stay in registers across the taps and each weight
-// vector is loaded once for them; a run sweeps all of n, so its rows and the weights stay in L1.
-template <typename X, typename Y, int KW>
+// w[g * KW + t][i] * x[g][(p + t) * x_step + i], each product and sum rounded, stored as X
+// (float32 or bfloat16 bits, as x). KW = 1 is any list of taps, each position x_step further;
+// KW > 1 is groups of consecutive taps one position apart (stride and dilation 1), so a run of
+// positions loads (and widens) each input vector once for the KW taps that read it. The
+// accumulators of up to kRun positions stay in registers across the taps and each weight vector
+// is loaded once for them; a run sweeps all of n, so its rows and the weights stay in L1.
+template <typename X, int KW>
 void MulAddWindowTo(const float* const* HWY_RESTRICT w, const void* const* HWY_RESTRICT x, int64_t groups,
-                    int64_t positions, int64_t x_step, const float* HWY_RESTRICT init, Y* HWY_RESTRICT y, int64_t n) {
+                    int64_t positions, int64_t x_step, const float* HWY_RESTRICT init, X* HWY_RESTRICT y, int64_t n) {
   const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint16_t, decltype(du)> d16;
   using V = hn::Vec<decltype(df)>;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  auto load_x = [&](int64_t g, int64_t off) {
-    const X* xt = static_cast<const X*>(x[g]) + off;
-    if constexpr (std::is_same_v<X, float>) return hn::LoadU(df, xt);
-    else return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, xt))));
-  };
-  auto store_y = [&](V a, int64_t off) {
-    if constexpr (std::is_same_v<Y, float>) hn::StoreU(a, df, y + off);
-    else hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, a)))), d16, y + off);
-  };
+  auto load_x = [&](int64_t g, int64_t off) { return LoadF32(df, static_cast<const X*>(x[g]) + off); };
   constexpr int64_t kRun = 10;
   auto run = [&](int64_t p, auto count) {
     constexpr int64_t K = decltype(count)::value;
@@ -721,7 +711,7 @@ void MulAddWindowTo(const float* const* HWY_RESTRICT w, const void* const* HWY_R
           for (int64_t k = 0; k < K; ++k) a[k] = hn::Add(a[k], hn::Mul(wv, xv[k + t]));
         }
       }
-      for (int64_t k = 0; k < K; ++k) store_y(a[k], (p + k) * n + i);
+      for (int64_t k = 0; k < K; ++k) StoreFromF32(df, a[k], y + (p + k) * n + i);
     }
     for (; i < n; ++i)
       for (int64_t k = 0; k < K; ++k) {
@@ -729,11 +719,9 @@ void MulAddWindowTo(const float* const* HWY_RESTRICT w, const void* const* HWY_R
         for (int64_t g = 0; g < groups; ++g)
           for (int64_t t = 0; t < KW; ++t) {
             const X v = static_cast<const X*>(x[g])[(p + k + t) * x_step + i];
-            if constexpr (std::is_same_v<X, float>) a += w[g * KW + t][i] * v;
-            else a += w[g * KW + t][i] * bf16_bits_to_f32(v);
+            a += w[g * KW + t][i] * ToF32(v);
           }
-        if constexpr (std::is_same_v<Y, float>) y[(p + k) * n + i] = a;
-        else y[(p + k) * n + i] = f32_to_bf16_bits(a);
+        y[(p + k) * n + i] = FromF32<X>(a);
       }
   };
   int64_t p = 0;
@@ -744,10 +732,10 @@ template <typename X>
 bool MulAddWindowKW(const float* const* w, const void* const* x, int64_t groups, int64_t kw, int64_t positions,
                     int64_t x_step, const float* init, void* y, int64_t n) {
   X* yt = static_cast<X*>(y);
-  if (kw == 1) MulAddWindowTo<X, X, 1>(w, x, groups, positions, x_step, init, yt, n);
-  else if (kw == 3) MulAddWindowTo<X, X, 3>(w, x, groups, positions, x_step, init, yt, n);
-  else if (kw == 5) MulAddWindowTo<X, X, 5>(w, x, groups, positions, x_step, init, yt, n);
-  else if (kw == 7) MulAddWindowTo<X, X, 7>(w, x, groups, positions, x_step, init, yt, n);
+  if (kw == 1) MulAddWindowTo<X, 1>(w, x, groups, positions, x_step, init, yt, n);
+  else if (kw == 3) MulAddWindowTo<X, 3>(w, x, groups, positions, x_step, init, yt, n);
+  else if (kw == 5) MulAddWindowTo<X, 5>(w, x, groups, positions, x_step, init, yt, n);
+  else if (kw == 7) MulAddWindowTo<X, 7>(w, x, groups, positions, x_step, init, yt, n);
   else return false;
   return true;
 }

@@ -217,8 +217,7 @@ void gather_rows(const UpsampleParams& p, const AxisList<Acc> (&l)[3], const int
       s1 = std::max(s1, s0);
       // y[j, i] for j < nrows over rows xs[begin[j] .. begin[j + 1]) (phases as above), weights
       // ws: the H x W sums (unit: the W sums of the one row); the band in SIMD, the rest here.
-      auto hw_sums = [&](const Band<Acc>& bd, int64_t stride, int64_t len, auto&& elem, int64_t nrows, bool unit,
-                         Acc* y) {
+      auto hw_sums = [&](const Band<Acc>& bd, int64_t stride, auto&& elem, int64_t nrows, bool unit, Acc* y) {
         auto loop = [&](int64_t i0, int64_t i1) {
           for (int64_t j = 0; j < nrows; ++j)
             for (int64_t i = i0; i < i1; ++i) {
@@ -238,9 +237,9 @@ void gather_rows(const UpsampleParams& p, const AxisList<Acc> (&l)[3], const int
                                                       y, dW, bd.lo, bd.hi);
         if (banded) {
           loop(0, bd.lo);
-          loop(bd.hi, len);
+          loop(bd.hi, dW);
         } else {
-          loop(0, len);
+          loop(0, dW);
         }
       };
       auto w_sum = [&](const Acc* xr, int64_t i) {  // the W sum of output index i over one source row
@@ -267,7 +266,7 @@ void gather_rows(const UpsampleParams& p, const AxisList<Acc> (&l)[3], const int
         // gets its W sums once, then the H sums add those rows (a band of one tap of weight 1:
         // 0 + 1 * v is v); a row read once gets both in one pass.
         const Acc* rows_base = x.data();
-        int64_t stride = ps, len_rows = row_len;
+        int64_t len_rows = row_len;
         if (entries > ns) {
           wsum.resize(static_cast<size_t>(ns * dW));
           xs.clear();
@@ -278,9 +277,8 @@ void gather_rows(const UpsampleParams& p, const AxisList<Acc> (&l)[3], const int
             ws.push_back(Acc(1));
             begin.push_back(s + 1);
           }
-          hw_sums(band, ps, dW, w_sum, ns, true, wsum.data());
+          hw_sums(band, ps, w_sum, ns, true, wsum.data());
           rows_base = wsum.data();
-          stride = dW;
           len_rows = dW;
         }
         xs.clear();
@@ -293,8 +291,8 @@ void gather_rows(const UpsampleParams& p, const AxisList<Acc> (&l)[3], const int
           }
           begin.push_back(static_cast<int64_t>(xs.size()));
         }
-        if (entries > ns) hw_sums(identity, stride, dW, [](const Acc* v, int64_t i) { return v[i]; }, rows, unit_h, acc.data());
-        else hw_sums(band, ps, dW, w_sum, rows, unit_h, acc.data());
+        if (entries > ns) hw_sums(identity, dW, [](const Acc* v, int64_t i) { return v[i]; }, rows, unit_h, acc.data());
+        else hw_sums(band, ps, w_sum, rows, unit_h, acc.data());
       };
       const Acc* res = acc.data();
       if (unit_d) {
