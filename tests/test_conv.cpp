@@ -51,6 +51,10 @@ std::vector<Case> table() {
       {{2, 6, 5, 5}, {6, 1, 3, 3}, {1}, {1}, {1}, {0}, 6, false, true},
       // depthwise over 20 channels: the CPU's channels-last SIMD rows (a 16-lane vector + a tail)
       {{1, 20, 5, 4}, {20, 1, 3, 3}, {1}, {1}, {1}, {0}, 20, false, true},
+      // rows long enough for runs of 10 positions and a ragged end (25 interior positions; 19
+      // with 5 taps along W)
+      {{1, 18, 3, 27}, {18, 1, 3, 3}, {1}, {1}, {1}, {0}, 18, false, true},
+      {{1, 17, 2, 23}, {17, 1, 1, 5}, {1}, {0, 2}, {1}, {0}, 17, false, false},
       {{2, 5, 4, 6}, {3, 5, 1, 1}, {1}, {0}, {1}, {0}, 1, false, true},
       {{1, 3, 7, 7}, {2, 3, 1, 1}, {2}, {0}, {1}, {0}, 1, false, false},
       {{2, 4, 5, 4}, {4, 3, 4, 4}, {2}, {1}, {1}, {0}, 1, true, true},

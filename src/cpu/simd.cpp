@@ -726,7 +726,11 @@ void MulAddWindowTo(const float* const* HWY_RESTRICT w, const void* const* HWY_R
   };
   int64_t p = 0;
   for (; p + kRun <= positions; p += kRun) run(p, std::integral_constant<int64_t, kRun>{});
-  for (; p < positions; ++p) run(p, std::integral_constant<int64_t, 1>{});
+  // A ragged end as one more run ending at the last position (its overlap recomputed with the
+  // same sums, so the same bits), not one position at a time.
+  if (p < positions && positions >= kRun) run(positions - kRun, std::integral_constant<int64_t, kRun>{});
+  else
+    for (; p < positions; ++p) run(p, std::integral_constant<int64_t, 1>{});
 }
 template <typename X>
 bool MulAddWindowKW(const float* const* w, const void* const* x, int64_t groups, int64_t kw, int64_t positions,
