@@ -65,11 +65,11 @@ Tensor SafetensorsFile::tensor(const SafetensorsEntry& e) const {
   return from_blob(const_cast<uint8_t*>(p), e.shape, e.dtype, [keep](void*) {});
 }
 
-Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
+Checkpoint::Checkpoint(const std::string& dir, const std::string& stem) : dir_(dir) {
   namespace fs = std::filesystem;
   const fs::path d(dir);
   if (!fs::is_directory(d)) throw Error(std::string(kOp) + " " + dir + " is not a directory");
-  const fs::path index = d / "model.safetensors.index.json", single = d / "model.safetensors";
+  const fs::path index = d / (stem + ".safetensors.index.json"), single = d / (stem + ".safetensors");
   if (fs::exists(index)) {
     const std::string where = index.string();
     std::map<std::string, size_t> shard_of;
@@ -88,7 +88,8 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
     for (const SafetensorsEntry& e : files_[0]->header().tensors) where_[e.name] = 0;
   } else {
-    throw Error(std::string(kOp) + " " + dir + " holds neither model.safetensors nor model.safetensors.index.json");
+    throw Error(std::string(kOp) + " " + dir + " holds neither " + stem + ".safetensors nor " + stem +
+                ".safetensors.index.json");
   }
 }
 

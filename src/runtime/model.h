@@ -100,7 +100,9 @@ class WeightSource {
  protected:
   uint64_t loaded_ = 0;
 };
-std::unique_ptr<WeightSource> checkpoint_weights(const std::string& dir, const LoadOptions& options);
+// DIR's safetensors (Checkpoint's `stem`: "model", or diffusers' "diffusion_pytorch_model").
+std::unique_ptr<WeightSource> checkpoint_weights(const std::string& dir, const LoadOptions& options,
+                                                 const std::string& stem = "model");
 // Norm weights 1 + 0.1 N(0, 1), every other matrix N(0, (0.5 / sqrt(fan_in))^2) (the recipe of
 // the tiny goldens), made on the device from `seed` (tiled from a pool of 2^22 draws, so values
 // repeat across weights); experts in the fused layout. block_fp8: projections quantised to

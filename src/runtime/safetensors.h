@@ -85,7 +85,9 @@ class SafetensorsFile {
 // shard). Tensors present in a shard but not in the weight_map are ignored, as transformers does.
 class Checkpoint {
  public:
-  explicit Checkpoint(const std::string& dir);
+  // DIR/STEM.safetensors or the shards of DIR/STEM.safetensors.index.json: "model" for
+  // transformers' folders, "diffusion_pytorch_model" for diffusers'.
+  explicit Checkpoint(const std::string& dir, const std::string& stem = "model");
   bool has(const std::string& name) const { return where_.count(name) != 0; }
   // Throws FormatError naming the tensor and the folder when absent.
   const SafetensorsEntry& entry(const std::string& name) const;

@@ -109,8 +109,8 @@ namespace {
 // float8 with its scales as LoadOptions::fp8_weights says. Remembers what was read.
 class CheckpointWeights final : public WeightSource {
  public:
-  CheckpointWeights(const std::string& dir, const LoadOptions& o)
-      : ck_(dir), o_(o), q_(load_quantization(dir)) {}
+  CheckpointWeights(const std::string& dir, const LoadOptions& o, const std::string& stem)
+      : ck_(dir, stem), o_(o), q_(load_quantization(dir)) {}
   bool has(const std::string& name) const override { return ck_.has(name); }
   uint64_t total_bytes() const override { return ck_.total_bytes(); }
 
@@ -246,8 +246,9 @@ class RandomWeights final : public WeightSource {
 
 }  // namespace
 
-std::unique_ptr<WeightSource> checkpoint_weights(const std::string& dir, const LoadOptions& options) {
-  return std::make_unique<CheckpointWeights>(dir, options);
+std::unique_ptr<WeightSource> checkpoint_weights(const std::string& dir, const LoadOptions& options,
+                                                 const std::string& stem) {
+  return std::make_unique<CheckpointWeights>(dir, options, stem);
 }
 std::unique_ptr<WeightSource> random_weights(const LoadOptions& options, uint64_t seed, bool block_fp8) {
   return std::make_unique<RandomWeights>(options, seed, block_fp8);

@@ -1,0 +1,222 @@
+// diffusers' AutoencoderKL (the SD 1.x / SDXL / FLUX image VAE), as its autoencoder_kl.py and
+// vae.py build it, with B blocks of channels c_0 .. c_{B-1} and G norm groups (eps 1e-6):
+//   resnet(x; in -> out): h = conv3x3(silu(group_norm(x))) (norm1, conv1);
+//                         h = conv3x3(silu(group_norm(h))) (norm2, conv2);
+//                         x + h, x through a 1x1 conv_shortcut when in != out
+//   mid block (c_{B-1}): resnet, attention (when mid_block_add_attention), resnet, where
+//     attention(x) = x + to_out(sdpa(q, k, v)) over the H W positions as tokens, one head of
+//     c_{B-1} channels, q / k / v = linear maps of group_norm(x)
+//   encode(x): conv_in (3x3) -> per block i: layers_per_block resnets to c_i, then (all but the
+//              last) a downsample: pad right and bottom by 1 with zeros, conv3x3 stride 2 ->
+//              mid block -> group_norm, silu, conv_out (3x3) to 2 latent channels each ->
+//              quant_conv (1x1) -> mean, logvar (clamped to [-30, 20]) halves of the channels
+//   decode(z): post_quant_conv (1x1) -> conv_in (3x3) to c_{B-1} -> mid block -> per block i
+//              of the reversed channels: layers_per_block + 1 resnets, then (all but the last)
+//              nearest 2x upsampling and a 3x3 conv -> group_norm, silu, conv_out (3x3)
+// Weights load once in the compute dtype; the outputs are float32.
+#include <string>
+#include <vector>
+
+#include "runtime/io.h"
+#include "runtime/vae.h"
+
+namespace anvil::runtime {
+namespace {
+
+constexpr double kEps = 1e-6;
+
+struct Conv {
+  Tensor w, b;
+  int64_t stride = 1, pad = 0;
+  Tensor operator()(const Tensor& x) const { return conv2d(x, w, b, {stride}, {pad}); }
+};
+struct Norm {
+  Tensor w, b;
+};
+struct Resnet {
+  Norm norm1, norm2;
+  Conv conv1, conv2, shortcut;  // shortcut.w undefined when in == out
+};
+struct Attention {
+  Norm norm;
+  Tensor q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b;
+};
+struct MidBlock {
+  Resnet first, second;
+  bool attend = false;
+  Attention attention;
+};
+struct Stage {  // a down (encoder) or up (decoder) block
+  std::vector<Resnet> resnets;
+  bool resample = false;
+  Conv conv;  // the downsampler's or upsampler's conv
+};
+
+class AutoencoderKL final : public Vae {
+ public:
+  AutoencoderKL(const VaeConfig& c, WeightSource& ws, const LoadOptions& o) : c_(c), o_(o), ws_(&ws) {
+    const auto& ch = c.block_out_channels;
+    const int64_t blocks = static_cast<int64_t>(ch.size()), top = ch.back(), L = c.latent_channels;
+    // Encoder.
+    enc_in_ = conv("encoder.conv_in", c.in_channels, ch[0], 3);
+    for (int64_t i = 0; i < blocks; ++i) {
+      const std::string p = "encoder.down_blocks." + std::to_string(i) + ".";
+      Stage s;
+      int64_t in = i == 0 ? ch[0] : ch[i - 1];
+      for (int64_t r = 0; r < c.layers_per_block; ++r, in = ch[i])
+        s.resnets.push_back(resnet(p + "resnets." + std::to_string(r), in, ch[i]));
+      s.resample = i + 1 < blocks;
+      if (s.resample) {
+        s.conv = conv(p + "downsamplers.0.conv", ch[i], ch[i], 3);
+        s.conv.stride = 2;
+        s.conv.pad = 0;  // padded right and bottom by one first (downsample)
+      }
+      down_.push_back(std::move(s));
+    }
+    enc_mid_ = mid("encoder.mid_block", top);
+    enc_norm_ = norm("encoder.conv_norm_out", top);
+    enc_out_ = conv("encoder.conv_out", top, 2 * L, 3);
+    if (c.use_quant_conv) quant_ = conv("quant_conv", 2 * L, 2 * L, 1);
+    // Decoder.
+    if (c.use_post_quant_conv) post_quant_ = conv("post_quant_conv", L, L, 1);
+    dec_in_ = conv("decoder.conv_in", L, top, 3);
+    dec_mid_ = mid("decoder.mid_block", top);
+    for (int64_t i = 0; i < blocks; ++i) {
+      const std::string p = "decoder.up_blocks." + std::to_string(i) + ".";
+      const int64_t out = ch[static_cast<size_t>(blocks - 1 - i)];
+      int64_t in = ch[static_cast<size_t>(blocks - std::max<int64_t>(i, 1))];  // the previous block's channels
+      Stage s;
+      for (int64_t r = 0; r <= c.layers_per_block; ++r, in = out)
+        s.resnets.push_back(resnet(p + "resnets." + std::to_string(r), in, out));
+      s.resample = i + 1 < blocks;
+      if (s.resample) s.conv = conv(p + "upsamplers.0.conv", out, out, 3);
+      up_.push_back(std::move(s));
+    }
+    dec_norm_ = norm("decoder.conv_norm_out", ch[0]);
+    dec_out_ = conv("decoder.conv_out", ch[0], c.out_channels, 3);
+    ws_ = nullptr;
+  }
+
+  LatentDistribution encode(const Tensor& x_in) override {
+    const int64_t f = c_.downscale();
+    ANVIL_CHECK(x_in.dim() == 4 && x_in.size(1) == c_.in_channels, ShapeError, "[vae encode] input must be [B, ",
+                c_.in_channels, ", H, W], got ", shape_str(x_in.sizes()));
+    ANVIL_CHECK(x_in.size(2) % f == 0 && x_in.size(3) % f == 0 && x_in.size(2) > 0 && x_in.size(3) > 0, ShapeError,
+                "[vae encode] H and W must be positive multiples of ", f, " (2^(blocks - 1)), got ",
+                shape_str(x_in.sizes()));
+    Tensor h = enc_in_(input(x_in));
+    for (const Stage& s : down_) {
+      for (const Resnet& r : s.resnets) h = run(r, h);
+      if (s.resample) h = s.conv(pad(h, {0, 1, 0, 1}));
+    }
+    h = run(enc_mid_, h);
+    h = enc_out_(act(enc_norm_, h));
+    if (quant_.w.defined()) h = quant_(h);
+    const int64_t L = c_.latent_channels;
+    LatentDistribution d;
+    d.mean = h.narrow(1, 0, L).to(kFloat32).contiguous();
+    d.logvar = clamp(h.narrow(1, L, L).to(kFloat32), Scalar(-30.0), Scalar(20.0));
+    return d;
+  }
+
+  Tensor decode(const Tensor& z_in) override {
+    ANVIL_CHECK(z_in.dim() == 4 && z_in.size(1) == c_.latent_channels && z_in.size(2) > 0 && z_in.size(3) > 0,
+                ShapeError, "[vae decode] latents must be [B, ", c_.latent_channels, ", h, w], got ",
+                shape_str(z_in.sizes()));
+    Tensor h = input(z_in);
+    if (post_quant_.w.defined()) h = post_quant_(h);
+    h = run(dec_mid_, dec_in_(h));
+    for (const Stage& s : up_) {
+      for (const Resnet& r : s.resnets) h = run(r, h);
+      if (s.resample) h = s.conv(interpolate(h, std::nullopt, std::vector<double>{2.0, 2.0}, "nearest"));
+    }
+    return dec_out_(act(dec_norm_, h)).to(kFloat32);
+  }
+
+  const VaeConfig& config() const override { return c_; }
+  Device device() const override { return o_.device; }
+  DType dtype() const override { return o_.dtype; }
+  uint64_t parameters() const override { return parameters_; }
+
+ private:
+  Tensor take(const std::string& name, const Shape& shape) {
+    Tensor t = ws_->get(name, shape);
+    parameters_ += static_cast<uint64_t>(t.numel());
+    if (o_.progress) o_.progress(ws_->loaded_bytes(), ws_->total_bytes());
+    return t;
+  }
+  Conv conv(const std::string& p, int64_t in, int64_t out, int64_t k) {
+    return {take(p + ".weight", {out, in, k, k}), take(p + ".bias", {out}), 1, k / 2};
+  }
+  Norm norm(const std::string& p, int64_t ch) { return {take(p + ".weight", {ch}), take(p + ".bias", {ch})}; }
+  Resnet resnet(const std::string& p, int64_t in, int64_t out) {
+    Resnet r;
+    r.norm1 = norm(p + ".norm1", in);
+    r.conv1 = conv(p + ".conv1", in, out, 3);
+    r.norm2 = norm(p + ".norm2", out);
+    r.conv2 = conv(p + ".conv2", out, out, 3);
+    if (in != out) r.shortcut = conv(p + ".conv_shortcut", in, out, 1);
+    return r;
+  }
+  MidBlock mid(const std::string& p, int64_t ch) {
+    MidBlock m;
+    m.first = resnet(p + ".resnets.0", ch, ch);
+    m.attend = c_.mid_block_add_attention;
+    if (m.attend) {
+      const std::string a = p + ".attentions.0.";
+      Attention& at = m.attention;
+      at.norm = norm(a + "group_norm", ch);
+      at.q_w = take(a + "to_q.weight", {ch, ch});
+      at.q_b = take(a + "to_q.bias", {ch});
+      at.k_w = take(a + "to_k.weight", {ch, ch});
+      at.k_b = take(a + "to_k.bias", {ch});
+      at.v_w = take(a + "to_v.weight", {ch, ch});
+      at.v_b = take(a + "to_v.bias", {ch});
+      at.out_w = take(a + "to_out.0.weight", {ch, ch});
+      at.out_b = take(a + "to_out.0.bias", {ch});
+    }
+    m.second = resnet(p + ".resnets.1", ch, ch);
+    return m;
+  }
+
+  Tensor input(const Tensor& x) const { return x.to(o_.device, o_.dtype).contiguous(); }
+  Tensor act(const Norm& n, const Tensor& x) const {
+    return silu(group_norm(x, c_.norm_num_groups, n.w, n.b, kEps));
+  }
+  Tensor run(const Resnet& r, const Tensor& x) const {
+    Tensor h = r.conv1(act(r.norm1, x));
+    h = r.conv2(act(r.norm2, h));
+    return add(r.shortcut.w.defined() ? r.shortcut(x) : x, h);
+  }
+  Tensor run(const MidBlock& m, const Tensor& x) const {
+    Tensor h = run(m.first, x);
+    if (m.attend) h = attend(m.attention, h);
+    return run(m.second, h);
+  }
+  // One head over the H W positions: tokens [B, 1, HW, C].
+  Tensor attend(const Attention& a, const Tensor& x) const {
+    const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+    const Tensor t = group_norm(x, c_.norm_num_groups, a.norm.w, a.norm.b, kEps).view({B, C, H * W}).transpose(1, 2);
+    const Tensor q = linear(t, a.q_w, a.q_b).unsqueeze(1), k = linear(t, a.k_w, a.k_b).unsqueeze(1),
+                 v = linear(t, a.v_w, a.v_b).unsqueeze(1);
+    const Tensor o = linear(scaled_dot_product_attention(q, k, v).squeeze(1), a.out_w, a.out_b);
+    return add(x, o.transpose(1, 2).reshape({B, C, H, W}));
+  }
+
+  VaeConfig c_;
+  LoadOptions o_;
+  WeightSource* ws_;  // only while the constructor runs
+  uint64_t parameters_ = 0;
+  Conv enc_in_, enc_out_, quant_, post_quant_, dec_in_, dec_out_;
+  Norm enc_norm_, dec_norm_;
+  std::vector<Stage> down_, up_;
+  MidBlock enc_mid_, dec_mid_;
+};
+
+}  // namespace
+
+std::unique_ptr<Vae> build_autoencoder_kl(const VaeConfig& config, WeightSource& weights, const LoadOptions& options) {
+  return std::make_unique<AutoencoderKL>(config, weights, options);
+}
+
+}  // namespace anvil::runtime

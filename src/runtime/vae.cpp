@@ -1,0 +1,158 @@
+// VAE configs and load_vae: a diffusers folder's config.json picks the architecture by
+// "_class_name"; its builder reads the weights; a tensor no builder read is an error.
+#include "runtime/vae.h"
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "runtime/io.h"
+
+namespace anvil::runtime {
+namespace {
+
+using nlohmann::json;
+constexpr const char* kOp = "[vae]";
+
+// The fields of an AutoencoderKL config: those the model reads, and diffusers' bookkeeping that
+// does not change the model (sample_size is a tiling default, force_upcast a pipeline hint).
+const std::set<std::string>& known_fields() {
+  static const std::set<std::string> k = {
+      "_class_name", "_diffusers_version", "_name_or_path", "act_fn", "block_out_channels", "down_block_types",
+      "force_upcast", "in_channels", "latent_channels", "latents_mean", "latents_std", "layers_per_block",
+      "mid_block_add_attention", "norm_num_groups", "out_channels", "sample_size", "scaling_factor", "shift_factor",
+      "up_block_types", "use_post_quant_conv", "use_quant_conv"};
+  return k;
+}
+
+int64_t positive_int(const json& j, const char* name, int64_t fallback, const std::string& where) {
+  if (!j.contains(name) || j[name].is_null()) return fallback;
+  const json& v = j[name];
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+    format_fail(kOp, where, "\"", name, "\" must be a positive integer, got ", v.dump());
+  return v.get<int64_t>();
+}
+
+bool flag(const json& j, const char* name, bool fallback, const std::string& where) {
+  if (!j.contains(name) || j[name].is_null()) return fallback;
+  if (!j[name].is_boolean()) format_fail(kOp, where, "\"", name, "\" must be true or false, got ", j[name].dump());
+  return j[name].get<bool>();
+}
+
+std::optional<double> number(const json& j, const char* name, const std::string& where) {
+  if (!j.contains(name) || j[name].is_null()) return std::nullopt;
+  const json& v = j[name];
+  if (!v.is_number() || !std::isfinite(v.get<double>()))
+    format_fail(kOp, where, "\"", name, "\" must be a finite number, got ", v.dump());
+  return v.get<double>();
+}
+
+// A per-latent-channel list (latents_mean / latents_std), or empty when null.
+std::vector<double> channel_list(const json& j, const char* name, int64_t channels, const std::string& where) {
+  if (!j.contains(name) || j[name].is_null()) return {};
+  const json& v = j[name];
+  bool ok = v.is_array() && static_cast<int64_t>(v.size()) == channels;
+  std::vector<double> r;
+  for (size_t i = 0; ok && i < v.size(); ++i) {
+    ok = v[i].is_number();
+    if (ok) r.push_back(v[i].get<double>());
+  }
+  if (!ok) format_fail(kOp, where, "\"", name, "\" must be a list of ", channels, " numbers, got ", v.dump());
+  return r;
+}
+
+// Every entry of the list field `name` equal to `want` (one per block).
+void block_types(const json& j, const char* name, const char* want, size_t blocks, const std::string& where) {
+  if (!j.contains(name)) return;  // diffusers' default is all `want`
+  const json& v = j[name];
+  bool ok = v.is_array() && v.size() == blocks;
+  for (size_t i = 0; ok && i < v.size(); ++i) ok = v[i].is_string() && v[i].get<std::string>() == want;
+  if (!ok)
+    format_fail(kOp, where, "\"", name, "\" must list \"", want, "\" once per block_out_channels entry (", blocks,
+                "); got ", v.dump(), ": other block types are not implemented");
+}
+
+}  // namespace
+
+VaeConfig parse_vae_config(const std::string& text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    format_fail(kOp, where, "not valid JSON: ", e.what());
+  }
+  if (!j.is_object()) format_fail(kOp, where, "not a JSON object");
+  VaeConfig c;
+  if (!j.contains("_class_name") || !j["_class_name"].is_string())
+    format_fail(kOp, where, "missing \"_class_name\" (a diffusers model config names its class)");
+  c.class_name = j["_class_name"].get<std::string>();
+  if (c.class_name != "AutoencoderKL")
+    format_fail(kOp, where, "\"_class_name\" \"", c.class_name, "\" has no implementation (AutoencoderKL has)");
+  for (const auto& [key, value] : j.items())
+    if (!known_fields().count(key))
+      format_fail(kOp, where, "unknown field \"", key, "\" for ", c.class_name, ": a variant anvil does not implement");
+  c.in_channels = positive_int(j, "in_channels", 3, where);
+  c.out_channels = positive_int(j, "out_channels", 3, where);
+  c.latent_channels = positive_int(j, "latent_channels", 4, where);
+  c.layers_per_block = positive_int(j, "layers_per_block", 1, where);
+  c.norm_num_groups = positive_int(j, "norm_num_groups", 32, where);
+  if (!j.contains("block_out_channels")) {
+    c.block_out_channels = {64};  // diffusers' default
+  } else {
+    const json& b = j["block_out_channels"];
+    bool ok = b.is_array() && !b.empty() && b.size() <= 8;
+    for (size_t i = 0; ok && i < b.size(); ++i) {
+      ok = b[i].is_number_integer() && b[i].get<int64_t>() > 0;
+      if (ok) c.block_out_channels.push_back(b[i].get<int64_t>());
+    }
+    if (!ok) format_fail(kOp, where, "\"block_out_channels\" must be 1 to 8 positive integers, got ", b.dump());
+  }
+  for (int64_t ch : c.block_out_channels)
+    if (ch % c.norm_num_groups != 0)
+      format_fail(kOp, where, "block_out_channels entry ", ch, " is not divisible by norm_num_groups ",
+                  c.norm_num_groups);
+  block_types(j, "down_block_types", "DownEncoderBlock2D", c.block_out_channels.size(), where);
+  block_types(j, "up_block_types", "UpDecoderBlock2D", c.block_out_channels.size(), where);
+  if (j.contains("act_fn") && !(j["act_fn"].is_string() && j["act_fn"].get<std::string>() == "silu"))
+    format_fail(kOp, where, "\"act_fn\" ", j["act_fn"].dump(), " is not implemented (\"silu\" is)");
+  c.use_quant_conv = flag(j, "use_quant_conv", true, where);
+  c.use_post_quant_conv = flag(j, "use_post_quant_conv", true, where);
+  c.mid_block_add_attention = flag(j, "mid_block_add_attention", true, where);
+  (void)flag(j, "force_upcast", true, where);
+  c.scaling_factor = number(j, "scaling_factor", where).value_or(0.18215);
+  c.shift_factor = number(j, "shift_factor", where);
+  c.latents_mean = channel_list(j, "latents_mean", c.latent_channels, where);
+  c.latents_std = channel_list(j, "latents_std", c.latent_channels, where);
+  return c;
+}
+
+VaeConfig load_vae_config(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  if (!std::filesystem::exists(path)) throw Error(std::string(kOp) + " " + dir + " holds no config.json");
+  return parse_vae_config(read_file(path, kOp), path);
+}
+
+Tensor LatentDistribution::sample(uint64_t seed) const {
+  manual_seed(seed);
+  const Tensor noise = randn(mean.sizes(), TensorOptions(kFloat32).device(mean.device()));
+  return add(mean, mul(exp(mul(logvar, 0.5)), noise));
+}
+
+std::unique_ptr<Vae> load_vae(const std::string& dir, const LoadOptions& options) {
+  ANVIL_CHECK(options.dtype == kFloat32 || options.dtype == kBFloat16 || options.dtype == kFloat16, DTypeError,
+              "[vae] compute dtype must be float32, bfloat16 or float16, got ", dtype_name(options.dtype));
+  const VaeConfig c = load_vae_config(dir);
+  const auto w = checkpoint_weights(dir, options, "diffusion_pytorch_model");
+  auto vae = build_autoencoder_kl(c, *w, options);
+  const std::vector<std::string> unread = w->unread();
+  if (!unread.empty() && !options.allow_unread) {
+    std::string names;
+    for (size_t i = 0; i < unread.size() && i < 5; ++i) names += (i ? ", " : "") + unread[i];
+    format_fail(kOp, dir, unread.size(), " checkpoint tensor(s) are not read by the ", c.class_name, " model (", names,
+                unread.size() > 5 ? ", ..." : "", "): a layout anvil does not know");
+  }
+  return vae;
+}
+
+}  // namespace anvil::runtime

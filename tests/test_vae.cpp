@@ -1,0 +1,185 @@
+// VAEs against diffusers: the tiny random-weight AutoencoderKL of tests/data/sd-vae (made by
+// diffusers 0.42.1 with PyTorch 2.11 on CPU in float32; golden.safetensors holds its input,
+// the encoder's latent mean / log-variance and two decodes), in float32 and bfloat16 on every
+// device, plus the config and input errors a user meets first.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "expect_throws.h"
+#include "harness.h"
+#include "runtime/safetensors.h"
+#include "runtime/vae.h"
+
+namespace {
+
+using namespace anvil;
+using runtime::LoadOptions;
+
+std::string vae_dir(const std::string& name) { return th::source_dir() + "/tests/data/" + name; }
+
+// golden.safetensors' tensor `name` (float32, CPU).
+Tensor golden(const std::string& dir, const std::string& name) {
+  return runtime::Checkpoint(dir, "golden").tensor(name).to(kFloat32).contiguous();
+}
+
+std::vector<double> values(const Tensor& t) {
+  const Tensor c = t.to(kCPU).to(kFloat32).contiguous();
+  return std::vector<double>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+// Every |got - want| <= rel * max|want| (the output's scale), shapes equal.
+::testing::AssertionResult within_scale(const Tensor& got, const Tensor& want, double rel) {
+  if (got.sizes() != want.sizes())
+    return ::testing::AssertionFailure() << "shape " << shape_str(got.sizes()) << ", want " << shape_str(want.sizes());
+  const std::vector<double> g = values(got), w = values(want);
+  double scale = 0, err = 0;
+  size_t at = 0;
+  for (double v : w) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < g.size(); ++i)
+    if (!(std::abs(g[i] - w[i]) <= err)) {
+      err = std::isnan(g[i]) ? INFINITY : std::abs(g[i] - w[i]);
+      at = i;
+    }
+  if (err <= rel * scale) return ::testing::AssertionSuccess() << "max error " << err << " of scale " << scale;
+  return ::testing::AssertionFailure() << "max error " << err << " at " << at << " (got " << g[at] << ", want " << w[at]
+                                       << ") > " << rel << " x scale " << scale;
+}
+
+// PSNR in dB of got against want with the peak as want's range (max - min), as image metrics
+// with a data range do.
+double psnr(const Tensor& got, const Tensor& want) {
+  const std::vector<double> g = values(got), w = values(want);
+  double se = 0;
+  for (size_t i = 0; i < g.size(); ++i) se += (g[i] - w[i]) * (g[i] - w[i]);
+  const auto [lo, hi] = std::minmax_element(w.begin(), w.end());
+  const double range = *hi - *lo, mse = se / static_cast<double>(g.size());
+  return mse == 0 ? INFINITY : 10.0 * std::log10(range * range / mse);
+}
+
+class Vae : public th::DeviceTest {};
+
+// float32: every output within 1e-5 of its scale, tighter than the issue's 1e-4 so that the
+// norms' eps (1e-6; 1e-5 moves outputs by up to 1.6e-5 of scale) is checked too. Measured on
+// CPU: at most 1.1e-6 of scale (latent logvar 2.7e-6 of 2.53). The same bits on a second call.
+TEST_P(Vae, AutoencoderKLFloat32MatchesDiffusers) {
+  const std::string dir = vae_dir("sd-vae");
+  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kFloat32});
+  EXPECT_EQ(vae->config().class_name, "AutoencoderKL");
+  EXPECT_EQ(vae->parameters(), 658375u);  // golden.json's param_count
+  const runtime::LatentDistribution d = vae->encode(golden(dir, "input"));
+  EXPECT_EQ(d.mean.device(), dev());
+  EXPECT_EQ(d.mean.dtype(), kFloat32);
+  EXPECT_TRUE(within_scale(d.mean, golden(dir, "latent_mean"), 1e-5)) << "latent mean";
+  EXPECT_TRUE(within_scale(d.logvar, golden(dir, "latent_logvar"), 1e-5)) << "latent logvar";
+  const Tensor y = vae->decode(golden(dir, "latent_in"));
+  EXPECT_TRUE(within_scale(y, golden(dir, "decoded"), 1e-5)) << "decode(latent_in)";
+  EXPECT_TRUE(within_scale(vae->decode(golden(dir, "latent_mean")), golden(dir, "decoded_from_mean"), 1e-4))
+      << "decode(latent_mean)";
+  EXPECT_EQ(values(vae->decode(golden(dir, "latent_in"))), values(y)) << "the same bits every call";
+}
+
+// bfloat16 weights and activations: PSNR >= 40 dB against the float32 golden.
+TEST_P(Vae, AutoencoderKLBFloat16Psnr) {
+  const std::string dir = vae_dir("sd-vae");
+  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kBFloat16});
+  const runtime::LatentDistribution d = vae->encode(golden(dir, "input"));
+  EXPECT_GE(psnr(d.mean, golden(dir, "latent_mean")), 40.0) << "latent mean";
+  const double p = psnr(vae->decode(golden(dir, "latent_in")), golden(dir, "decoded"));
+  EXPECT_GE(p, 40.0) << "decode";
+  RecordProperty("bf16_decode_psnr_db", std::to_string(p));
+}
+
+// sample(seed) = mean + exp(logvar / 2) * N(0, 1): the same draw for a seed, another for another.
+TEST_P(Vae, SampleIsSeeded) {
+  const std::string dir = vae_dir("sd-vae");
+  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kFloat32});
+  const runtime::LatentDistribution d = vae->encode(golden(dir, "input"));
+  const Tensor a = d.sample(7), b = d.sample(7), c = d.sample(8);
+  EXPECT_EQ(values(a), values(b));
+  EXPECT_NE(values(a), values(c));
+  manual_seed(7);
+  const std::vector<double> noise = values(randn(d.mean.sizes(), TensorOptions(kFloat32).device(dev())));
+  const std::vector<double> m = values(d.mean), lv = values(d.logvar), s = values(a);
+  for (size_t i = 0; i < s.size(); ++i)
+    ASSERT_NEAR(s[i], m[i] + std::exp(lv[i] / 2) * noise[i], 1e-5 * (1 + std::abs(s[i]))) << i;
+}
+
+TEST_P(Vae, BadInputsAreErrors) {
+  const std::string dir = vae_dir("sd-vae");
+  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kFloat32});
+  const TensorOptions o = TensorOptions(kFloat32).device(dev());
+  EXPECT_THROWS_SAYING(ShapeError, "vae decode", "latents must be [B, 4, h, w], got [1, 3, 8, 8]",
+                       vae->decode(zeros({1, 3, 8, 8}, o)));
+  EXPECT_THROWS_SAYING(ShapeError, "vae decode", "got [4, 8, 8]", vae->decode(zeros({4, 8, 8}, o)));
+  EXPECT_THROWS_SAYING(ShapeError, "vae encode", "input must be [B, 3, H, W], got [1, 1, 8, 8]",
+                       vae->encode(zeros({1, 1, 8, 8}, o)));
+  EXPECT_THROWS_SAYING(ShapeError, "vae encode", "multiples of 2", vae->encode(zeros({1, 3, 9, 8}, o)));
+  EXPECT_THROWS_SAYING(DTypeError, "vae", "compute dtype", runtime::load_vae(dir, LoadOptions{dev(), kFloat64}));
+}
+
+// A copy of the folder with config.json replaced by `config` (the weights linked).
+std::string folder_with_config(const std::string& config) {
+  namespace fs = std::filesystem;
+  const fs::path d = fs::temp_directory_path() / ("anvil_vae_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  fs::remove(d / "diffusion_pytorch_model.safetensors");
+  fs::create_symlink(fs::absolute(vae_dir("sd-vae") + "/diffusion_pytorch_model.safetensors"),
+                     d / "diffusion_pytorch_model.safetensors");
+  std::ofstream(d / "config.json") << config;
+  return d.string();
+}
+
+TEST(VaeConfig, StrictAboutWhatItDoesNotImplement) {
+  const std::string where = "config.json";
+  auto parse = [&](const std::string& text) { return runtime::parse_vae_config(text, where); };
+  const runtime::VaeConfig c = parse(
+      R"({"_class_name": "AutoencoderKL", "block_out_channels": [32, 64], "norm_num_groups": 8, "shift_factor": 0.1159,
+          "scaling_factor": 0.3611, "latent_channels": 16, "use_quant_conv": false, "use_post_quant_conv": false})");
+  EXPECT_EQ(c.block_out_channels, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(c.latent_channels, 16);
+  EXPECT_DOUBLE_EQ(c.scaling_factor, 0.3611);
+  ASSERT_TRUE(c.shift_factor.has_value());
+  EXPECT_DOUBLE_EQ(*c.shift_factor, 0.1159);
+  EXPECT_FALSE(c.use_quant_conv);
+  EXPECT_EQ(c.downscale(), 2);
+  EXPECT_THROWS_SAYING(FormatError, "vae", "unknown field \"time_compression_ratio\"",
+                       parse(R"({"_class_name": "AutoencoderKL", "time_compression_ratio": 4})"));
+  EXPECT_THROWS_SAYING(FormatError, "vae", "\"_class_name\" \"VQModel\" has no implementation",
+                       parse(R"({"_class_name": "VQModel"})"));
+  EXPECT_THROWS_SAYING(FormatError, "vae", "missing \"_class_name\"", parse(R"({"in_channels": 3})"));
+  EXPECT_THROWS_SAYING(FormatError, "vae", "\"act_fn\" \"gelu\" is not implemented",
+                       parse(R"({"_class_name": "AutoencoderKL", "act_fn": "gelu"})"));
+  EXPECT_THROWS_SAYING(FormatError, "vae", "other block types are not implemented",
+                       parse(R"({"_class_name": "AutoencoderKL", "block_out_channels": [32, 64],
+                                 "norm_num_groups": 8, "down_block_types": ["DownEncoderBlock2D", "AttnDownEncoderBlock2D"]})"));
+  EXPECT_THROWS_SAYING(FormatError, "vae", "not divisible by norm_num_groups 32",
+                       parse(R"({"_class_name": "AutoencoderKL", "block_out_channels": [48]})"));
+  EXPECT_THROWS_SAYING(FormatError, "vae", "\"latents_mean\" must be a list of 4 numbers",
+                       parse(R"({"_class_name": "AutoencoderKL", "latents_mean": [0.1, 0.2]})"));
+  EXPECT_THROWS_SAYING(FormatError, "vae", "not valid JSON", parse("{"));
+}
+
+// The weights must match the config: a wrong channel count names the tensor and both shapes;
+// a model that reads fewer tensors than the file holds is an error naming them.
+TEST(VaeConfig, WeightsMustMatch) {
+  std::ifstream in(vae_dir("sd-vae") + "/config.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string wide = config;
+  wide.replace(wide.find("\"latent_channels\": 4"), 20, "\"latent_channels\": 8");
+  EXPECT_THROWS_SAYING(FormatError, "load", "encoder.conv_out.weight has shape [8, 64, 3, 3], the config gives [16, 64, 3, 3]",
+                       runtime::load_vae(folder_with_config(wide), LoadOptions{}));
+  std::string no_quant = config;
+  no_quant.replace(no_quant.find("\"use_quant_conv\": true"), 22, "\"use_quant_conv\": false");
+  EXPECT_THROWS_SAYING(FormatError, "vae", "2 checkpoint tensor(s) are not read by the AutoencoderKL model (quant_conv.bias, quant_conv.weight)",
+                       runtime::load_vae(folder_with_config(no_quant), LoadOptions{}));
+  LoadOptions lenient;
+  lenient.allow_unread = true;
+  EXPECT_NO_THROW(runtime::load_vae(folder_with_config(no_quant), lenient));
+  std::filesystem::remove_all(std::filesystem::path(folder_with_config(config)));
+}
+
+ANVIL_INSTANTIATE_DEVICE_TESTS(Vae);
+
+}  // namespace
