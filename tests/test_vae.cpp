@@ -80,6 +80,25 @@ TEST_P(Vae, AutoencoderKLFloat32MatchesDiffusers) {
   EXPECT_EQ(values(vae->decode(golden(dir, "latent_in"))), values(y)) << "the same bits every call";
 }
 
+// diffusers' tiling with golden.json's attributes (tile_sample_min_size 48, tile_latent_min_size
+// 24, overlap 0.25: a 2 x 2 grid both ways), same bound as untiled; tiling is off by default and
+// an input no larger than a tile runs untiled.
+TEST_P(Vae, AutoencoderKLTiledMatchesDiffusers) {
+  const std::string dir = vae_dir("sd-vae");
+  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kFloat32});
+  EXPECT_FALSE(vae->tiling().enabled);
+  EXPECT_EQ(vae->tiling().sample_tile, 64);  // the config's sample_size
+  EXPECT_EQ(vae->tiling().latent_tile, 32);
+  vae->set_tiling({true, 48, 24, 0.25});
+  const runtime::LatentDistribution d = vae->encode(golden(dir, "input"));
+  EXPECT_TRUE(within_scale(d.mean, golden(dir, "latent_mean_tiled"), 1e-5)) << "tiled latent mean";
+  EXPECT_TRUE(within_scale(d.logvar, golden(dir, "latent_logvar_tiled"), 1e-5)) << "tiled latent logvar";
+  EXPECT_TRUE(within_scale(vae->decode(golden(dir, "latent_in")), golden(dir, "decoded_tiled"), 1e-5)) << "tiled decode";
+  vae->set_tiling({true, 64, 32, 0.25});  // one tile: the untiled result
+  EXPECT_TRUE(within_scale(vae->decode(golden(dir, "latent_in")), golden(dir, "decoded"), 1e-5)) << "one tile";
+  EXPECT_THROWS_SAYING(ValueError, "vae", "overlap in [0, 1)", vae->set_tiling({true, 48, 24, 1.0}));
+}
+
 // bfloat16 weights and activations: PSNR >= 40 dB against the float32 golden.
 TEST_P(Vae, AutoencoderKLBFloat16Psnr) {
   const std::string dir = vae_dir("sd-vae");

@@ -2,6 +2,7 @@
 // "_class_name"; its builder reads the weights; a tensor no builder read is an error.
 #include "runtime/vae.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -122,6 +123,13 @@ VaeConfig parse_vae_config(const std::string& text, const std::string& where) {
   (void)flag(j, "force_upcast", true, where);
   c.scaling_factor = number(j, "scaling_factor", where).value_or(0.18215);
   c.shift_factor = number(j, "shift_factor", where);
+  if (j.contains("sample_size") && !j["sample_size"].is_null()) {
+    const json& v = j["sample_size"];
+    const json& first = v.is_array() && !v.empty() ? v[0] : v;
+    if (!first.is_number_integer() || first.get<int64_t>() <= 0)
+      format_fail(kOp, where, "\"sample_size\" must be a positive integer or a list of them, got ", v.dump());
+    c.sample_size = first.get<int64_t>();
+  }
   c.latents_mean = channel_list(j, "latents_mean", c.latent_channels, where);
   c.latents_std = channel_list(j, "latents_std", c.latent_channels, where);
   return c;
@@ -131,6 +139,71 @@ VaeConfig load_vae_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   if (!std::filesystem::exists(path)) throw Error(std::string(kOp) + " " + dir + " holds no config.json");
   return parse_vae_config(read_file(path, kOp), path);
+}
+
+namespace {
+
+// b's first n rows (dim 2) or columns (dim 3), n = min(a's, b's, blend): a's last n times 1 - k / n
+// plus b's times k / n at offset k, each product and the sum rounded to float32 as diffusers'
+// blend_v / blend_h (weights computed in double, then rounded).
+void blend_edge(const Tensor& a, Tensor& b, int64_t blend, int64_t dim) {
+  const int64_t n = std::min({a.size(dim), b.size(dim), blend});
+  if (n <= 0) return;
+  std::vector<float> w_old(static_cast<size_t>(n)), w_new(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) {
+    w_old[static_cast<size_t>(k)] = static_cast<float>(1.0 - static_cast<double>(k) / static_cast<double>(n));
+    w_new[static_cast<size_t>(k)] = static_cast<float>(static_cast<double>(k) / static_cast<double>(n));
+  }
+  Shape ws = {1, 1, 1, 1};
+  ws[static_cast<size_t>(dim)] = n;
+  const Tensor old_w = tensor(w_old, ws).to(b.device()), new_w = tensor(w_new, ws).to(b.device());
+  Tensor head = b.narrow(dim, 0, n);
+  head.copy_(add(mul(a.narrow(dim, a.size(dim) - n, n), old_w), mul(head, new_w)));
+}
+
+std::vector<int64_t> tile_starts(int64_t extent, int64_t stride) {
+  std::vector<int64_t> s;
+  for (int64_t i = 0; i < extent; i += stride) s.push_back(i);
+  return s;
+}
+
+}  // namespace
+
+Tensor run_tiled_2d(const Tensor& x, int64_t tile, int64_t stride, int64_t blend, int64_t keep,
+                    const std::function<int64_t(int64_t)>& out_extent, const std::function<Tensor(const Tensor&)>& f) {
+  ANVIL_CHECK(tile > 0 && stride > 0 && blend >= 0 && keep > 0, ValueError, "[vae] tiles of ", tile, " every ", stride,
+              " blending ", blend, " and keeping ", keep, ": each must be positive (blend >= 0)");
+  const int64_t H = x.size(2), W = x.size(3);
+  const std::vector<int64_t> rows = tile_starts(H, stride), cols = tile_starts(W, stride);
+  auto crop = [&](int64_t extent, int64_t start) { return std::min(keep, out_extent(std::min(tile, extent - start))); };
+  int64_t OH = 0, OW = 0;
+  for (int64_t r : rows) OH += crop(H, r);
+  for (int64_t c : cols) OW += crop(W, c);
+  Tensor out;
+  std::vector<Tensor> above(cols.size());  // each column's last tile's blended bottom strip
+  int64_t oy = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Tensor left;  // the previous tile's blended right strip
+    int64_t ox = 0;
+    for (size_t j = 0; j < cols.size(); ++j) {
+      Tensor t = f(x.narrow(2, rows[i], std::min(tile, H - rows[i])).narrow(3, cols[j], std::min(tile, W - cols[j])))
+                     .to(kFloat32)
+                     .contiguous();
+      if (!out.defined()) out = empty({t.size(0), t.size(1), OH, OW}, TensorOptions(kFloat32).device(t.device()));
+      if (i > 0) blend_edge(above[j], t, blend, 2);
+      if (j > 0) blend_edge(left, t, blend, 3);
+      const int64_t th = t.size(2), tw = t.size(3);
+      above[j] = t.narrow(2, th - std::min(th, blend), std::min(th, blend)).clone();
+      left = t.narrow(3, tw - std::min(tw, blend), std::min(tw, blend)).clone();
+      const int64_t ch = crop(H, rows[i]), cw = crop(W, cols[j]);
+      ANVIL_CHECK(std::min(keep, th) == ch && std::min(keep, tw) == cw, ShapeError, "[vae] a tile's output is ",
+                  shape_str(t.sizes()), ", its extent rule gives ", ch, " x ", cw, " kept");
+      out.narrow(2, oy, ch).narrow(3, ox, cw).copy_(t.narrow(2, 0, ch).narrow(3, 0, cw));
+      ox += cw;
+    }
+    oy += crop(H, rows[i]);
+  }
+  return out;
 }
 
 Tensor LatentDistribution::sample(uint64_t seed) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,7 @@ struct VaeConfig {
   double scaling_factor = 0.18215;
   std::optional<double> shift_factor;
   std::vector<double> latents_mean, latents_std;  // per latent channel; empty when null
+  int64_t sample_size = 32;  // the default tile (pixels); a [h, w] list gives its first entry, as diffusers
   // The spatial factor between an image and its latent: 2^(blocks - 1).
   int64_t downscale() const { return int64_t{1} << (block_out_channels.size() - 1); }
 };
@@ -42,6 +44,26 @@ struct LatentDistribution {
   Tensor sample(uint64_t seed) const;
 };
 
+// diffusers' tiling (enable_tiling()): an input larger than a tile runs as tiles that overlap by
+// `overlap` of a tile; each tile's top and left edges are blended linearly with the finished
+// tiles above and to the left, and each keeps its first tile - blend rows and columns. Decode
+// tiles are latent_tile latents (blend and keep in pixels), encode tiles sample_tile pixels
+// (blend and keep in latents), as diffusers' tile_latent_min_size / tile_sample_min_size /
+// tile_overlap_factor. The blends run in float32 (diffusers blends in the model's dtype).
+struct VaeTiling {
+  bool enabled = false;
+  int64_t sample_tile = 0;  // 0: the config's sample_size
+  int64_t latent_tile = 0;  // 0: sample_size / downscale()
+  double overlap = 0.25;
+};
+
+// The tiled run above over x [B, C, H, W] with tiles of `tile` input elements starting every
+// `stride`: f maps a tile to its output (float32 [B, C', h', w'], h' = out_extent(h)); blend and
+// keep are in output elements. The output is assembled in place: only the blended edge strips of
+// the previous tiles are kept, not the tiles.
+Tensor run_tiled_2d(const Tensor& x, int64_t tile, int64_t stride, int64_t blend, int64_t keep,
+                    const std::function<int64_t(int64_t)>& out_extent, const std::function<Tensor(const Tensor&)>& f);
+
 class Vae {
  public:
   virtual ~Vae() = default;
@@ -51,6 +73,9 @@ class Vae {
   // z [B, latent_channels, h, w] as diffusers' decode() takes it (unscaled) -> [B, out_channels,
   // h * downscale(), w * downscale()], float32.
   virtual Tensor decode(const Tensor& z) = 0;
+  // Tiling for the calls that follow; the tiling in force with its defaults filled in.
+  virtual void set_tiling(const VaeTiling& tiling) = 0;
+  virtual VaeTiling tiling() const = 0;
   virtual const VaeConfig& config() const = 0;
   virtual Device device() const = 0;
   virtual DType dtype() const = 0;  // the compute dtype

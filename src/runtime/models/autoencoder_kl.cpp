@@ -104,14 +104,17 @@ class AutoencoderKL final : public Vae {
     ANVIL_CHECK(x_in.size(2) % f == 0 && x_in.size(3) % f == 0 && x_in.size(2) > 0 && x_in.size(3) > 0, ShapeError,
                 "[vae encode] H and W must be positive multiples of ", f, " (2^(blocks - 1)), got ",
                 shape_str(x_in.sizes()));
-    Tensor h = enc_in_(input(x_in));
-    for (const Stage& s : down_) {
-      for (const Resnet& r : s.resnets) h = run(r, h);
-      if (s.resample) h = s.conv(pad(h, {0, 1, 0, 1}));
+    const Tensor x = input(x_in);
+    const VaeTiling t = tiling();
+    Tensor h;
+    if (t.enabled && (x.size(2) > t.sample_tile || x.size(3) > t.sample_tile)) {
+      const int64_t blend = static_cast<int64_t>(static_cast<double>(t.latent_tile) * t.overlap);
+      h = run_tiled_2d(x, t.sample_tile, static_cast<int64_t>(static_cast<double>(t.sample_tile) * (1 - t.overlap)),
+                       blend, t.latent_tile - blend, [&](int64_t n) { return encoded_extent(n); },
+                       [&](const Tensor& tile) { return moments(tile); });
+    } else {
+      h = moments(x);
     }
-    h = run(enc_mid_, h);
-    h = enc_out_(act(enc_norm_, h));
-    if (quant_.w.defined()) h = quant_(h);
     const int64_t L = c_.latent_channels;
     LatentDistribution d;
     d.mean = h.narrow(1, 0, L).to(kFloat32).contiguous();
@@ -123,16 +126,29 @@ class AutoencoderKL final : public Vae {
     ANVIL_CHECK(z_in.dim() == 4 && z_in.size(1) == c_.latent_channels && z_in.size(2) > 0 && z_in.size(3) > 0,
                 ShapeError, "[vae decode] latents must be [B, ", c_.latent_channels, ", h, w], got ",
                 shape_str(z_in.sizes()));
-    Tensor h = input(z_in);
-    if (post_quant_.w.defined()) h = post_quant_(h);
-    h = run(dec_mid_, dec_in_(h));
-    for (const Stage& s : up_) {
-      for (const Resnet& r : s.resnets) h = run(r, h);
-      if (s.resample) h = s.conv(interpolate(h, std::nullopt, std::vector<double>{2.0, 2.0}, "nearest"));
+    const Tensor z = input(z_in);
+    const VaeTiling t = tiling();
+    if (t.enabled && (z.size(2) > t.latent_tile || z.size(3) > t.latent_tile)) {
+      const int64_t blend = static_cast<int64_t>(static_cast<double>(t.sample_tile) * t.overlap), f = c_.downscale();
+      return run_tiled_2d(z, t.latent_tile, static_cast<int64_t>(static_cast<double>(t.latent_tile) * (1 - t.overlap)),
+                          blend, t.sample_tile - blend, [f](int64_t n) { return n * f; },
+                          [&](const Tensor& tile) { return decoded(tile); });
     }
-    return dec_out_(act(dec_norm_, h)).to(kFloat32);
+    return decoded(z);
   }
 
+  void set_tiling(const VaeTiling& t) override {
+    ANVIL_CHECK(t.sample_tile >= 0 && t.latent_tile >= 0 && t.overlap >= 0 && t.overlap < 1, ValueError,
+                "[vae] tiles must be >= 0 (0: the default) and the overlap in [0, 1), got sample_tile ", t.sample_tile,
+                ", latent_tile ", t.latent_tile, ", overlap ", t.overlap);
+    tiling_ = t;
+  }
+  VaeTiling tiling() const override {
+    VaeTiling t = tiling_;
+    if (t.sample_tile == 0) t.sample_tile = c_.sample_size;
+    if (t.latent_tile == 0) t.latent_tile = c_.sample_size / c_.downscale();
+    return t;
+  }
   const VaeConfig& config() const override { return c_; }
   Device device() const override { return o_.device; }
   DType dtype() const override { return o_.dtype; }
@@ -180,6 +196,34 @@ class AutoencoderKL final : public Vae {
   }
 
   Tensor input(const Tensor& x) const { return x.to(o_.device, o_.dtype).contiguous(); }
+  // The encoder and quant_conv: the latent distribution's moments [B, 2 latent, h, w] in the
+  // compute dtype.
+  Tensor moments(const Tensor& x) const {
+    Tensor h = enc_in_(x);
+    for (const Stage& s : down_) {
+      for (const Resnet& r : s.resnets) h = run(r, h);
+      if (s.resample) h = s.conv(pad(h, {0, 1, 0, 1}));
+    }
+    h = run(enc_mid_, h);
+    h = enc_out_(act(enc_norm_, h));
+    return quant_.w.defined() ? quant_(h) : h;
+  }
+  // The latent extent of n pixels: each downsample pads by one and convolves 3 wide at stride 2.
+  int64_t encoded_extent(int64_t n) const {
+    for (const Stage& s : down_)
+      if (s.resample) n = (n + 1 - 3) / 2 + 1;
+    return n;
+  }
+  // post_quant_conv and the decoder, float32 out.
+  Tensor decoded(const Tensor& z) const {
+    Tensor h = post_quant_.w.defined() ? post_quant_(z) : z;
+    h = run(dec_mid_, dec_in_(h));
+    for (const Stage& s : up_) {
+      for (const Resnet& r : s.resnets) h = run(r, h);
+      if (s.resample) h = s.conv(interpolate(h, std::nullopt, std::vector<double>{2.0, 2.0}, "nearest"));
+    }
+    return dec_out_(act(dec_norm_, h)).to(kFloat32);
+  }
   Tensor act(const Norm& n, const Tensor& x) const {
     return silu(group_norm(x, c_.norm_num_groups, n.w, n.b, kEps));
   }
@@ -207,6 +251,7 @@ class AutoencoderKL final : public Vae {
   LoadOptions o_;
   WeightSource* ws_;  // only while the constructor runs
   uint64_t parameters_ = 0;
+  VaeTiling tiling_;
   Conv enc_in_, enc_out_, quant_, post_quant_, dec_in_, dec_out_;
   Norm enc_norm_, dec_norm_;
   std::vector<Stage> down_, up_;
