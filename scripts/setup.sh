@@ -9,7 +9,7 @@ BUILD_DIR="${1:-build}"
 shift || true
 
 PKGS=(build-essential cmake ninja-build pkg-config libhwy-dev libopenblas-openmp-dev liblapacke-dev
-      libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev)
+      libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libpng-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -41,7 +41,17 @@ struct BenchOptions {
   int reps = 5;
 };
 
+// anvil vae decode | encode | roundtrip (vae.cpp).
+struct VaeOptions {
+  std::string action, model, latents, input, out, device = "cpu", dtype = "float32";
+  bool allow_unread = false, tiled = false, scaled = false, sample = false;
+  int64_t tile_sample = 0, tile_latent = 0;  // 0: the model's defaults
+  double tile_overlap = 0.25;
+  uint64_t seed = 0;
+};
+
 int cmd_tokenize(const TokenizeOptions& o);
+int cmd_vae(const VaeOptions& o);
 int cmd_bench(const BenchOptions& o);
 int cmd_run(const RunOptions& o);
 int cmd_logits(const LogitsOptions& o);

@@ -10,32 +10,10 @@
 #include "anvil/anvil.h"
 #include "commands.h"
 #include "runtime/config.h"
+#include "runtime/media.h"
 #include "runtime/model.h"
 
 namespace anvil::cli {
-namespace {
-
-// NumPy's .npy v1.0: magic, header length, a Python dict literal padded to 64 bytes, the data.
-void write_npy(const std::string& path, const Tensor& t) {
-  const Tensor c = t.to(kCPU, kFloat32).contiguous();
-  std::string shape = "(";
-  for (int64_t d : c.sizes()) shape += std::to_string(d) + ", ";
-  if (c.dim() > 1) shape.resize(shape.size() - 1), shape.back() = ')';
-  else shape += ")";
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
-  header.append(64 - (10 + header.size() + 1) % 64, ' ');
-  header += '\n';
-  std::ofstream out(path, std::ios::binary);
-  ANVIL_CHECK(out.good(), Error, "[logits] cannot write ", path);
-  const uint16_t n = static_cast<uint16_t>(header.size());
-  out.write("\x93NUMPY\x01\x00", 8);
-  out.write(reinterpret_cast<const char*>(&n), 2);
-  out << header;
-  out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
-  ANVIL_CHECK(out.good(), Error, "[logits] writing ", path, " failed");
-}
-
-}  // namespace
 
 bool set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op) {
   using runtime::Fp8Weights;
@@ -95,7 +73,7 @@ int cmd_logits(const LogitsOptions& o) {
     for (int64_t i = 0; i < T; ++i) rows.push_back(model->forward(ids.narrow(0, i, 1), i));
     logits = cat(rows, 0);
   }
-  write_npy(o.out, logits);
+  runtime::write_npy(o.out, logits, "[logits]");
   std::fprintf(stderr, "[logits] %lld x %lld float32 logits (%s, %s) -> %s\n", static_cast<long long>(logits.size(0)),
                static_cast<long long>(logits.size(1)), o.mode.c_str(), o.dtype.c_str(), o.out.c_str());
   return 0;

@@ -1,4 +1,4 @@
-// anvil: the command-line front end (info, bench-ops, run, bench, logits, tokenize, detokenize).
+// anvil: the command-line front end (info, bench-ops, run, bench, logits, tokenize, detokenize, vae).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <omp.h>
@@ -110,6 +110,38 @@ int main(int argc, char** argv) {
   bench->add_option("-r", bm.reps, "timed repetitions")->capture_default_str();
   bench->add_option("--json", bm.json, "also write the rows to this JSON file");
 
+  anvil::cli::VaeOptions vo;
+  auto* vae = app.add_subcommand("vae", "a diffusers VAE folder (AutoencoderKL): decode latents, encode images, round trips");
+  vae->require_subcommand(1);
+  auto vae_common = [&](CLI::App* c) {
+    c->add_option("-m,--model", vo.model, "diffusers VAE folder (config.json, diffusion_pytorch_model.safetensors)")
+        ->required();
+    c->add_option("--device", vo.device, "cpu | cuda | cuda:N")->capture_default_str();
+    c->add_option("--dtype", vo.dtype, "float32 | bfloat16 | float16")->capture_default_str();
+    c->add_flag("--allow-unread-tensors", vo.allow_unread, "load even when the folder holds tensors the model does not read");
+    c->add_flag("--tiled", vo.tiled, "diffusers' tiling (enable_tiling): overlapping tiles, blended");
+    c->add_option("--tile-sample", vo.tile_sample, "tile size in pixels (default: the config's sample_size)");
+    c->add_option("--tile-latent", vo.tile_latent, "tile size in latents (default: sample_size / 2^(blocks - 1))");
+    c->add_option("--tile-overlap", vo.tile_overlap, "overlap of neighbouring tiles, a fraction of a tile")
+        ->capture_default_str();
+  };
+  auto* vae_decode = vae->add_subcommand("decode", "latents (.npy, [B, latent, h, w]) -> image (.png) or array (.npy)");
+  vae_common(vae_decode);
+  vae_decode->add_option("--latents", vo.latents, "latents .npy as diffusers' decode() takes them")->required();
+  vae_decode->add_flag("--scaled", vo.scaled,
+                       "the latents are a pipeline's (scaled): undo scaling_factor / shift_factor / latents_mean first");
+  vae_decode->add_option("-o,--out", vo.out, "out.png (one image, [-1, 1] -> 8-bit RGB) or out.npy (float32)")->required();
+  auto* vae_encode = vae->add_subcommand("encode", "image (.png, or .npy [B, 3, H, W] in [-1, 1]) -> latents .npy");
+  vae_common(vae_encode);
+  vae_encode->add_option("-i,--input", vo.input, "image.png or x.npy")->required();
+  vae_encode->add_flag("--sample", vo.sample, "draw from the latent distribution (default: its mean)");
+  vae_encode->add_option("-s,--seed", vo.seed, "the draw's seed (--sample)")->capture_default_str();
+  vae_encode->add_option("-o,--out", vo.out, "latents .npy (float32, unscaled, as diffusers' latent_dist.mean)")
+      ->required();
+  auto* vae_roundtrip = vae->add_subcommand("roundtrip", "print the PSNR of decode(encode(x)) against x (peak-to-peak 2)");
+  vae_common(vae_roundtrip);
+  vae_roundtrip->add_option("-i,--input", vo.input, "image.png or x.npy")->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("info")) return cmd_info();
@@ -119,6 +151,10 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("logits")) return anvil::cli::cmd_logits(lg);
     if (app.got_subcommand("run")) return anvil::cli::cmd_run(ro);
     if (app.got_subcommand("bench")) return anvil::cli::cmd_bench(bm);
+    if (app.got_subcommand("vae")) {
+      vo.action = vae->got_subcommand("decode") ? "decode" : vae->got_subcommand("encode") ? "encode" : "roundtrip";
+      return anvil::cli::cmd_vae(vo);
+    }
   } catch (const anvil::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -1,0 +1,124 @@
+// anvil vae decode | encode | roundtrip: a diffusers VAE folder on images (PNG) and arrays
+// (.npy, float32 in the model's layout), printing the time and the peak memory of the device.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "anvil/anvil.h"
+#include "commands.h"
+#include "runtime/media.h"
+#include "runtime/vae.h"
+
+namespace anvil::cli {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// An image or array input: .png -> [1, 3, H, W] in [-1, 1]; .npy as stored.
+Tensor read_input(const std::string& path, const char* op) {
+  if (ends_with(path, ".png")) return runtime::read_png(path, op);
+  if (ends_with(path, ".npy")) return runtime::read_npy(path, op).to(kFloat32);
+  throw Error(std::string(op) + " -i " + path + ": images are .png, arrays .npy");
+}
+
+void write_output(const std::string& path, const Tensor& t, const char* op) {
+  if (ends_with(path, ".png")) {
+    ANVIL_CHECK(t.size(0) == 1, ShapeError, op, " -o ", path, ": a PNG holds one image, the output has a batch of ",
+                t.size(0), " (write .npy)");
+    runtime::write_png(path, t, op);
+  } else if (ends_with(path, ".npy")) {
+    runtime::write_npy(path, t, op);
+  } else {
+    throw Error(std::string(op) + " -o " + path + ": write .png (one image) or .npy");
+  }
+}
+
+// Undoes a pipeline's latent scaling: x * std / scaling_factor + mean with latents_mean / std,
+// else x / scaling_factor + shift_factor (0 when absent), as diffusers' pipelines before decode.
+Tensor unscale(const Tensor& x, const runtime::VaeConfig& c) {
+  if (!c.latents_mean.empty() && !c.latents_std.empty()) {
+    const int64_t L = c.latent_channels;
+    Shape s(static_cast<size_t>(x.dim()), 1);
+    s[1] = L;
+    std::vector<float> mean(c.latents_mean.begin(), c.latents_mean.end()), std(c.latents_std.begin(), c.latents_std.end());
+    return add(div(mul(x, tensor(std, s)), Scalar(c.scaling_factor)), tensor(mean, s));
+  }
+  return add(div(x, Scalar(c.scaling_factor)), Scalar(c.shift_factor.value_or(0.0)));
+}
+
+DType vae_dtype(const std::string& s, const char* op) {
+  if (s == "float32" || s == "fp32" || s == "float") return kFloat32;
+  if (s == "bfloat16" || s == "bf16") return kBFloat16;
+  if (s == "float16" || s == "fp16" || s == "half") return kFloat16;
+  throw Error(std::string(op) + " --dtype must be float32, bfloat16 or float16, got \"" + s + "\"");
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// PSNR in dB of a against b, both in [-1, 1] (peak-to-peak 2), as the round trip reports it.
+double psnr_pm1(const Tensor& a, const Tensor& b) {
+  const Tensor d = sub(a.to(kCPU, kFloat64), b.to(kCPU, kFloat64));
+  const double mse = mean(mul(d, d)).item<double>();
+  return mse == 0 ? INFINITY : 10.0 * std::log10(4.0 / mse);
+}
+
+}  // namespace
+
+int cmd_vae(const VaeOptions& o) {
+  const std::string opname = "[vae " + o.action + "]";
+  const char* op = opname.c_str();
+  check_model_dir(o.model, op);
+  runtime::LoadOptions lo;
+  lo.device = parse_device(o.device, op);
+  lo.dtype = vae_dtype(o.dtype, op);
+  lo.allow_unread = o.allow_unread;
+  set_progress(lo);
+  if (o.action == "decode") {
+    check_input_file(o.latents, op, "--latents");
+    check_output_file(o.out, op, "-o");
+  } else {
+    check_input_file(o.input, op, "-i");
+    if (o.action == "encode") check_output_file(o.out, op, "-o");
+  }
+  const Tensor in = o.action == "decode" ? runtime::read_npy(o.latents, op).to(kFloat32) : read_input(o.input, op);
+  auto t0 = std::chrono::steady_clock::now();
+  auto vae = runtime::load_vae(o.model, lo);
+  const double load_secs = seconds_since(t0);
+  if (o.tiled) vae->set_tiling({true, o.tile_sample, o.tile_latent, o.tile_overlap});
+  reset_peak_memory_stats(lo.device);
+  t0 = std::chrono::steady_clock::now();
+  Tensor out;
+  if (o.action == "decode") {
+    out = vae->decode(o.scaled ? unscale(in, vae->config()) : in);
+  } else {
+    const runtime::LatentDistribution d = vae->encode(in);
+    out = o.sample ? d.sample(o.seed) : d.mode();
+    if (o.action == "roundtrip") {
+      const Tensor back = vae->decode(out);
+      ANVIL_CHECK(back.sizes() == in.sizes(), ShapeError, op, " decode(encode(x)) is ", shape_str(back.sizes()),
+                  ", x is ", shape_str(in.sizes()));
+      std::printf("psnr %.4f dB\n", psnr_pm1(back, in));
+    }
+  }
+  synchronize(lo.device);
+  const double secs = seconds_since(t0);
+  const MemoryStats m = memory_stats(lo.device);
+  // Reported after the work, so that a bad input is the error line alone.
+  std::fprintf(stderr, "%s %s: %s, %.2f M parameters, %s on %s, loaded in %.2f s\n", op, o.model.c_str(),
+               vae->config().class_name.c_str(), static_cast<double>(vae->parameters()) / 1e6,
+               dtype_name(lo.dtype), lo.device.str().c_str(), load_secs);
+  std::fprintf(stderr, "%s %s -> %s in %.3f s%s; peak allocated %.1f MiB, peak reserved %.1f MiB\n", op,
+               shape_str(in.sizes()).c_str(), shape_str(out.sizes()).c_str(), secs, o.tiled ? " (tiled)" : "",
+               static_cast<double>(m.peak_allocated_bytes) / 1048576.0,
+               static_cast<double>(m.peak_reserved_bytes) / 1048576.0);
+  if (o.action != "roundtrip") write_output(o.out, out, op);
+  return 0;
+}
+
+}  // namespace anvil::cli
