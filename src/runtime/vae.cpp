@@ -16,15 +16,23 @@ namespace {
 using nlohmann::json;
 constexpr const char* kOp = "[vae]";
 
-// The fields of an AutoencoderKL config: those the model reads, and diffusers' bookkeeping that
-// does not change the model (sample_size is a tiling default, force_upcast a pipeline hint).
-const std::set<std::string>& known_fields() {
-  static const std::set<std::string> k = {
+// The fields of each class's config: those the model reads, and diffusers' bookkeeping that
+// does not change the model (sample_size is a tiling default, force_upcast a pipeline hint,
+// dropout a training setting).
+const std::set<std::string>& known_fields(const std::string& class_name) {
+  static const std::set<std::string> kl = {
       "_class_name", "_diffusers_version", "_name_or_path", "act_fn", "block_out_channels", "down_block_types",
       "force_upcast", "in_channels", "latent_channels", "latents_mean", "latents_std", "layers_per_block",
       "mid_block_add_attention", "norm_num_groups", "out_channels", "sample_size", "scaling_factor", "shift_factor",
       "up_block_types", "use_post_quant_conv", "use_quant_conv"};
-  return k;
+  static const std::set<std::string> wan = {
+      "_class_name", "_diffusers_version", "_name_or_path", "attn_scales", "base_dim", "decoder_base_dim", "dim_mult",
+      "dropout", "in_channels", "is_residual", "latents_mean", "latents_std", "num_res_blocks", "out_channels",
+      "patch_size", "scale_factor_spatial", "scale_factor_temporal", "temperal_downsample", "z_dim"};
+  static const std::set<std::string> qwen = {
+      "_class_name", "_diffusers_version", "_name_or_path", "attn_scales", "base_dim", "dim_mult", "dropout",
+      "input_channels", "latents_mean", "latents_std", "num_res_blocks", "temperal_downsample", "z_dim"};
+  return class_name == "AutoencoderKL" ? kl : class_name == "AutoencoderKLWan" ? wan : qwen;
 }
 
 int64_t positive_int(const json& j, const char* name, int64_t fallback, const std::string& where) {
@@ -63,6 +71,20 @@ std::vector<double> channel_list(const json& j, const char* name, int64_t channe
   return r;
 }
 
+// A list of 1 to 8 positive integers, or `fallback` when absent.
+std::vector<int64_t> int_list(const json& j, const char* name, std::vector<int64_t> fallback, const std::string& where) {
+  if (!j.contains(name) || j[name].is_null()) return fallback;
+  const json& b = j[name];
+  std::vector<int64_t> r;
+  bool ok = b.is_array() && !b.empty() && b.size() <= 8;
+  for (size_t i = 0; ok && i < b.size(); ++i) {
+    ok = b[i].is_number_integer() && b[i].get<int64_t>() > 0;
+    if (ok) r.push_back(b[i].get<int64_t>());
+  }
+  if (!ok) format_fail(kOp, where, "\"", name, "\" must be 1 to 8 positive integers, got ", b.dump());
+  return r;
+}
+
 // Every entry of the list field `name` equal to `want` (one per block).
 void block_types(const json& j, const char* name, const char* want, size_t blocks, const std::string& where) {
   if (!j.contains(name)) return;  // diffusers' default is all `want`
@@ -76,39 +98,15 @@ void block_types(const json& j, const char* name, const char* want, size_t block
 
 }  // namespace
 
-VaeConfig parse_vae_config(const std::string& text, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    format_fail(kOp, where, "not valid JSON: ", e.what());
-  }
-  if (!j.is_object()) format_fail(kOp, where, "not a JSON object");
-  VaeConfig c;
-  if (!j.contains("_class_name") || !j["_class_name"].is_string())
-    format_fail(kOp, where, "missing \"_class_name\" (a diffusers model config names its class)");
-  c.class_name = j["_class_name"].get<std::string>();
-  if (c.class_name != "AutoencoderKL")
-    format_fail(kOp, where, "\"_class_name\" \"", c.class_name, "\" has no implementation (AutoencoderKL has)");
-  for (const auto& [key, value] : j.items())
-    if (!known_fields().count(key))
-      format_fail(kOp, where, "unknown field \"", key, "\" for ", c.class_name, ": a variant anvil does not implement");
+namespace {
+
+void parse_autoencoder_kl(const json& j, VaeConfig& c, const std::string& where) {
   c.in_channels = positive_int(j, "in_channels", 3, where);
   c.out_channels = positive_int(j, "out_channels", 3, where);
   c.latent_channels = positive_int(j, "latent_channels", 4, where);
   c.layers_per_block = positive_int(j, "layers_per_block", 1, where);
   c.norm_num_groups = positive_int(j, "norm_num_groups", 32, where);
-  if (!j.contains("block_out_channels")) {
-    c.block_out_channels = {64};  // diffusers' default
-  } else {
-    const json& b = j["block_out_channels"];
-    bool ok = b.is_array() && !b.empty() && b.size() <= 8;
-    for (size_t i = 0; ok && i < b.size(); ++i) {
-      ok = b[i].is_number_integer() && b[i].get<int64_t>() > 0;
-      if (ok) c.block_out_channels.push_back(b[i].get<int64_t>());
-    }
-    if (!ok) format_fail(kOp, where, "\"block_out_channels\" must be 1 to 8 positive integers, got ", b.dump());
-  }
+  c.block_out_channels = int_list(j, "block_out_channels", {64}, where);
   for (int64_t ch : c.block_out_channels)
     if (ch % c.norm_num_groups != 0)
       format_fail(kOp, where, "block_out_channels entry ", ch, " is not divisible by norm_num_groups ",
@@ -130,6 +128,72 @@ VaeConfig parse_vae_config(const std::string& text, const std::string& where) {
       format_fail(kOp, where, "\"sample_size\" must be a positive integer or a list of them, got ", v.dump());
     c.sample_size = first.get<int64_t>();
   }
+}
+
+// AutoencoderKLWan and AutoencoderKLQwenImage (input_channels for both in and out).
+void parse_wan(const json& j, VaeConfig& c, const std::string& where) {
+  const bool qwen = c.class_name == "AutoencoderKLQwenImage";
+  c.in_channels = positive_int(j, qwen ? "input_channels" : "in_channels", 3, where);
+  c.out_channels = qwen ? c.in_channels : positive_int(j, "out_channels", 3, where);
+  c.latent_channels = positive_int(j, "z_dim", 16, where);
+  c.base_dim = positive_int(j, "base_dim", 96, where);
+  c.decoder_base_dim = qwen ? c.base_dim : positive_int(j, "decoder_base_dim", c.base_dim, where);
+  c.num_res_blocks = positive_int(j, "num_res_blocks", 2, where);
+  c.dim_mult = int_list(j, "dim_mult", {1, 2, 4, 4}, where);
+  if (c.dim_mult.size() < 2) format_fail(kOp, where, "\"dim_mult\" needs at least 2 levels, got ", c.dim_mult.size());
+  c.temperal_downsample = {false, true, true};
+  if (j.contains("temperal_downsample")) {
+    const json& v = j["temperal_downsample"];
+    bool ok = v.is_array() && v.size() == c.dim_mult.size() - 1;
+    c.temperal_downsample.clear();
+    for (size_t i = 0; ok && i < v.size(); ++i) {
+      ok = v[i].is_boolean();
+      if (ok) c.temperal_downsample.push_back(v[i].get<bool>());
+    }
+    if (!ok)
+      format_fail(kOp, where, "\"temperal_downsample\" must be ", c.dim_mult.size() - 1,
+                  " booleans (one per level but the last), got ", v.dump());
+  }
+  if (j.contains("attn_scales") && !(j["attn_scales"].is_array() && j["attn_scales"].empty()))
+    format_fail(kOp, where, "\"attn_scales\" ", j["attn_scales"].dump(),
+                " is not implemented (attention inside the down / up levels; [] is)");
+  if (flag(j, "is_residual", false, where))
+    format_fail(kOp, where, "\"is_residual\": true (the Wan2.2 VAE's residual blocks) is not implemented yet");
+  if (j.contains("patch_size") && !j["patch_size"].is_null())
+    format_fail(kOp, where, "\"patch_size\" ", j["patch_size"].dump(), " (the Wan2.2 VAE's patchify) is not implemented yet");
+  if (!qwen) {
+    const int64_t spatial = positive_int(j, "scale_factor_spatial", 8, where);
+    const int64_t temporal = positive_int(j, "scale_factor_temporal", 4, where);
+    if (spatial != c.downscale() || temporal != c.temporal_downscale())
+      format_fail(kOp, where, "scale_factor_spatial ", spatial, " / scale_factor_temporal ", temporal,
+                  " do not match dim_mult and temperal_downsample (", c.downscale(), " / ", c.temporal_downscale(), ")");
+  }
+  c.scaling_factor = 1.0;
+  c.sample_size = 256;
+}
+
+}  // namespace
+
+VaeConfig parse_vae_config(const std::string& text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    format_fail(kOp, where, "not valid JSON: ", e.what());
+  }
+  if (!j.is_object()) format_fail(kOp, where, "not a JSON object");
+  VaeConfig c;
+  if (!j.contains("_class_name") || !j["_class_name"].is_string())
+    format_fail(kOp, where, "missing \"_class_name\" (a diffusers model config names its class)");
+  c.class_name = j["_class_name"].get<std::string>();
+  if (c.class_name != "AutoencoderKL" && c.class_name != "AutoencoderKLWan" && c.class_name != "AutoencoderKLQwenImage")
+    format_fail(kOp, where, "\"_class_name\" \"", c.class_name,
+                "\" has no implementation (AutoencoderKL, AutoencoderKLWan and AutoencoderKLQwenImage have)");
+  for (const auto& [key, value] : j.items())
+    if (!known_fields(c.class_name).count(key))
+      format_fail(kOp, where, "unknown field \"", key, "\" for ", c.class_name, ": a variant anvil does not implement");
+  if (c.class_name == "AutoencoderKL") parse_autoencoder_kl(j, c, where);
+  else parse_wan(j, c, where);
   c.latents_mean = channel_list(j, "latents_mean", c.latent_channels, where);
   c.latents_std = channel_list(j, "latents_std", c.latent_channels, where);
   return c;
@@ -154,7 +218,7 @@ void blend_edge(const Tensor& a, Tensor& b, int64_t blend, int64_t dim) {
     w_old[static_cast<size_t>(k)] = static_cast<float>(1.0 - static_cast<double>(k) / static_cast<double>(n));
     w_new[static_cast<size_t>(k)] = static_cast<float>(static_cast<double>(k) / static_cast<double>(n));
   }
-  Shape ws = {1, 1, 1, 1};
+  Shape ws(static_cast<size_t>(b.dim()), 1);
   ws[static_cast<size_t>(dim)] = n;
   const Tensor old_w = tensor(w_old, ws).to(b.device()), new_w = tensor(w_new, ws).to(b.device());
   Tensor head = b.narrow(dim, 0, n);
@@ -173,7 +237,7 @@ Tensor run_tiled_2d(const Tensor& x, int64_t tile, int64_t stride, int64_t blend
                     const std::function<int64_t(int64_t)>& out_extent, const std::function<Tensor(const Tensor&)>& f) {
   ANVIL_CHECK(tile > 0 && stride > 0 && blend >= 0 && keep > 0, ValueError, "[vae] tiles of ", tile, " every ", stride,
               " blending ", blend, " and keeping ", keep, ": each must be positive (blend >= 0)");
-  const int64_t H = x.size(2), W = x.size(3);
+  const int64_t dh = x.dim() - 2, dw = x.dim() - 1, H = x.size(dh), W = x.size(dw);
   const std::vector<int64_t> rows = tile_starts(H, stride), cols = tile_starts(W, stride);
   auto crop = [&](int64_t extent, int64_t start) { return std::min(keep, out_extent(std::min(tile, extent - start))); };
   int64_t OH = 0, OW = 0;
@@ -186,24 +250,45 @@ Tensor run_tiled_2d(const Tensor& x, int64_t tile, int64_t stride, int64_t blend
     Tensor left;  // the previous tile's blended right strip
     int64_t ox = 0;
     for (size_t j = 0; j < cols.size(); ++j) {
-      Tensor t = f(x.narrow(2, rows[i], std::min(tile, H - rows[i])).narrow(3, cols[j], std::min(tile, W - cols[j])))
-                     .to(kFloat32)
-                     .contiguous();
-      if (!out.defined()) out = empty({t.size(0), t.size(1), OH, OW}, TensorOptions(kFloat32).device(t.device()));
-      if (i > 0) blend_edge(above[j], t, blend, 2);
-      if (j > 0) blend_edge(left, t, blend, 3);
-      const int64_t th = t.size(2), tw = t.size(3);
-      above[j] = t.narrow(2, th - std::min(th, blend), std::min(th, blend)).clone();
-      left = t.narrow(3, tw - std::min(tw, blend), std::min(tw, blend)).clone();
+      Tensor t =
+          f(x.narrow(dh, rows[i], std::min(tile, H - rows[i])).narrow(dw, cols[j], std::min(tile, W - cols[j])))
+              .to(kFloat32)
+              .contiguous();
+      if (!out.defined()) {
+        Shape s = t.sizes();
+        s[static_cast<size_t>(dh)] = OH;
+        s[static_cast<size_t>(dw)] = OW;
+        out = empty(s, TensorOptions(kFloat32).device(t.device()));
+      }
+      if (i > 0) blend_edge(above[j], t, blend, dh);
+      if (j > 0) blend_edge(left, t, blend, dw);
+      const int64_t th = t.size(dh), tw = t.size(dw);
+      above[j] = t.narrow(dh, th - std::min(th, blend), std::min(th, blend)).clone();
+      left = t.narrow(dw, tw - std::min(tw, blend), std::min(tw, blend)).clone();
       const int64_t ch = crop(H, rows[i]), cw = crop(W, cols[j]);
       ANVIL_CHECK(std::min(keep, th) == ch && std::min(keep, tw) == cw, ShapeError, "[vae] a tile's output is ",
                   shape_str(t.sizes()), ", its extent rule gives ", ch, " x ", cw, " kept");
-      out.narrow(2, oy, ch).narrow(3, ox, cw).copy_(t.narrow(2, 0, ch).narrow(3, 0, cw));
+      out.narrow(dh, oy, ch).narrow(dw, ox, cw).copy_(t.narrow(dh, 0, ch).narrow(dw, 0, cw));
       ox += cw;
     }
     oy += crop(H, rows[i]);
   }
   return out;
+}
+
+Tensor LoadedVae::take(const std::string& name, const Shape& shape) {
+  Tensor t = ws_->get(name, shape);
+  parameters_ += static_cast<uint64_t>(t.numel());
+  if (o_.progress) o_.progress(ws_->loaded_bytes(), ws_->total_bytes());
+  return t;
+}
+
+LatentDistribution LoadedVae::distribution(const Tensor& moments) const {
+  const int64_t z = c_.latent_channels;
+  LatentDistribution d;
+  d.mean = moments.narrow(1, 0, z).to(kFloat32).contiguous();
+  d.logvar = clamp(moments.narrow(1, z, z).to(kFloat32), Scalar(-30.0), Scalar(20.0));
+  return d;
 }
 
 Tensor LatentDistribution::sample(uint64_t seed) const {
@@ -217,7 +302,7 @@ std::unique_ptr<Vae> load_vae(const std::string& dir, const LoadOptions& options
               "[vae] compute dtype must be float32, bfloat16 or float16, got ", dtype_name(options.dtype));
   const VaeConfig c = load_vae_config(dir);
   const auto w = checkpoint_weights(dir, options, "diffusion_pytorch_model");
-  auto vae = build_autoencoder_kl(c, *w, options);
+  auto vae = c.video() ? build_autoencoder_kl_wan(c, *w, options) : build_autoencoder_kl(c, *w, options);
   const std::vector<std::string> unread = w->unread();
   if (!unread.empty() && !options.allow_unread) {
     std::string names;

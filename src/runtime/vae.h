@@ -15,20 +15,39 @@
 
 namespace anvil::runtime {
 
-// diffusers' AutoencoderKL config.json (SD 1.x / SDXL / FLUX style VAEs). Fields the model does
-// not implement (another act_fn or block type) and fields this parser does not know are
+// A diffusers VAE's config.json: AutoencoderKL (SD 1.x / SDXL / FLUX style image VAEs) or the
+// causal 3D video VAEs AutoencoderKLWan (Wan2.1 settings) and AutoencoderKLQwenImage (the same
+// architecture). Fields the model does not implement (another act_fn or block type, Wan2.2's
+// is_residual / patch_size, attention scales) and fields this parser does not know are
 // FormatErrors naming them, never a silently different model.
 struct VaeConfig {
-  std::string class_name;  // "_class_name": "AutoencoderKL"
-  int64_t in_channels = 3, out_channels = 3, latent_channels = 4, layers_per_block = 1, norm_num_groups = 32;
-  std::vector<int64_t> block_out_channels;
-  bool use_quant_conv = true, use_post_quant_conv = true, mid_block_add_attention = true;
-  double scaling_factor = 0.18215;
+  std::string class_name;  // "_class_name"
+  int64_t in_channels = 3, out_channels = 3, latent_channels = 4;  // z_dim for the video VAEs
+  double scaling_factor = 0.18215;  // 1 for the video VAEs (they scale by latents_std only)
   std::optional<double> shift_factor;
   std::vector<double> latents_mean, latents_std;  // per latent channel; empty when null
-  int64_t sample_size = 32;  // the default tile (pixels); a [h, w] list gives its first entry, as diffusers
-  // The spatial factor between an image and its latent: 2^(blocks - 1).
-  int64_t downscale() const { return int64_t{1} << (block_out_channels.size() - 1); }
+  int64_t sample_size = 32;  // AutoencoderKL's default tile (pixels); a [h, w] list gives h, as diffusers
+  // AutoencoderKL
+  int64_t layers_per_block = 1, norm_num_groups = 32;
+  std::vector<int64_t> block_out_channels;
+  bool use_quant_conv = true, use_post_quant_conv = true, mid_block_add_attention = true;
+  // AutoencoderKLWan / AutoencoderKLQwenImage: channels base_dim * dim_mult[i], num_res_blocks
+  // per level, temporal halving after level i where temperal_downsample[i] (diffusers' spelling)
+  int64_t base_dim = 96, decoder_base_dim = 96, num_res_blocks = 2;
+  std::vector<int64_t> dim_mult;
+  std::vector<bool> temperal_downsample;
+
+  bool video() const { return class_name != "AutoencoderKL"; }
+  // The spatial factor between an image and its latent: 2^(levels - 1).
+  int64_t downscale() const {
+    return int64_t{1} << ((video() ? dim_mult.size() : block_out_channels.size()) - 1);
+  }
+  // Frames per latent frame after the first (the video VAEs: 2^(temporal halvings)).
+  int64_t temporal_downscale() const {
+    int64_t f = 1;
+    for (bool t : temperal_downsample) f *= t ? 2 : 1;
+    return f;
+  }
 };
 
 // Reads DIR/config.json; parse_vae_config is the same from JSON text (`where` names it in errors).
@@ -50,28 +69,34 @@ struct LatentDistribution {
 // tiles are latent_tile latents (blend and keep in pixels), encode tiles sample_tile pixels
 // (blend and keep in latents), as diffusers' tile_latent_min_size / tile_sample_min_size /
 // tile_overlap_factor. The blends run in float32 (diffusers blends in the model's dtype).
+// The video VAEs tile as diffusers' AutoencoderKLWan: sample_tile pixels every sample_stride
+// (defaults 256 and 192), blending tile - stride and keeping stride (in pixels for decode, in
+// latents for encode), every frame of a tile through the temporal chunks with its own cache.
 struct VaeTiling {
   bool enabled = false;
-  int64_t sample_tile = 0;  // 0: the config's sample_size
-  int64_t latent_tile = 0;  // 0: sample_size / downscale()
-  double overlap = 0.25;
+  int64_t sample_tile = 0;    // 0: the config's sample_size (video: 256)
+  int64_t latent_tile = 0;    // AutoencoderKL; 0: sample_size / downscale()
+  double overlap = 0.25;      // AutoencoderKL
+  int64_t sample_stride = 0;  // video; 0: 192
 };
 
-// The tiled run above over x [B, C, H, W] with tiles of `tile` input elements starting every
-// `stride`: f maps a tile to its output (float32 [B, C', h', w'], h' = out_extent(h)); blend and
-// keep are in output elements. The output is assembled in place: only the blended edge strips of
-// the previous tiles are kept, not the tiles.
+// The tiled run above over the last two dims of x ([B, C, H, W] or [B, C, T, H, W]) with tiles
+// of `tile` input elements starting every `stride`: f maps a tile to its output (float32, the
+// last two extents h' = out_extent(h)); blend and keep are in output elements. The output is
+// assembled in place: only the blended edge strips of the previous tiles are kept, not the tiles.
 Tensor run_tiled_2d(const Tensor& x, int64_t tile, int64_t stride, int64_t blend, int64_t keep,
                     const std::function<int64_t(int64_t)>& out_extent, const std::function<Tensor(const Tensor&)>& f);
 
 class Vae {
  public:
   virtual ~Vae() = default;
-  // x [B, in_channels, H, W] (images in [-1, 1]; H and W multiples of downscale()), any device
-  // and float dtype: moved to the model's device and dtype first. The outputs are float32.
+  // x [B, in_channels, H, W] (images in [-1, 1]; H and W multiples of downscale()); the video
+  // VAEs take [B, in_channels, T, H, W] with T = 1 + temporal_downscale() k (an image is T = 1).
+  // Any device and float dtype: moved to the model's device and dtype first. Outputs are float32.
   virtual LatentDistribution encode(const Tensor& x) = 0;
-  // z [B, latent_channels, h, w] as diffusers' decode() takes it (unscaled) -> [B, out_channels,
-  // h * downscale(), w * downscale()], float32.
+  // z [B, latent_channels, h, w] (video: [B, latent_channels, t, h, w]) as diffusers' decode()
+  // takes it (unscaled) -> [B, out_channels, (1 + temporal_downscale() (t - 1),) h * downscale(),
+  // w * downscale()], float32; the video VAEs clamp to [-1, 1] as diffusers does.
   virtual Tensor decode(const Tensor& z) = 0;
   // Tiling for the calls that follow; the tiling in force with its defaults filled in.
   virtual void set_tiling(const VaeTiling& tiling) = 0;
@@ -82,6 +107,32 @@ class Vae {
   virtual uint64_t parameters() const = 0;
 };
 
+// What every architecture's Vae holds: the config, the load options, the parameter count and the
+// tiling; take() reads a weight (counted, progress reported) while the constructor runs.
+class LoadedVae : public Vae {
+ public:
+  LoadedVae(const VaeConfig& c, WeightSource& ws, const LoadOptions& o) : c_(c), o_(o), ws_(&ws) {}
+  const VaeConfig& config() const override { return c_; }
+  Device device() const override { return o_.device; }
+  DType dtype() const override { return o_.dtype; }
+  uint64_t parameters() const override { return parameters_; }
+
+ protected:
+  Tensor take(const std::string& name, const Shape& shape);
+  void done_loading() { ws_ = nullptr; }
+  Tensor input(const Tensor& x) const { return x.to(o_.device, o_.dtype).contiguous(); }
+  // The moments [B, 2 z, ...] split into mean and log-variance (clamped to [-30, 20]), float32.
+  LatentDistribution distribution(const Tensor& moments) const;
+
+  VaeConfig c_;
+  LoadOptions o_;
+  VaeTiling tiling_;
+
+ private:
+  WeightSource* ws_;  // only while the constructor runs
+  uint64_t parameters_ = 0;
+};
+
 // Loads the diffusers folder DIR for its "_class_name" (LoadOptions: device, dtype,
 // allow_unread, progress; the rest are the LLMs'). A checkpoint tensor the model does not read is
 // a FormatError naming it unless allow_unread.
@@ -89,5 +140,6 @@ std::unique_ptr<Vae> load_vae(const std::string& dir, const LoadOptions& options
 
 // Architectures (one file each under models/).
 std::unique_ptr<Vae> build_autoencoder_kl(const VaeConfig& config, WeightSource& weights, const LoadOptions& options);
+std::unique_ptr<Vae> build_autoencoder_kl_wan(const VaeConfig& config, WeightSource& weights, const LoadOptions& options);
 
 }  // namespace anvil::runtime

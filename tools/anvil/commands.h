@@ -45,7 +45,7 @@ struct BenchOptions {
 struct VaeOptions {
   std::string action, model, latents, input, out, device = "cpu", dtype = "float32";
   bool allow_unread = false, tiled = false, scaled = false, sample = false;
-  int64_t tile_sample = 0, tile_latent = 0;  // 0: the model's defaults
+  int64_t tile_sample = 0, tile_latent = 0, tile_stride = 0;  // 0: the model's defaults
   double tile_overlap = 0.25;
   uint64_t seed = 0;
 };

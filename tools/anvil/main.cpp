@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   bench->add_option("--json", bm.json, "also write the rows to this JSON file");
 
   anvil::cli::VaeOptions vo;
-  auto* vae = app.add_subcommand("vae", "a diffusers VAE folder (AutoencoderKL): decode latents, encode images, round trips");
+  auto* vae = app.add_subcommand("vae", "a diffusers VAE folder (AutoencoderKL, AutoencoderKLWan, AutoencoderKLQwenImage): decode, encode, round trips");
   vae->require_subcommand(1);
   auto vae_common = [&](CLI::App* c) {
     c->add_option("-m,--model", vo.model, "diffusers VAE folder (config.json, diffusion_pytorch_model.safetensors)")
@@ -120,27 +120,29 @@ int main(int argc, char** argv) {
     c->add_option("--dtype", vo.dtype, "float32 | bfloat16 | float16")->capture_default_str();
     c->add_flag("--allow-unread-tensors", vo.allow_unread, "load even when the folder holds tensors the model does not read");
     c->add_flag("--tiled", vo.tiled, "diffusers' tiling (enable_tiling): overlapping tiles, blended");
-    c->add_option("--tile-sample", vo.tile_sample, "tile size in pixels (default: the config's sample_size)");
+    c->add_option("--tile-sample", vo.tile_sample, "tile size in pixels (default: the config's sample_size; video 256)");
     c->add_option("--tile-latent", vo.tile_latent, "tile size in latents (default: sample_size / 2^(blocks - 1))");
-    c->add_option("--tile-overlap", vo.tile_overlap, "overlap of neighbouring tiles, a fraction of a tile")
+    c->add_option("--tile-overlap", vo.tile_overlap, "image VAEs: overlap of neighbouring tiles, a fraction of a tile")
         ->capture_default_str();
+    c->add_option("--tile-stride", vo.tile_stride, "video VAEs: pixels between tile starts (default 192; tiles 256)");
   };
-  auto* vae_decode = vae->add_subcommand("decode", "latents (.npy, [B, latent, h, w]) -> image (.png) or array (.npy)");
+  auto* vae_decode = vae->add_subcommand("decode", "latents (.npy) -> image (.png), video (a folder/ of PNG frames) or array (.npy)");
   vae_common(vae_decode);
   vae_decode->add_option("--latents", vo.latents, "latents .npy as diffusers' decode() takes them")->required();
   vae_decode->add_flag("--scaled", vo.scaled,
                        "the latents are a pipeline's (scaled): undo scaling_factor / shift_factor / latents_mean first");
-  vae_decode->add_option("-o,--out", vo.out, "out.png (one image, [-1, 1] -> 8-bit RGB) or out.npy (float32)")->required();
-  auto* vae_encode = vae->add_subcommand("encode", "image (.png, or .npy [B, 3, H, W] in [-1, 1]) -> latents .npy");
+  vae_decode->add_option("-o,--out", vo.out, "out.png (one image, [-1, 1] -> 8-bit RGB), frames/ or out.npy (float32)")
+      ->required();
+  auto* vae_encode = vae->add_subcommand("encode", "image (.png), video (a folder of PNG frames) or .npy in [-1, 1] -> latents .npy");
   vae_common(vae_encode);
-  vae_encode->add_option("-i,--input", vo.input, "image.png or x.npy")->required();
+  vae_encode->add_option("-i,--input", vo.input, "image.png, frames/ or x.npy")->required();
   vae_encode->add_flag("--sample", vo.sample, "draw from the latent distribution (default: its mean)");
   vae_encode->add_option("-s,--seed", vo.seed, "the draw's seed (--sample)")->capture_default_str();
   vae_encode->add_option("-o,--out", vo.out, "latents .npy (float32, unscaled, as diffusers' latent_dist.mean)")
       ->required();
   auto* vae_roundtrip = vae->add_subcommand("roundtrip", "print the PSNR of decode(encode(x)) against x (peak-to-peak 2)");
   vae_common(vae_roundtrip);
-  vae_roundtrip->add_option("-i,--input", vo.input, "image.png or x.npy")->required();
+  vae_roundtrip->add_option("-i,--input", vo.input, "image.png, frames/ or x.npy")->required();
 
   CLI11_PARSE(app, argc, argv);
   try {

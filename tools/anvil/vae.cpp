@@ -1,5 +1,7 @@
-// anvil vae decode | encode | roundtrip: a diffusers VAE folder on images (PNG) and arrays
-// (.npy, float32 in the model's layout), printing the time and the peak memory of the device.
+// anvil vae decode | encode | roundtrip: a diffusers VAE folder on images (PNG), videos (folders
+// of PNG frames) and arrays (.npy, float32 in the model's layout), printing the time and the
+// peak memory of the device.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,22 +20,57 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// An image or array input: .png -> [1, 3, H, W] in [-1, 1]; .npy as stored.
-Tensor read_input(const std::string& path, const char* op) {
-  if (ends_with(path, ".png")) return runtime::read_png(path, op);
-  if (ends_with(path, ".npy")) return runtime::read_npy(path, op).to(kFloat32);
-  throw Error(std::string(op) + " -i " + path + ": images are .png, arrays .npy");
+bool is_folder_path(const std::string& path) {
+  return ends_with(path, "/") || std::filesystem::is_directory(path);
 }
 
-void write_output(const std::string& path, const Tensor& t, const char* op) {
+// An image, frames or array input: .png -> [1, 3, H, W] in [-1, 1] (video VAEs: [1, 3, 1, H, W]);
+// a folder of .png frames (sorted by name) -> [1, 3, T, H, W]; .npy as stored.
+Tensor read_input(const std::string& path, bool video, const char* op) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(path)) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.is_regular_file() && ends_with(e.path().string(), ".png")) names.push_back(e.path().string());
+    std::sort(names.begin(), names.end());
+    ANVIL_CHECK(!names.empty(), Error, op, " -i ", path, " holds no .png frames");
+    std::vector<Tensor> frames;
+    for (const std::string& n : names) {
+      frames.push_back(runtime::read_png(n, op).unsqueeze(2));
+      ANVIL_CHECK(frames.back().sizes() == frames.front().sizes(), ShapeError, op, " frame ", n, " is ",
+                  shape_str(frames.back().sizes()), ", the first frame ", shape_str(frames.front().sizes()));
+    }
+    return cat(frames, 2);
+  }
   if (ends_with(path, ".png")) {
-    ANVIL_CHECK(t.size(0) == 1, ShapeError, op, " -o ", path, ": a PNG holds one image, the output has a batch of ",
-                t.size(0), " (write .npy)");
-    runtime::write_png(path, t, op);
+    const Tensor image = runtime::read_png(path, op);
+    return video ? image.unsqueeze(2) : image;
+  }
+  if (ends_with(path, ".npy")) return runtime::read_npy(path, op).to(kFloat32);
+  throw Error(std::string(op) + " -i " + path + ": images are .png, frames a folder of .png, arrays .npy");
+}
+
+// out.png (one image or one frame), frames/ (a video, frame_0000.png ...), or out.npy.
+void write_output(const std::string& path, const Tensor& t, const char* op) {
+  if (is_folder_path(path)) {
+    ANVIL_CHECK(t.dim() == 5 && t.size(0) == 1, ShapeError, op, " -o ", path,
+                ": a folder of frames holds one video [1, C, T, H, W], the output is ", shape_str(t.sizes()),
+                " (write .npy)");
+    std::filesystem::create_directories(path);
+    for (int64_t k = 0; k < t.size(2); ++k) {
+      char name[32];
+      std::snprintf(name, sizeof name, "frame_%04lld.png", static_cast<long long>(k));
+      runtime::write_png((std::filesystem::path(path) / name).string(), t.select(2, k), op);
+    }
+  } else if (ends_with(path, ".png")) {
+    const bool one_frame = t.dim() == 5 && t.size(2) == 1;
+    ANVIL_CHECK(t.size(0) == 1 && (t.dim() == 4 || one_frame), ShapeError, op, " -o ", path,
+                ": a PNG holds one image, the output is ", shape_str(t.sizes()), " (write frames/ or .npy)");
+    runtime::write_png(path, one_frame ? t.select(2, 0) : t, op);
   } else if (ends_with(path, ".npy")) {
     runtime::write_npy(path, t, op);
   } else {
-    throw Error(std::string(op) + " -o " + path + ": write .png (one image) or .npy");
+    throw Error(std::string(op) + " -o " + path + ": write .png (one image), a folder/ of frames or .npy");
   }
 }
 
@@ -81,16 +118,25 @@ int cmd_vae(const VaeOptions& o) {
   set_progress(lo);
   if (o.action == "decode") {
     check_input_file(o.latents, op, "--latents");
-    check_output_file(o.out, op, "-o");
+    if (is_folder_path(o.out)) {
+      std::string folder = o.out;
+      while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
+      const std::filesystem::path parent = std::filesystem::path(folder).parent_path();
+      ANVIL_CHECK(std::filesystem::is_directory(o.out) || parent.empty() || std::filesystem::is_directory(parent),
+                  Error, op, " -o ", o.out, ": the folder ", parent.string(), " does not exist");
+    } else {
+      check_output_file(o.out, op, "-o");
+    }
   } else {
-    check_input_file(o.input, op, "-i");
+    ANVIL_CHECK(std::filesystem::exists(o.input), Error, op, " -i ", o.input, " does not exist");
     if (o.action == "encode") check_output_file(o.out, op, "-o");
   }
-  const Tensor in = o.action == "decode" ? runtime::read_npy(o.latents, op).to(kFloat32) : read_input(o.input, op);
+  const bool video = runtime::load_vae_config(o.model).video();
+  const Tensor in = o.action == "decode" ? runtime::read_npy(o.latents, op).to(kFloat32) : read_input(o.input, video, op);
   auto t0 = std::chrono::steady_clock::now();
   auto vae = runtime::load_vae(o.model, lo);
   const double load_secs = seconds_since(t0);
-  if (o.tiled) vae->set_tiling({true, o.tile_sample, o.tile_latent, o.tile_overlap});
+  if (o.tiled) vae->set_tiling({true, o.tile_sample, o.tile_latent, o.tile_overlap, o.tile_stride});
   reset_peak_memory_stats(lo.device);
   t0 = std::chrono::steady_clock::now();
   Tensor out;
@@ -109,6 +155,7 @@ int cmd_vae(const VaeOptions& o) {
   synchronize(lo.device);
   const double secs = seconds_since(t0);
   const MemoryStats m = memory_stats(lo.device);
+  if (o.action != "roundtrip") write_output(o.out, out, op);
   // Reported after the work, so that a bad input is the error line alone.
   std::fprintf(stderr, "%s %s: %s, %.2f M parameters, %s on %s, loaded in %.2f s\n", op, o.model.c_str(),
                vae->config().class_name.c_str(), static_cast<double>(vae->parameters()) / 1e6,
@@ -117,7 +164,6 @@ int cmd_vae(const VaeOptions& o) {
                shape_str(in.sizes()).c_str(), shape_str(out.sizes()).c_str(), secs, o.tiled ? " (tiled)" : "",
                static_cast<double>(m.peak_allocated_bytes) / 1048576.0,
                static_cast<double>(m.peak_reserved_bytes) / 1048576.0);
-  if (o.action != "roundtrip") write_output(o.out, out, op);
   return 0;
 }
 

@@ -52,9 +52,9 @@ struct Stage {  // a down (encoder) or up (decoder) block
   Conv conv;  // the downsampler's or upsampler's conv
 };
 
-class AutoencoderKL final : public Vae {
+class AutoencoderKL final : public LoadedVae {
  public:
-  AutoencoderKL(const VaeConfig& c, WeightSource& ws, const LoadOptions& o) : c_(c), o_(o), ws_(&ws) {
+  AutoencoderKL(const VaeConfig& c, WeightSource& ws, const LoadOptions& o) : LoadedVae(c, ws, o) {
     const auto& ch = c.block_out_channels;
     const int64_t blocks = static_cast<int64_t>(ch.size()), top = ch.back(), L = c.latent_channels;
     // Encoder.
@@ -94,7 +94,7 @@ class AutoencoderKL final : public Vae {
     }
     dec_norm_ = norm("decoder.conv_norm_out", ch[0]);
     dec_out_ = conv("decoder.conv_out", ch[0], c.out_channels, 3);
-    ws_ = nullptr;
+    done_loading();
   }
 
   LatentDistribution encode(const Tensor& x_in) override {
@@ -115,11 +115,7 @@ class AutoencoderKL final : public Vae {
     } else {
       h = moments(x);
     }
-    const int64_t L = c_.latent_channels;
-    LatentDistribution d;
-    d.mean = h.narrow(1, 0, L).to(kFloat32).contiguous();
-    d.logvar = clamp(h.narrow(1, L, L).to(kFloat32), Scalar(-30.0), Scalar(20.0));
-    return d;
+    return distribution(h);
   }
 
   Tensor decode(const Tensor& z_in) override {
@@ -149,18 +145,8 @@ class AutoencoderKL final : public Vae {
     if (t.latent_tile == 0) t.latent_tile = c_.sample_size / c_.downscale();
     return t;
   }
-  const VaeConfig& config() const override { return c_; }
-  Device device() const override { return o_.device; }
-  DType dtype() const override { return o_.dtype; }
-  uint64_t parameters() const override { return parameters_; }
 
  private:
-  Tensor take(const std::string& name, const Shape& shape) {
-    Tensor t = ws_->get(name, shape);
-    parameters_ += static_cast<uint64_t>(t.numel());
-    if (o_.progress) o_.progress(ws_->loaded_bytes(), ws_->total_bytes());
-    return t;
-  }
   Conv conv(const std::string& p, int64_t in, int64_t out, int64_t k) {
     return {take(p + ".weight", {out, in, k, k}), take(p + ".bias", {out}), 1, k / 2};
   }
@@ -195,7 +181,6 @@ class AutoencoderKL final : public Vae {
     return m;
   }
 
-  Tensor input(const Tensor& x) const { return x.to(o_.device, o_.dtype).contiguous(); }
   // The encoder and quant_conv: the latent distribution's moments [B, 2 latent, h, w] in the
   // compute dtype.
   Tensor moments(const Tensor& x) const {
@@ -247,11 +232,6 @@ class AutoencoderKL final : public Vae {
     return add(x, o.transpose(1, 2).reshape({B, C, H, W}));
   }
 
-  VaeConfig c_;
-  LoadOptions o_;
-  WeightSource* ws_;  // only while the constructor runs
-  uint64_t parameters_ = 0;
-  VaeTiling tiling_;
   Conv enc_in_, enc_out_, quant_, post_quant_, dec_in_, dec_out_;
   Norm enc_norm_, dec_norm_;
   std::vector<Stage> down_, up_;
