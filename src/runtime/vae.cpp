@@ -199,6 +199,31 @@ VaeConfig parse_vae_config(const std::string& text, const std::string& where) {
   return c;
 }
 
+VaeConfig preset_vae_config(const std::string& name) {
+  // The Hub's config.json values (black-forest-labs/FLUX.1-dev vae/, stable-diffusion-v1-5 vae/,
+  // Wan-AI/Wan2.1-T2V-14B-Diffusers vae/, Qwen/Qwen-Image vae/).
+  if (name == "flux")
+    return parse_vae_config(R"({"_class_name": "AutoencoderKL", "block_out_channels": [128, 256, 512, 512],
+        "layers_per_block": 2, "latent_channels": 16, "norm_num_groups": 32, "sample_size": 1024,
+        "scaling_factor": 0.3611, "shift_factor": 0.1159, "use_quant_conv": false, "use_post_quant_conv": false})",
+                            "preset flux");
+  if (name == "sd")
+    return parse_vae_config(R"({"_class_name": "AutoencoderKL", "block_out_channels": [128, 256, 512, 512],
+        "layers_per_block": 2, "latent_channels": 4, "norm_num_groups": 32, "sample_size": 512})",
+                            "preset sd");
+  if (name == "wan2.1")
+    return parse_vae_config(R"({"_class_name": "AutoencoderKLWan", "base_dim": 96, "z_dim": 16,
+        "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "temperal_downsample": [false, true, true]})",
+                            "preset wan2.1");
+  if (name == "qwen-image")
+    return parse_vae_config(R"({"_class_name": "AutoencoderKLQwenImage", "base_dim": 96, "z_dim": 16,
+        "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "temperal_downsample": [false, true, true]})",
+                            "preset qwen-image");
+  if (name == "wan2.2")
+    throw Error(std::string(kOp) + " preset wan2.2: the Wan2.2 VAE (is_residual, patch_size) is not implemented yet");
+  throw Error(std::string(kOp) + " unknown VAE preset \"" + name + "\" (flux, sd, wan2.1, qwen-image)");
+}
+
 VaeConfig load_vae_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   if (!std::filesystem::exists(path)) throw Error(std::string(kOp) + " " + dir + " holds no config.json");

@@ -50,6 +50,11 @@ struct VaeConfig {
   }
 };
 
+// Built-in configs of real VAEs for random-weight benchmarks: "flux" (FLUX.1's AutoencoderKL),
+// "sd" (SD 1.x's), "wan2.1" (AutoencoderKLWan, Wan2.1-T2V's) and "qwen-image"; Error listing the
+// names for anything else ("wan2.2" says it is not implemented yet).
+VaeConfig preset_vae_config(const std::string& name);
+
 // Reads DIR/config.json; parse_vae_config is the same from JSON text (`where` names it in errors).
 VaeConfig load_vae_config(const std::string& dir);
 VaeConfig parse_vae_config(const std::string& text, const std::string& where);

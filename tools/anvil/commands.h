@@ -39,6 +39,10 @@ struct BenchOptions {
   bool allow_unread = false;
   int64_t p = 512, n = 128;
   int reps = 5;
+  // --vae NAME: a VAE preset's decode (and --encode) with random weights instead (vae.cpp)
+  std::string vae, size;
+  int64_t frames = 0;
+  bool tiled = false, encode = false;
 };
 
 // anvil vae decode | encode | roundtrip (vae.cpp).
@@ -52,6 +56,7 @@ struct VaeOptions {
 
 int cmd_tokenize(const TokenizeOptions& o);
 int cmd_vae(const VaeOptions& o);
+int cmd_bench_vae(const BenchOptions& o);
 int cmd_bench(const BenchOptions& o);
 int cmd_run(const RunOptions& o);
 int cmd_logits(const LogitsOptions& o);

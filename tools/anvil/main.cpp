@@ -109,6 +109,12 @@ int main(int argc, char** argv) {
   bench->add_option("-n", bm.n, "generated tokens (0: none)")->capture_default_str();
   bench->add_option("-r", bm.reps, "timed repetitions")->capture_default_str();
   bench->add_option("--json", bm.json, "also write the rows to this JSON file");
+  bench->add_option("--vae", bm.vae, "a VAE preset with random weights instead: flux | sd | wan2.1 | qwen-image");
+  bench->add_option("--size", bm.size, "--vae: the image / frame size HxW (default: 1024x1024 / 704x1280 on CUDA, "
+                                      "256x256 / 128x128 on the CPU)");
+  bench->add_option("--frames", bm.frames, "--vae video: frames, 1 + 4 k (default 61 on CUDA, 5 on the CPU)");
+  bench->add_flag("--tiled", bm.tiled, "--vae: with the model's default tiling");
+  bench->add_flag("--encode", bm.encode, "--vae: time encode too");
 
   anvil::cli::VaeOptions vo;
   auto* vae = app.add_subcommand("vae", "a diffusers VAE folder (AutoencoderKL, AutoencoderKLWan, AutoencoderKLQwenImage): decode, encode, round trips");
@@ -152,7 +158,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("detokenize")) return anvil::cli::cmd_detokenize(de);
     if (app.got_subcommand("logits")) return anvil::cli::cmd_logits(lg);
     if (app.got_subcommand("run")) return anvil::cli::cmd_run(ro);
-    if (app.got_subcommand("bench")) return anvil::cli::cmd_bench(bm);
+    if (app.got_subcommand("bench")) return bm.vae.empty() ? anvil::cli::cmd_bench(bm) : anvil::cli::cmd_bench_vae(bm);
     if (app.got_subcommand("vae")) {
       vo.action = vae->got_subcommand("decode") ? "decode" : vae->got_subcommand("encode") ? "encode" : "roundtrip";
       return anvil::cli::cmd_vae(vo);

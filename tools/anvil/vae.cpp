@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <vector>
 #include <string>
 
 #include "anvil/anvil.h"
@@ -164,6 +166,72 @@ int cmd_vae(const VaeOptions& o) {
                shape_str(in.sizes()).c_str(), shape_str(out.sizes()).c_str(), secs, o.tiled ? " (tiled)" : "",
                static_cast<double>(m.peak_allocated_bytes) / 1048576.0,
                static_cast<double>(m.peak_reserved_bytes) / 1048576.0);
+  return 0;
+}
+
+int cmd_bench_vae(const BenchOptions& o) {
+  const char* op = "[bench]";
+  ANVIL_CHECK(o.model.empty() && o.shape.empty(), Error, op, " --vae NAME takes no -m or --shape");
+  ANVIL_CHECK(o.reps >= 1, Error, op, " -r must be >= 1, got ", o.reps);
+  runtime::LoadOptions lo;
+  lo.device = parse_device(o.device, op);
+  lo.dtype = o.dtype.empty() ? (lo.device.is_cuda() ? kBFloat16 : kFloat32) : vae_dtype(o.dtype, op);
+  const runtime::VaeConfig c = runtime::preset_vae_config(o.vae);
+  const bool cuda = lo.device.is_cuda();
+  int64_t H = c.video() ? (cuda ? 704 : 128) : (cuda ? 1024 : 256), W = c.video() ? (cuda ? 1280 : 128) : H;
+  if (!o.size.empty()) {
+    const size_t x = o.size.find('x');
+    try {
+      ANVIL_CHECK(x != std::string::npos, Error, "");
+      H = std::stoll(o.size.substr(0, x));
+      W = std::stoll(o.size.substr(x + 1));
+    } catch (const std::exception&) {
+      throw Error(std::string(op) + " --size must be HxW, e.g. 512x512, got \"" + o.size + "\"");
+    }
+  }
+  const int64_t f = c.downscale(), ft = c.temporal_downscale();
+  ANVIL_CHECK(H > 0 && W > 0 && H % f == 0 && W % f == 0, Error, op, " --size ", H, "x", W,
+              ": both must be positive multiples of ", f);
+  const int64_t T = o.frames > 0 ? o.frames : (cuda ? 61 : 5);
+  ANVIL_CHECK(!c.video() || (T - 1) % ft == 0, Error, op, " --frames must be 1 + ", ft, " k, got ", T);
+  const auto w = runtime::random_weights(lo, 0);
+  auto vae = c.video() ? runtime::build_autoencoder_kl_wan(c, *w, lo) : runtime::build_autoencoder_kl(c, *w, lo);
+  if (o.tiled) vae->set_tiling({true});
+  Shape zs = {1, c.latent_channels, H / f, W / f};
+  Shape xs = {1, c.in_channels, H, W};
+  if (c.video()) {
+    zs.insert(zs.begin() + 2, 1 + (T - 1) / ft);
+    xs.insert(xs.begin() + 2, T);
+  }
+  manual_seed(1);
+  const Tensor z = randn(zs, TensorOptions(kFloat32).device(lo.device));
+  const Tensor x = sub(mul(rand(xs, TensorOptions(kFloat32).device(lo.device)), 2.0), 1.0);
+  const double items = c.video() ? static_cast<double>(T) : 1.0;
+  std::printf("| vae | device | dtype | input | tiled | op | s per call | s per %s | peak alloc GiB | peak reserved GiB |\n",
+              c.video() ? "frame" : "image");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  auto row = [&](const char* what, const std::function<void()>& call) {
+    call();  // warm-up: plans, caches, allocations
+    synchronize(lo.device);
+    reset_peak_memory_stats(lo.device);
+    std::vector<double> t;
+    for (int r = 0; r < o.reps; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      call();
+      synchronize(lo.device);
+      t.push_back(seconds_since(t0));
+    }
+    std::sort(t.begin(), t.end());
+    const double med = t[t.size() / 2];
+    const MemoryStats m = memory_stats(lo.device);
+    std::printf("| %s (random) | %s | %s | %s | %s | %s | %.3f | %.4f | %.2f | %.2f |\n", o.vae.c_str(),
+                lo.device.str().c_str(), dtype_name(lo.dtype), shape_str(xs).c_str(),
+                o.tiled ? "yes" : "no", what, med, med / items, static_cast<double>(m.peak_allocated_bytes) / 1073741824.0,
+                static_cast<double>(m.peak_reserved_bytes) / 1073741824.0);
+    std::fflush(stdout);
+  };
+  row("decode", [&] { (void)vae->decode(z); });
+  if (o.encode) row("encode", [&] { (void)vae->encode(x); });
   return 0;
 }
 
