@@ -45,7 +45,12 @@ void im2col_channels_first(const Im2colParams& p, const T* x, T* col) {
     const T* xc = x + c * in_plane;
     T* out = col + r * P;
     if (plane == 1 && a1.in == 1 && a2.in == 1) {  // 1-d: one run along axis 0 (a copy per element was 18 % of a
-      // [1, 512, 64] k7 float32 conv)
+      // [1, 512, 64] k7 float32 conv). A tap whose inner offsets fall outside the extent-1 axes
+      // (a 3-wide kernel over a width-1 image with padding 1) reads only padding: a zero row.
+      if (t1 * a1.dilation != a1.pad || t2 * a2.dilation != a2.pad) {
+        std::fill(out, out + rows, T(0));
+        continue;
+      }
       const OutRange v0 = valid_outputs(a0, t0);
       const int64_t lo = std::clamp(v0.lo, g.row_begin, g.row_end), hi = std::clamp(v0.hi, lo, g.row_end);
       const T* src = xc + t0 * a0.dilation - a0.pad;  // index o0 * stride

@@ -57,17 +57,19 @@ std::optional<double> number(const json& j, const char* name, const std::string&
   return v.get<double>();
 }
 
-// A per-latent-channel list (latents_mean / latents_std), or empty when null.
-std::vector<double> channel_list(const json& j, const char* name, int64_t channels, const std::string& where) {
+// A per-latent-channel list (latents_mean / latents_std), or empty when null. Its length is
+// checked where it is used (a pipeline's unscaling): diffusers saves its 16-entry defaults into
+// the configs of models with other latent widths and loads them without complaint.
+std::vector<double> channel_list(const json& j, const char* name, const std::string& where) {
   if (!j.contains(name) || j[name].is_null()) return {};
   const json& v = j[name];
-  bool ok = v.is_array() && static_cast<int64_t>(v.size()) == channels;
+  bool ok = v.is_array();
   std::vector<double> r;
   for (size_t i = 0; ok && i < v.size(); ++i) {
     ok = v[i].is_number();
     if (ok) r.push_back(v[i].get<double>());
   }
-  if (!ok) format_fail(kOp, where, "\"", name, "\" must be a list of ", channels, " numbers, got ", v.dump());
+  if (!ok) format_fail(kOp, where, "\"", name, "\" must be a list of numbers, got ", v.dump());
   return r;
 }
 
@@ -157,11 +159,12 @@ void parse_wan(const json& j, VaeConfig& c, const std::string& where) {
   if (j.contains("attn_scales") && !(j["attn_scales"].is_array() && j["attn_scales"].empty()))
     format_fail(kOp, where, "\"attn_scales\" ", j["attn_scales"].dump(),
                 " is not implemented (attention inside the down / up levels; [] is)");
-  if (flag(j, "is_residual", false, where))
-    format_fail(kOp, where, "\"is_residual\": true (the Wan2.2 VAE's residual blocks) is not implemented yet");
-  if (j.contains("patch_size") && !j["patch_size"].is_null())
-    format_fail(kOp, where, "\"patch_size\" ", j["patch_size"].dump(), " (the Wan2.2 VAE's patchify) is not implemented yet");
   if (!qwen) {
+    c.is_residual = flag(j, "is_residual", false, where);
+    c.patch_size = positive_int(j, "patch_size", 1, where);
+    if (c.in_channels % (c.patch_size * c.patch_size) != 0 || c.out_channels % (c.patch_size * c.patch_size) != 0)
+      format_fail(kOp, where, "in_channels ", c.in_channels, " and out_channels ", c.out_channels,
+                  " must be multiples of patch_size^2 = ", c.patch_size * c.patch_size);
     const int64_t spatial = positive_int(j, "scale_factor_spatial", 8, where);
     const int64_t temporal = positive_int(j, "scale_factor_temporal", 4, where);
     if (spatial != c.downscale() || temporal != c.temporal_downscale())
@@ -194,8 +197,8 @@ VaeConfig parse_vae_config(const std::string& text, const std::string& where) {
       format_fail(kOp, where, "unknown field \"", key, "\" for ", c.class_name, ": a variant anvil does not implement");
   if (c.class_name == "AutoencoderKL") parse_autoencoder_kl(j, c, where);
   else parse_wan(j, c, where);
-  c.latents_mean = channel_list(j, "latents_mean", c.latent_channels, where);
-  c.latents_std = channel_list(j, "latents_std", c.latent_channels, where);
+  c.latents_mean = channel_list(j, "latents_mean", where);
+  c.latents_std = channel_list(j, "latents_std", where);
   return c;
 }
 
@@ -220,8 +223,12 @@ VaeConfig preset_vae_config(const std::string& name) {
         "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "temperal_downsample": [false, true, true]})",
                             "preset qwen-image");
   if (name == "wan2.2")
-    throw Error(std::string(kOp) + " preset wan2.2: the Wan2.2 VAE (is_residual, patch_size) is not implemented yet");
-  throw Error(std::string(kOp) + " unknown VAE preset \"" + name + "\" (flux, sd, wan2.1, qwen-image)");
+    return parse_vae_config(R"({"_class_name": "AutoencoderKLWan", "base_dim": 160, "decoder_base_dim": 256,
+        "z_dim": 48, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "temperal_downsample": [false, true, true],
+        "is_residual": true, "in_channels": 12, "out_channels": 12, "patch_size": 2, "scale_factor_spatial": 16,
+        "scale_factor_temporal": 4})",
+                            "preset wan2.2");
+  throw Error(std::string(kOp) + " unknown VAE preset \"" + name + "\" (flux, sd, wan2.1, wan2.2, qwen-image)");
 }
 
 VaeConfig load_vae_config(const std::string& dir) {
@@ -258,16 +265,19 @@ std::vector<int64_t> tile_starts(int64_t extent, int64_t stride) {
 
 }  // namespace
 
-Tensor run_tiled_2d(const Tensor& x, int64_t tile, int64_t stride, int64_t blend, int64_t keep,
+Tensor run_tiled_2d(const Tensor& x, const TileAxis& h, const TileAxis& w,
                     const std::function<int64_t(int64_t)>& out_extent, const std::function<Tensor(const Tensor&)>& f) {
-  ANVIL_CHECK(tile > 0 && stride > 0 && blend >= 0 && keep > 0, ValueError, "[vae] tiles of ", tile, " every ", stride,
-              " blending ", blend, " and keeping ", keep, ": each must be positive (blend >= 0)");
+  for (const TileAxis* a : {&h, &w})
+    ANVIL_CHECK(a->tile > 0 && a->stride > 0 && a->keep > 0, ValueError, "[vae] tiles of ", a->tile, " every ",
+                a->stride, " keeping ", a->keep, ": each must be positive");
   const int64_t dh = x.dim() - 2, dw = x.dim() - 1, H = x.size(dh), W = x.size(dw);
-  const std::vector<int64_t> rows = tile_starts(H, stride), cols = tile_starts(W, stride);
-  auto crop = [&](int64_t extent, int64_t start) { return std::min(keep, out_extent(std::min(tile, extent - start))); };
+  const std::vector<int64_t> rows = tile_starts(H, h.stride), cols = tile_starts(W, w.stride);
+  auto crop = [&](const TileAxis& a, int64_t extent, int64_t start) {
+    return std::min(a.keep, out_extent(std::min(a.tile, extent - start)));
+  };
   int64_t OH = 0, OW = 0;
-  for (int64_t r : rows) OH += crop(H, r);
-  for (int64_t c : cols) OW += crop(W, c);
+  for (int64_t r : rows) OH += crop(h, H, r);
+  for (int64_t c : cols) OW += crop(w, W, c);
   Tensor out;
   std::vector<Tensor> above(cols.size());  // each column's last tile's blended bottom strip
   int64_t oy = 0;
@@ -275,28 +285,28 @@ Tensor run_tiled_2d(const Tensor& x, int64_t tile, int64_t stride, int64_t blend
     Tensor left;  // the previous tile's blended right strip
     int64_t ox = 0;
     for (size_t j = 0; j < cols.size(); ++j) {
-      Tensor t =
-          f(x.narrow(dh, rows[i], std::min(tile, H - rows[i])).narrow(dw, cols[j], std::min(tile, W - cols[j])))
-              .to(kFloat32)
-              .contiguous();
+      Tensor t = f(x.narrow(dh, rows[i], std::min(h.tile, H - rows[i])).narrow(dw, cols[j], std::min(w.tile, W - cols[j])))
+                     .to(kFloat32)
+                     .contiguous();
       if (!out.defined()) {
         Shape s = t.sizes();
         s[static_cast<size_t>(dh)] = OH;
         s[static_cast<size_t>(dw)] = OW;
         out = empty(s, TensorOptions(kFloat32).device(t.device()));
       }
-      if (i > 0) blend_edge(above[j], t, blend, dh);
-      if (j > 0) blend_edge(left, t, blend, dw);
+      if (i > 0) blend_edge(above[j], t, h.blend, dh);
+      if (j > 0) blend_edge(left, t, w.blend, dw);
       const int64_t th = t.size(dh), tw = t.size(dw);
-      above[j] = t.narrow(dh, th - std::min(th, blend), std::min(th, blend)).clone();
-      left = t.narrow(dw, tw - std::min(tw, blend), std::min(tw, blend)).clone();
-      const int64_t ch = crop(H, rows[i]), cw = crop(W, cols[j]);
-      ANVIL_CHECK(std::min(keep, th) == ch && std::min(keep, tw) == cw, ShapeError, "[vae] a tile's output is ",
+      const int64_t bh = std::clamp<int64_t>(h.blend, 0, th), bw = std::clamp<int64_t>(w.blend, 0, tw);
+      above[j] = t.narrow(dh, th - bh, bh).clone();
+      left = t.narrow(dw, tw - bw, bw).clone();
+      const int64_t ch = crop(h, H, rows[i]), cw = crop(w, W, cols[j]);
+      ANVIL_CHECK(std::min(h.keep, th) == ch && std::min(w.keep, tw) == cw, ShapeError, "[vae] a tile's output is ",
                   shape_str(t.sizes()), ", its extent rule gives ", ch, " x ", cw, " kept");
       out.narrow(dh, oy, ch).narrow(dw, ox, cw).copy_(t.narrow(dh, 0, ch).narrow(dw, 0, cw));
       ox += cw;
     }
-    oy += crop(H, rows[i]);
+    oy += crop(h, H, rows[i]);
   }
   return out;
 }

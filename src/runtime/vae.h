@@ -16,16 +16,16 @@
 namespace anvil::runtime {
 
 // A diffusers VAE's config.json: AutoencoderKL (SD 1.x / SDXL / FLUX style image VAEs) or the
-// causal 3D video VAEs AutoencoderKLWan (Wan2.1 settings) and AutoencoderKLQwenImage (the same
-// architecture). Fields the model does not implement (another act_fn or block type, Wan2.2's
-// is_residual / patch_size, attention scales) and fields this parser does not know are
-// FormatErrors naming them, never a silently different model.
+// causal 3D video VAEs AutoencoderKLWan (Wan2.1 and Wan2.2 settings) and AutoencoderKLQwenImage
+// (Wan2.1's architecture). Fields the model does not implement (another act_fn or block type,
+// attention scales) and fields this parser does not know are FormatErrors naming them, never a
+// silently different model.
 struct VaeConfig {
   std::string class_name;  // "_class_name"
   int64_t in_channels = 3, out_channels = 3, latent_channels = 4;  // z_dim for the video VAEs
   double scaling_factor = 0.18215;  // 1 for the video VAEs (they scale by latents_std only)
   std::optional<double> shift_factor;
-  std::vector<double> latents_mean, latents_std;  // per latent channel; empty when null
+  std::vector<double> latents_mean, latents_std;  // per latent channel (as the file lists them); empty when null
   int64_t sample_size = 32;  // AutoencoderKL's default tile (pixels); a [h, w] list gives h, as diffusers
   // AutoencoderKL
   int64_t layers_per_block = 1, norm_num_groups = 32;
@@ -36,12 +36,18 @@ struct VaeConfig {
   int64_t base_dim = 96, decoder_base_dim = 96, num_res_blocks = 2;
   std::vector<int64_t> dim_mult;
   std::vector<bool> temperal_downsample;
+  // Wan2.2: residual levels (an averaging shortcut around each down level, a duplicating one
+  // around each up level) and patch_size x patch_size pixels folded into channels first
+  bool is_residual = false;
+  int64_t patch_size = 1;
 
   bool video() const { return class_name != "AutoencoderKL"; }
-  // The spatial factor between an image and its latent: 2^(levels - 1).
+  // The spatial factor between an image and its latent: 2^(levels - 1) (times patch_size).
   int64_t downscale() const {
-    return int64_t{1} << ((video() ? dim_mult.size() : block_out_channels.size()) - 1);
+    return (int64_t{1} << ((video() ? dim_mult.size() : block_out_channels.size()) - 1)) * patch_size;
   }
+  // The channels of an image: in_channels, of which a patchified model sees patch_size^2 each.
+  int64_t image_channels() const { return in_channels / (patch_size * patch_size); }
   // Frames per latent frame after the first (the video VAEs: 2^(temporal halvings)).
   int64_t temporal_downscale() const {
     int64_t f = 1;
@@ -51,8 +57,8 @@ struct VaeConfig {
 };
 
 // Built-in configs of real VAEs for random-weight benchmarks: "flux" (FLUX.1's AutoencoderKL),
-// "sd" (SD 1.x's), "wan2.1" (AutoencoderKLWan, Wan2.1-T2V's) and "qwen-image"; Error listing the
-// names for anything else ("wan2.2" says it is not implemented yet).
+// "sd" (SD 1.x's), "wan2.1" (AutoencoderKLWan, Wan2.1-T2V's), "wan2.2" (Wan2.2-TI2V-5B's) and
+// "qwen-image"; Error listing the names for anything else.
 VaeConfig preset_vae_config(const std::string& name);
 
 // Reads DIR/config.json; parse_vae_config is the same from JSON text (`where` names it in errors).
@@ -74,22 +80,33 @@ struct LatentDistribution {
 // tiles are latent_tile latents (blend and keep in pixels), encode tiles sample_tile pixels
 // (blend and keep in latents), as diffusers' tile_latent_min_size / tile_sample_min_size /
 // tile_overlap_factor. The blends run in float32 (diffusers blends in the model's dtype).
-// The video VAEs tile as diffusers' AutoencoderKLWan: sample_tile pixels every sample_stride
-// (defaults 256 and 192), blending tile - stride and keeping stride (in pixels for decode, in
-// latents for encode), every frame of a tile through the temporal chunks with its own cache.
+// The video VAEs tile as diffusers' AutoencoderKLWan: tiles of tile_height x tile_width pixels
+// starting every stride_height / stride_width (defaults 256 and 192), blending tile - stride and
+// keeping stride (in pixels for decode, in latents for encode), every frame of a tile through the
+// temporal chunks with its own cache. With patch_size p (Wan2.2) the encode walk counts
+// patchified pixels and decode blends and keeps tile / p - stride / p and stride / p, as diffusers.
 struct VaeTiling {
   bool enabled = false;
-  int64_t sample_tile = 0;    // 0: the config's sample_size (video: 256)
-  int64_t latent_tile = 0;    // AutoencoderKL; 0: sample_size / downscale()
-  double overlap = 0.25;      // AutoencoderKL
-  int64_t sample_stride = 0;  // video; 0: 192
+  // AutoencoderKL: tile_sample_min_size, tile_latent_min_size, tile_overlap_factor
+  int64_t sample_tile = 0;  // 0: the config's sample_size
+  int64_t latent_tile = 0;  // 0: sample_size / downscale()
+  double overlap = 0.25;
+  // video VAEs: tile_sample_min_height / _width, tile_sample_stride_height / _width; 0: the default
+  int64_t tile_height = 0, tile_width = 0, stride_height = 0, stride_width = 0;
 };
 
-// The tiled run above over the last two dims of x ([B, C, H, W] or [B, C, T, H, W]) with tiles
-// of `tile` input elements starting every `stride`: f maps a tile to its output (float32, the
-// last two extents h' = out_extent(h)); blend and keep are in output elements. The output is
-// assembled in place: only the blended edge strips of the previous tiles are kept, not the tiles.
-Tensor run_tiled_2d(const Tensor& x, int64_t tile, int64_t stride, int64_t blend, int64_t keep,
+// One axis of a tiled run: tiles of `tile` input elements starting every `stride`, the first
+// `blend` output elements of a tile blended with the previous tile's last ones, the first `keep`
+// output elements kept.
+struct TileAxis {
+  int64_t tile, stride, blend, keep;
+};
+
+// The tiled run above over the last two dims of x ([B, C, H, W] or [B, C, T, H, W]), rows by `h`
+// and columns by `w`: f maps a tile to its output (float32, each of the last two extents
+// e' = out_extent(e)). The output is assembled in place: only the blended edge strips of the
+// previous tiles are kept, not the tiles.
+Tensor run_tiled_2d(const Tensor& x, const TileAxis& h, const TileAxis& w,
                     const std::function<int64_t(int64_t)>& out_extent, const std::function<Tensor(const Tensor&)>& f);
 
 class Vae {

@@ -81,6 +81,9 @@ void write_output(const std::string& path, const Tensor& t, const char* op) {
 Tensor unscale(const Tensor& x, const runtime::VaeConfig& c) {
   if (!c.latents_mean.empty() && !c.latents_std.empty()) {
     const int64_t L = c.latent_channels;
+    ANVIL_CHECK(static_cast<int64_t>(c.latents_mean.size()) == L && static_cast<int64_t>(c.latents_std.size()) == L,
+                FormatError, "[vae decode] --scaled: config.json's latents_mean / latents_std have ",
+                c.latents_mean.size(), " / ", c.latents_std.size(), " entries for ", L, " latent channels");
     Shape s(static_cast<size_t>(x.dim()), 1);
     s[1] = L;
     std::vector<float> mean(c.latents_mean.begin(), c.latents_mean.end()), std(c.latents_std.begin(), c.latents_std.end());
@@ -138,7 +141,16 @@ int cmd_vae(const VaeOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   auto vae = runtime::load_vae(o.model, lo);
   const double load_secs = seconds_since(t0);
-  if (o.tiled) vae->set_tiling({true, o.tile_sample, o.tile_latent, o.tile_overlap, o.tile_stride});
+  if (o.tiled) {
+    runtime::VaeTiling t;
+    t.enabled = true;
+    t.sample_tile = o.tile_sample;
+    t.latent_tile = o.tile_latent;
+    t.overlap = o.tile_overlap;
+    t.tile_height = t.tile_width = o.tile_sample;  // the video VAEs: square tiles from the CLI
+    t.stride_height = t.stride_width = o.tile_stride;
+    vae->set_tiling(t);
+  }
   reset_peak_memory_stats(lo.device);
   t0 = std::chrono::steady_clock::now();
   Tensor out;

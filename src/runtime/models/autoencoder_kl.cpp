@@ -109,8 +109,9 @@ class AutoencoderKL final : public LoadedVae {
     Tensor h;
     if (t.enabled && (x.size(2) > t.sample_tile || x.size(3) > t.sample_tile)) {
       const int64_t blend = static_cast<int64_t>(static_cast<double>(t.latent_tile) * t.overlap);
-      h = run_tiled_2d(x, t.sample_tile, static_cast<int64_t>(static_cast<double>(t.sample_tile) * (1 - t.overlap)),
-                       blend, t.latent_tile - blend, [&](int64_t n) { return encoded_extent(n); },
+      const TileAxis a{t.sample_tile, static_cast<int64_t>(static_cast<double>(t.sample_tile) * (1 - t.overlap)), blend,
+                       t.latent_tile - blend};
+      h = run_tiled_2d(x, a, a, [&](int64_t n) { return encoded_extent(n); },
                        [&](const Tensor& tile) { return moments(tile); });
     } else {
       h = moments(x);
@@ -126,9 +127,9 @@ class AutoencoderKL final : public LoadedVae {
     const VaeTiling t = tiling();
     if (t.enabled && (z.size(2) > t.latent_tile || z.size(3) > t.latent_tile)) {
       const int64_t blend = static_cast<int64_t>(static_cast<double>(t.sample_tile) * t.overlap), f = c_.downscale();
-      return run_tiled_2d(z, t.latent_tile, static_cast<int64_t>(static_cast<double>(t.latent_tile) * (1 - t.overlap)),
-                          blend, t.sample_tile - blend, [f](int64_t n) { return n * f; },
-                          [&](const Tensor& tile) { return decoded(tile); });
+      const TileAxis a{t.latent_tile, static_cast<int64_t>(static_cast<double>(t.latent_tile) * (1 - t.overlap)), blend,
+                       t.sample_tile - blend};
+      return run_tiled_2d(z, a, a, [f](int64_t n) { return n * f; }, [&](const Tensor& tile) { return decoded(tile); });
     }
     return decoded(z);
   }

@@ -167,10 +167,36 @@ struct MidBlock {
   Tensor operator()(const Tensor& x, FeatureCache& fc) const { return second(attention(first(x, fc)), fc); }
 };
 
+// Wan2.2's shortcut around a down level: the level's input with ft frames (zero frames in front
+// to a multiple of ft) and fs x fs pixels folded into channels, then out-channel groups averaged.
+Tensor average_down(const Tensor& x_in, int64_t out, int64_t ft, int64_t fs) {
+  Tensor x = x_in;
+  const int64_t pad_t = (ft - x.size(2) % ft) % ft;
+  if (pad_t > 0) x = pad(x, {0, 0, 0, 0, pad_t, 0});
+  const int64_t B = x.size(0), C = x.size(1), T = x.size(2) / ft, H = x.size(3) / fs, W = x.size(4) / fs;
+  const int64_t group = C * ft * fs * fs / out;
+  const Tensor folded =
+      x.view({B, C, T, ft, H, fs, W, fs}).permute({0, 1, 3, 5, 7, 2, 4, 6}).reshape({B, out, group, T, H, W});
+  return mean(folded, {2});
+}
+
+// Wan2.2's shortcut around an up level: each channel repeated to fill out x ft x fs x fs channels,
+// which unfold into ft frames and fs x fs pixels; the first chunk drops its first ft - 1 frames.
+Tensor duplicate_up(const Tensor& x, int64_t out, int64_t ft, int64_t fs, bool first_chunk) {
+  const int64_t B = x.size(0), C = x.size(1), T = x.size(2), H = x.size(3), W = x.size(4);
+  const int64_t repeats = out * ft * fs * fs / C;
+  const Tensor rep = x.unsqueeze(2).expand({B, C, repeats, T, H, W}).reshape({B, out, ft, fs, fs, T, H, W});
+  Tensor y = rep.permute({0, 1, 5, 2, 6, 3, 7, 4}).reshape({B, out, T * ft, H * fs, W * fs});
+  return first_chunk ? y.narrow(2, ft - 1, y.size(2) - (ft - 1)) : y;
+}
+
 struct Layer {  // an encoder level entry or a decoder level: resnets, then an optional resample
   std::vector<Resnet> resnets;
   bool resample = false;
   Resample rs;
+  // Wan2.2 (is_residual): the level's shortcut (average_down / duplicate_up) to `shortcut_out`
+  // channels with ft frames and fs pixels per step; shortcut_out 0: none
+  int64_t shortcut_out = 0, ft = 1, fs = 1;
 };
 
 class AutoencoderKLWan final : public LoadedVae {
@@ -184,12 +210,24 @@ class AutoencoderKLWan final : public LoadedVae {
     int64_t n = 0;
     for (int64_t i = 0; i < levels; ++i) {
       Layer L;
+      const bool down = i + 1 < levels, temporal = down && c.temperal_downsample[static_cast<size_t>(i)];
+      // Wan2.1 lists resnets and resamples flat; Wan2.2's levels are blocks with resnets.N and downsampler
+      const std::string level = "encoder.down_blocks." + std::to_string(i);
       for (int64_t r = 0; r < c.num_res_blocks; ++r, ++n)
-        L.resnets.push_back(resnet("encoder.down_blocks." + std::to_string(n), r == 0 ? dims[i] : dims[i + 1], dims[i + 1]));
-      if (i + 1 < levels) {
+        L.resnets.push_back(resnet(c.is_residual ? level + ".resnets." + std::to_string(r)
+                                                 : "encoder.down_blocks." + std::to_string(n),
+                                   r == 0 ? dims[i] : dims[i + 1], dims[i + 1]));
+      if (down) {
         L.resample = true;
-        L.rs = resample("encoder.down_blocks." + std::to_string(n++), dims[i + 1], dims[i + 1], false,
-                        c.temperal_downsample[static_cast<size_t>(i)]);
+        L.rs = resample(c.is_residual ? level + ".downsampler" : "encoder.down_blocks." + std::to_string(n++),
+                        dims[i + 1], dims[i + 1], false, temporal);
+      }
+      if (c.is_residual) {
+        L.shortcut_out = dims[i + 1];
+        L.ft = temporal ? 2 : 1;
+        L.fs = down ? 2 : 1;
+        ANVIL_CHECK(dims[i] * L.ft * L.fs * L.fs % dims[i + 1] == 0, FormatError, "[vae] down level ", i, ": ",
+                    dims[i], " channels x ", L.ft * L.fs * L.fs, " do not divide into ", dims[i + 1]);
       }
       down_.push_back(std::move(L));
     }
@@ -207,14 +245,25 @@ class AutoencoderKLWan final : public LoadedVae {
     for (int64_t i = 0; i < levels; ++i) {
       const std::string p = "decoder.up_blocks." + std::to_string(i) + ".";
       const int64_t out = up[static_cast<size_t>(i + 1)];
-      int64_t in = i > 0 ? up[static_cast<size_t>(i)] / 2 : up[0];
+      const int64_t level_in = i > 0 && !c.is_residual ? up[static_cast<size_t>(i)] / 2 : up[static_cast<size_t>(i)];
+      const bool upsample = i + 1 < levels;
+      const bool temporal = upsample && c.temperal_downsample[static_cast<size_t>(levels - 2 - i)];
       Layer L;
+      int64_t in = level_in;
       for (int64_t r = 0; r <= c.num_res_blocks; ++r, in = out)
         L.resnets.push_back(resnet(p + "resnets." + std::to_string(r), in, out));
-      if (i + 1 < levels) {
+      if (upsample) {
         L.resample = true;
-        L.rs = resample(p + "upsamplers.0", out, out / 2, true,
-                        c.temperal_downsample[static_cast<size_t>(levels - 2 - i)]);
+        // Wan2.1's upsample conv halves the channels; Wan2.2's keeps them
+        L.rs = resample(p + (c.is_residual ? "upsampler" : "upsamplers.0"), out, c.is_residual ? out : out / 2, true,
+                        temporal);
+      }
+      if (c.is_residual && upsample) {
+        L.shortcut_out = out;
+        L.ft = temporal ? 2 : 1;
+        L.fs = 2;
+        ANVIL_CHECK(out * L.ft * L.fs * L.fs % level_in == 0, FormatError, "[vae] up level ", i, ": ", out,
+                    " channels x ", L.ft * L.fs * L.fs, " are not a multiple of ", level_in);
       }
       up_.push_back(std::move(L));
     }
@@ -224,21 +273,23 @@ class AutoencoderKLWan final : public LoadedVae {
   }
 
   LatentDistribution encode(const Tensor& x_in) override {
-    const int64_t f = c_.downscale(), ft = c_.temporal_downscale();
-    ANVIL_CHECK(x_in.dim() == 5 && x_in.size(1) == c_.in_channels, ShapeError, "[vae encode] input must be [B, ",
-                c_.in_channels, ", T, H, W], got ", shape_str(x_in.sizes()));
+    const int64_t f = c_.downscale(), ft = c_.temporal_downscale(), p = c_.patch_size;
+    ANVIL_CHECK(x_in.dim() == 5 && x_in.size(1) == c_.image_channels(), ShapeError, "[vae encode] input must be [B, ",
+                c_.image_channels(), ", T, H, W], got ", shape_str(x_in.sizes()));
     ANVIL_CHECK(x_in.size(3) % f == 0 && x_in.size(4) % f == 0 && x_in.size(3) > 0 && x_in.size(4) > 0, ShapeError,
                 "[vae encode] H and W must be positive multiples of ", f, ", got ", shape_str(x_in.sizes()));
     ANVIL_CHECK(x_in.size(2) >= 1 && (x_in.size(2) - 1) % ft == 0, ShapeError, "[vae encode] T must be 1 + ", ft,
                 " k frames (the first frame, then chunks of ", ft, "), got ", x_in.size(2));
-    const Tensor x = input(x_in);
+    const Tensor x = patchify(input(x_in));
     const VaeTiling t = tiling();
     Tensor h;
-    if (t.enabled && (x.size(3) > t.sample_tile || x.size(4) > t.sample_tile)) {
-      const int64_t tile = t.sample_tile / f, stride = t.sample_stride / f;
-      h = run_tiled_2d(x, t.sample_tile, t.sample_stride, tile - stride, stride, [f](int64_t e) { return e / f; },
-                       [&](const Tensor& tl) { return moments(tl); });
-      h = h.narrow(3, 0, std::min(h.size(3), x.size(3) / f)).narrow(4, 0, std::min(h.size(4), x.size(4) / f));
+    if (t.enabled && (x_in.size(4) > t.tile_width || x_in.size(3) > t.tile_height)) {
+      // diffusers walks the patchified input with the pixel tile sizes; latents are 1 / (f / p) of it
+      const int64_t e = f / p;
+      const TileAxis ah{t.tile_height, t.stride_height, t.tile_height / e - t.stride_height / e, t.stride_height / e};
+      const TileAxis aw{t.tile_width, t.stride_width, t.tile_width / e - t.stride_width / e, t.stride_width / e};
+      h = run_tiled_2d(x, ah, aw, [e](int64_t n) { return n / e; }, [&](const Tensor& tl) { return moments(tl); });
+      h = h.narrow(3, 0, std::min(h.size(3), x.size(3) / e)).narrow(4, 0, std::min(h.size(4), x.size(4) / e));
     } else {
       h = moments(x);
     }
@@ -252,39 +303,47 @@ class AutoencoderKLWan final : public LoadedVae {
                 shape_str(z_in.sizes()));
     const Tensor z = input(z_in);
     const VaeTiling t = tiling();
-    const int64_t f = c_.downscale();
-    Tensor out;
-    if (t.enabled && (z.size(3) > t.sample_tile / f || z.size(4) > t.sample_tile / f)) {
-      out = run_tiled_2d(z, t.sample_tile / f, t.sample_stride / f, t.sample_tile - t.sample_stride, t.sample_stride,
-                         [f](int64_t e) { return e * f; }, [&](const Tensor& tl) { return decoded(tl); });
-      out = out.narrow(3, 0, std::min(out.size(3), z.size(3) * f)).narrow(4, 0, std::min(out.size(4), z.size(4) * f));
+    const int64_t f = c_.downscale(), p = c_.patch_size;
+    if (t.enabled && (z.size(4) > t.tile_width / f || z.size(3) > t.tile_height / f)) {
+      ANVIL_CHECK(t.stride_height >= f && t.stride_width >= f, ValueError, "[vae decode] tiled decode needs strides of ",
+                  "at least ", f, " pixels (one latent), got ", t.stride_height, " x ", t.stride_width);
+      // latent tiles of tile / f; blends and crops in patchified output pixels (tile / p, stride / p)
+      const TileAxis ah{t.tile_height / f, t.stride_height / f, t.tile_height / p - t.stride_height / p,
+                        t.stride_height / p};
+      const TileAxis aw{t.tile_width / f, t.stride_width / f, t.tile_width / p - t.stride_width / p, t.stride_width / p};
+      const int64_t e = f / p;
+      Tensor out = run_tiled_2d(z, ah, aw, [e](int64_t n) { return n * e; }, [&](const Tensor& tl) { return decoded(tl); });
+      out = unpatchify(
+          out.narrow(3, 0, std::min(out.size(3), z.size(3) * e)).narrow(4, 0, std::min(out.size(4), z.size(4) * e)));
       // diffusers 0.42's AutoencoderKLQwenImage.tiled_decode does not clamp (its _decode does):
       // followed, so tiled outputs match diffusers'.
       if (c_.class_name == "AutoencoderKLQwenImage") return out;
-    } else {
-      out = decoded(z);
+      return clamp(out, Scalar(-1.0), Scalar(1.0));
     }
-    return clamp(out, Scalar(-1.0), Scalar(1.0));
+    return clamp(unpatchify(decoded(z)), Scalar(-1.0), Scalar(1.0));
   }
 
   void set_tiling(const VaeTiling& t) override {
-    const int64_t f = c_.downscale();
-    ANVIL_CHECK(t.sample_tile >= 0 && t.sample_stride >= 0, ValueError,
-                "[vae] tiles must be >= 0 (0: the default), got sample_tile ", t.sample_tile, ", sample_stride ",
-                t.sample_stride);
-    VaeTiling r = t;
-    tiling_ = r;
-    r = tiling();
-    ANVIL_CHECK(r.sample_stride / f > 0 && r.sample_stride <= r.sample_tile && r.sample_tile / f > 0, ValueError,
-                "[vae] video tiles need a stride of at least ", f, " pixels and no larger than the tile, got tile ",
-                r.sample_tile, ", stride ", r.sample_stride, " (defaults: tile 256, stride 192)");
+    const int64_t f = c_.downscale() / c_.patch_size;  // the encoder's factor over (patchified) pixels
+    ANVIL_CHECK(t.tile_height >= 0 && t.tile_width >= 0 && t.stride_height >= 0 && t.stride_width >= 0, ValueError,
+                "[vae] tile sizes and strides must be >= 0 (0: the default), got tile ", t.tile_height, " x ",
+                t.tile_width, ", stride ", t.stride_height, " x ", t.stride_width);
+    tiling_ = t;
+    const VaeTiling r = tiling();
+    for (auto [tile, stride] : {std::pair{r.tile_height, r.stride_height}, std::pair{r.tile_width, r.stride_width}})
+      ANVIL_CHECK(stride / f > 0 && stride <= tile, ValueError, "[vae] video tiles need a stride of at least ", f,
+                  " pixels and no larger than the tile, got tile ", tile, ", stride ", stride,
+                  " (defaults: tile 256, stride 192)");
   }
   VaeTiling tiling() const override {
     VaeTiling t = tiling_;
-    if (t.sample_tile == 0) t.sample_tile = 256;
-    if (t.sample_stride == 0) t.sample_stride = 192;
+    for (int64_t* v : {&t.tile_height, &t.tile_width})
+      if (*v == 0) *v = 256;
+    for (int64_t* v : {&t.stride_height, &t.stride_width})
+      if (*v == 0) *v = 192;
     return t;
   }
+
 
  private:
   CausalConv causal(const std::string& p, int64_t in, int64_t out, int64_t k) {
@@ -335,13 +394,30 @@ class AutoencoderKLWan final : public LoadedVae {
   }
 
 
+  // Wan2.2's patchify: p x p pixels into channels, channel c p^2 + j p + i holding pixel (i, j) of
+  // each patch (diffusers' order); unpatchify undoes it.
+  Tensor patchify(const Tensor& x) const {
+    const int64_t p = c_.patch_size;
+    if (p == 1) return x;
+    const int64_t B = x.size(0), C = x.size(1), T = x.size(2), H = x.size(3) / p, W = x.size(4) / p;
+    return x.view({B, C, T, H, p, W, p}).permute({0, 1, 6, 4, 2, 3, 5}).reshape({B, C * p * p, T, H, W});
+  }
+  Tensor unpatchify(const Tensor& x) const {
+    const int64_t p = c_.patch_size;
+    if (p == 1) return x;
+    const int64_t B = x.size(0), C = x.size(1) / (p * p), T = x.size(2), H = x.size(3), W = x.size(4);
+    return x.view({B, C, p, p, T, H, W}).permute({0, 1, 4, 5, 3, 6, 2}).reshape({B, C, T, H * p, W * p});
+  }
+
   // The encoder over one chunk of frames, its cache carried between chunks.
   Tensor encode_chunk(const Tensor& x, FeatureCache& fc) const {
     fc.next = 0;
     Tensor h = cached(enc_in_, x, fc);
     for (const Layer& L : down_) {
+      const Tensor level_in = h;
       for (const Resnet& r : L.resnets) h = r(h, fc);
       if (L.resample) h = L.rs(h, fc);
+      if (L.shortcut_out) h = add(h, average_down(level_in, L.shortcut_out, L.ft, L.fs));
     }
     h = enc_mid_(h, fc);
     return cached(enc_out_, silu(enc_norm_(h)), fc);
@@ -356,12 +432,14 @@ class AutoencoderKLWan final : public LoadedVae {
       chunks.push_back(encode_chunk(x.narrow(2, s, s == 0 ? 1 : std::min(ft, T - s)).contiguous(), fc));
     return quant_(cat(chunks, 2));
   }
-  Tensor decode_chunk(const Tensor& z, FeatureCache& fc) const {
+  Tensor decode_chunk(const Tensor& z, FeatureCache& fc, bool first_chunk) const {
     fc.next = 0;
     Tensor h = dec_mid_(cached(dec_in_, z, fc), fc);
     for (const Layer& L : up_) {
+      const Tensor level_in = h;
       for (const Resnet& r : L.resnets) h = r(h, fc);
       if (L.resample) h = L.rs(h, fc);
+      if (L.shortcut_out) h = add(h, duplicate_up(level_in, L.shortcut_out, L.ft, L.fs, first_chunk));
     }
     return cached(dec_out_, silu(dec_norm_(h)), fc);
   }
@@ -372,7 +450,7 @@ class AutoencoderKLWan final : public LoadedVae {
     Tensor out;
     int64_t at = 0;
     for (int64_t k = 0; k < q.size(2); ++k) {
-      const Tensor frames = decode_chunk(q.narrow(2, k, 1).contiguous(), fc).to(kFloat32);
+      const Tensor frames = decode_chunk(q.narrow(2, k, 1).contiguous(), fc, k == 0).to(kFloat32);
       if (!out.defined()) {
         Shape s = frames.sizes();
         s[2] = 1 + (q.size(2) - 1) * c_.temporal_downscale();
