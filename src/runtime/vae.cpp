@@ -266,7 +266,8 @@ std::vector<int64_t> tile_starts(int64_t extent, int64_t stride) {
 }  // namespace
 
 Tensor run_tiled_2d(const Tensor& x, const TileAxis& h, const TileAxis& w,
-                    const std::function<int64_t(int64_t)>& out_extent, const std::function<Tensor(const Tensor&)>& f) {
+                    const std::function<int64_t(int64_t)>& out_extent, const std::function<Tensor(const Tensor&)>& f,
+                    const std::function<void(int64_t, int64_t)>& progress) {
   for (const TileAxis* a : {&h, &w})
     ANVIL_CHECK(a->tile > 0 && a->stride > 0 && a->keep > 0, ValueError, "[vae] tiles of ", a->tile, " every ",
                 a->stride, " keeping ", a->keep, ": each must be positive");
@@ -305,6 +306,7 @@ Tensor run_tiled_2d(const Tensor& x, const TileAxis& h, const TileAxis& w,
                   shape_str(t.sizes()), ", its extent rule gives ", ch, " x ", cw, " kept");
       out.narrow(dh, oy, ch).narrow(dw, ox, cw).copy_(t.narrow(dh, 0, ch).narrow(dw, 0, cw));
       ox += cw;
+      if (progress) progress(static_cast<int64_t>(i * cols.size() + j + 1), static_cast<int64_t>(rows.size() * cols.size()));
     }
     oy += crop(h, H, rows[i]);
   }

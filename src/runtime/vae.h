@@ -106,8 +106,10 @@ struct TileAxis {
 // and columns by `w`: f maps a tile to its output (float32, each of the last two extents
 // e' = out_extent(e)). The output is assembled in place: only the blended edge strips of the
 // previous tiles are kept, not the tiles.
+// progress(done, total) after each tile, when given.
 Tensor run_tiled_2d(const Tensor& x, const TileAxis& h, const TileAxis& w,
-                    const std::function<int64_t(int64_t)>& out_extent, const std::function<Tensor(const Tensor&)>& f);
+                    const std::function<int64_t(int64_t)>& out_extent, const std::function<Tensor(const Tensor&)>& f,
+                    const std::function<void(int64_t, int64_t)>& progress = {});
 
 class Vae {
  public:
@@ -122,6 +124,9 @@ class Vae {
   virtual Tensor decode(const Tensor& z) = 0;
   // Tiling for the calls that follow; the tiling in force with its defaults filled in.
   virtual void set_tiling(const VaeTiling& tiling) = 0;
+  // Called with (done, total) as a long call advances: per tile when tiled, else per latent
+  // frame of a video decode (the CLI draws it on a terminal).
+  virtual void set_progress(std::function<void(int64_t done, int64_t total)> progress) = 0;
   virtual VaeTiling tiling() const = 0;
   virtual const VaeConfig& config() const = 0;
   virtual Device device() const = 0;
@@ -138,6 +143,7 @@ class LoadedVae : public Vae {
   Device device() const override { return o_.device; }
   DType dtype() const override { return o_.dtype; }
   uint64_t parameters() const override { return parameters_; }
+  void set_progress(std::function<void(int64_t, int64_t)> progress) override { progress_ = std::move(progress); }
 
  protected:
   Tensor take(const std::string& name, const Shape& shape);
@@ -149,6 +155,7 @@ class LoadedVae : public Vae {
   VaeConfig c_;
   LoadOptions o_;
   VaeTiling tiling_;
+  std::function<void(int64_t, int64_t)> progress_;
 
  private:
   WeightSource* ws_;  // only while the constructor runs

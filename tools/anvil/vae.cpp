@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 #include <string>
+#include <unistd.h>
 
 #include "anvil/anvil.h"
 #include "commands.h"
@@ -151,6 +152,11 @@ int cmd_vae(const VaeOptions& o) {
     t.stride_height = t.stride_width = o.tile_stride;
     vae->set_tiling(t);
   }
+  if (isatty(fileno(stderr)))
+    vae->set_progress([op](int64_t done, int64_t total) {
+      std::fprintf(stderr, "\r%s %lld / %lld", op, static_cast<long long>(done), static_cast<long long>(total));
+      if (done == total) std::fprintf(stderr, "\r\033[K");
+    });
   reset_peak_memory_stats(lo.device);
   t0 = std::chrono::steady_clock::now();
   Tensor out;

@@ -112,7 +112,7 @@ class AutoencoderKL final : public LoadedVae {
       const TileAxis a{t.sample_tile, static_cast<int64_t>(static_cast<double>(t.sample_tile) * (1 - t.overlap)), blend,
                        t.latent_tile - blend};
       h = run_tiled_2d(x, a, a, [&](int64_t n) { return encoded_extent(n); },
-                       [&](const Tensor& tile) { return moments(tile); });
+                       [&](const Tensor& tile) { return moments(tile); }, progress_);
     } else {
       h = moments(x);
     }
@@ -129,7 +129,7 @@ class AutoencoderKL final : public LoadedVae {
       const int64_t blend = static_cast<int64_t>(static_cast<double>(t.sample_tile) * t.overlap), f = c_.downscale();
       const TileAxis a{t.latent_tile, static_cast<int64_t>(static_cast<double>(t.latent_tile) * (1 - t.overlap)), blend,
                        t.sample_tile - blend};
-      return run_tiled_2d(z, a, a, [f](int64_t n) { return n * f; }, [&](const Tensor& tile) { return decoded(tile); });
+      return run_tiled_2d(z, a, a, [f](int64_t n) { return n * f; }, [&](const Tensor& tile) { return decoded(tile); }, progress_);
     }
     return decoded(z);
   }

@@ -288,7 +288,7 @@ class AutoencoderKLWan final : public LoadedVae {
       const int64_t e = f / p;
       const TileAxis ah{t.tile_height, t.stride_height, t.tile_height / e - t.stride_height / e, t.stride_height / e};
       const TileAxis aw{t.tile_width, t.stride_width, t.tile_width / e - t.stride_width / e, t.stride_width / e};
-      h = run_tiled_2d(x, ah, aw, [e](int64_t n) { return n / e; }, [&](const Tensor& tl) { return moments(tl); });
+      h = run_tiled_2d(x, ah, aw, [e](int64_t n) { return n / e; }, [&](const Tensor& tl) { return moments(tl); }, progress_);
       h = h.narrow(3, 0, std::min(h.size(3), x.size(3) / e)).narrow(4, 0, std::min(h.size(4), x.size(4) / e));
     } else {
       h = moments(x);
@@ -312,7 +312,8 @@ class AutoencoderKLWan final : public LoadedVae {
                         t.stride_height / p};
       const TileAxis aw{t.tile_width / f, t.stride_width / f, t.tile_width / p - t.stride_width / p, t.stride_width / p};
       const int64_t e = f / p;
-      Tensor out = run_tiled_2d(z, ah, aw, [e](int64_t n) { return n * e; }, [&](const Tensor& tl) { return decoded(tl); });
+      Tensor out = run_tiled_2d(
+          z, ah, aw, [e](int64_t n) { return n * e; }, [&](const Tensor& tl) { return decoded(tl, false); }, progress_);
       out = unpatchify(
           out.narrow(3, 0, std::min(out.size(3), z.size(3) * e)).narrow(4, 0, std::min(out.size(4), z.size(4) * e)));
       // diffusers 0.42's AutoencoderKLQwenImage.tiled_decode does not clamp (its _decode does):
@@ -320,7 +321,7 @@ class AutoencoderKLWan final : public LoadedVae {
       if (c_.class_name == "AutoencoderKLQwenImage") return out;
       return clamp(out, Scalar(-1.0), Scalar(1.0));
     }
-    return clamp(unpatchify(decoded(z)), Scalar(-1.0), Scalar(1.0));
+    return clamp(unpatchify(decoded(z, true)), Scalar(-1.0), Scalar(1.0));
   }
 
   void set_tiling(const VaeTiling& t) override {
@@ -443,8 +444,9 @@ class AutoencoderKLWan final : public LoadedVae {
     }
     return cached(dec_out_, silu(dec_norm_(h)), fc);
   }
-  // post_quant_conv, then the decoder one latent frame at a time into a float32 video.
-  Tensor decoded(const Tensor& z) const {
+  // post_quant_conv, then the decoder one latent frame at a time into a float32 video (patchified).
+  // report: progress per latent frame (an untiled decode; a tiled one reports tiles).
+  Tensor decoded(const Tensor& z, bool report) const {
     const Tensor q = post_quant_(z);
     FeatureCache fc;
     Tensor out;
@@ -460,6 +462,7 @@ class AutoencoderKLWan final : public LoadedVae {
                   frames.size(2), " frames past the ", out.size(2), " expected");
       out.narrow(2, at, frames.size(2)).copy_(frames);
       at += frames.size(2);
+      if (report && progress_) progress_(k + 1, q.size(2));
     }
     return out;
   }
