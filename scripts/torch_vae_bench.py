@@ -24,6 +24,10 @@ PRESETS = {
                                  down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4)),
     "wan2.1": ("AutoencoderKLWan", dict(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
                                         temperal_downsample=[False, True, True])),
+    "wan2.2": ("AutoencoderKLWan", dict(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4],
+                                        num_res_blocks=2, temperal_downsample=[False, True, True], is_residual=True,
+                                        in_channels=12, out_channels=12, patch_size=2, scale_factor_spatial=16,
+                                        scale_factor_temporal=4)),
     "qwen-image": ("AutoencoderKLQwenImage", dict(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
                                                   temperal_downsample=[False, True, True])),
 }
@@ -57,7 +61,7 @@ def main():
     vae = getattr(diffusers, cls_name)(**cfg).to(dev, dtype).eval()
     if a.tiled:
         vae.enable_tiling()
-    f = 8
+    f = 16 if cfg.get("patch_size") else 8
     zs = [1, cfg.get("latent_channels", cfg.get("z_dim")), h // f, w // f]
     xs = [1, 3, h, w]
     if video:

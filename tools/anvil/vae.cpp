@@ -216,7 +216,7 @@ int cmd_bench_vae(const BenchOptions& o) {
   auto vae = c.video() ? runtime::build_autoencoder_kl_wan(c, *w, lo) : runtime::build_autoencoder_kl(c, *w, lo);
   if (o.tiled) vae->set_tiling({true});
   Shape zs = {1, c.latent_channels, H / f, W / f};
-  Shape xs = {1, c.in_channels, H, W};
+  Shape xs = {1, c.image_channels(), H, W};
   if (c.video()) {
     zs.insert(zs.begin() + 2, 1 + (T - 1) / ft);
     xs.insert(xs.begin() + 2, T);
