@@ -20,6 +20,13 @@ using runtime::LoadOptions;
 
 std::string vae_dir(const std::string& name) { return th::source_dir() + "/tests/data/" + name; }
 
+LoadOptions options(Device dev, DType t) {
+  LoadOptions o;
+  o.device = dev;
+  o.dtype = t;
+  return o;
+}
+
 // golden.safetensors' tensor `name` (float32, CPU).
 Tensor golden(const std::string& dir, const std::string& name) {
   return runtime::Checkpoint(dir, "golden").tensor(name).to(kFloat32).contiguous();
@@ -66,7 +73,7 @@ class Vae : public th::DeviceTest {};
 // CPU: at most 1.1e-6 of scale (latent logvar 2.7e-6 of 2.53). The same bits on a second call.
 TEST_P(Vae, AutoencoderKLFloat32MatchesDiffusers) {
   const std::string dir = vae_dir("sd-vae");
-  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kFloat32});
+  auto vae = runtime::load_vae(dir, options(dev(), kFloat32));
   EXPECT_EQ(vae->config().class_name, "AutoencoderKL");
   EXPECT_EQ(vae->parameters(), 658375u);  // golden.json's param_count
   const runtime::LatentDistribution d = vae->encode(golden(dir, "input"));
@@ -86,7 +93,7 @@ TEST_P(Vae, AutoencoderKLFloat32MatchesDiffusers) {
 // an input no larger than a tile runs untiled.
 TEST_P(Vae, AutoencoderKLTiledMatchesDiffusers) {
   const std::string dir = vae_dir("sd-vae");
-  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kFloat32});
+  auto vae = runtime::load_vae(dir, options(dev(), kFloat32));
   EXPECT_FALSE(vae->tiling().enabled);
   EXPECT_EQ(vae->tiling().sample_tile, 64);  // the config's sample_size
   EXPECT_EQ(vae->tiling().latent_tile, 32);
@@ -115,7 +122,7 @@ TEST_P(Vae, VideoVaesMatchDiffusers) {
   for (const VideoCase& vc : {VideoCase{"wan-vae", 293599, 24, 16, false}, VideoCase{"qwen-image-vae", 299043, 40, 32, true}}) {
     SCOPED_TRACE(vc.dir);
     const std::string dir = vae_dir(vc.dir);
-    auto vae = runtime::load_vae(dir, LoadOptions{dev(), kFloat32});
+    auto vae = runtime::load_vae(dir, options(dev(), kFloat32));
     EXPECT_EQ(vae->parameters(), vc.params);  // golden.json's param_count
     EXPECT_TRUE(vae->config().video());
     const runtime::LatentDistribution d = vae->encode(golden(dir, "input"));
@@ -153,7 +160,7 @@ TEST_P(Vae, ExtraSettingsMatchDiffusers) {
     const std::string dir = vae_dir("vae-extra/" + name);
     std::ifstream in(dir + "/golden.json");
     const nlohmann::json j = nlohmann::json::parse(in);
-    auto vae = runtime::load_vae(dir, LoadOptions{dev(), kFloat32});
+    auto vae = runtime::load_vae(dir, options(dev(), kFloat32));
     EXPECT_EQ(vae->parameters(), j["param_count"].get<uint64_t>());
     const runtime::LatentDistribution d = vae->encode(golden(dir, "input"));
     EXPECT_TRUE(within_scale(d.mean, golden(dir, "latent_mean"), 1e-5)) << "latent mean";
@@ -192,7 +199,7 @@ TEST_P(Vae, ExtraSettingsMatchDiffusers) {
 // (th::memory_stable), and the same decode twice gives the same bits.
 TEST_P(Vae, TiledVideoDecodeMemoryStable) {
   if (!dev().is_cuda()) GTEST_SKIP() << "the caching allocator under test is CUDA's";
-  LoadOptions lo{dev(), kBFloat16};
+  const LoadOptions lo = options(dev(), kBFloat16);
   const auto w = runtime::random_weights(lo, 5);
   auto vae = runtime::build_autoencoder_kl_wan(runtime::preset_vae_config("wan2.1"), *w, lo);
   runtime::VaeTiling t;
@@ -210,7 +217,7 @@ TEST_P(Vae, TiledVideoDecodeMemoryStable) {
 // Progress: per latent frame of an untiled video decode, per tile of a tiled one.
 TEST_P(Vae, ProgressReports) {
   const std::string dir = vae_dir("wan-vae");
-  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kFloat32});
+  auto vae = runtime::load_vae(dir, options(dev(), kFloat32));
   std::vector<std::pair<int64_t, int64_t>> calls;
   vae->set_progress([&](int64_t done, int64_t total) { calls.emplace_back(done, total); });
   (void)vae->decode(golden(dir, "latent_in"));
@@ -227,7 +234,7 @@ TEST_P(Vae, ProgressReports) {
 
 TEST_P(Vae, VideoVaeBFloat16PsnrAndErrors) {
   const std::string dir = vae_dir("wan-vae");
-  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kBFloat16});
+  auto vae = runtime::load_vae(dir, options(dev(), kBFloat16));
   const double mean_db = psnr(vae->encode(golden(dir, "input")).mean, golden(dir, "latent_mean"));
   const double decode_db = psnr(vae->decode(golden(dir, "latent_in")), golden(dir, "decoded"));
   EXPECT_GE(mean_db, 40.0) << "latent mean";
@@ -251,7 +258,7 @@ TEST_P(Vae, VideoVaeBFloat16PsnrAndErrors) {
 // bfloat16 weights and activations: PSNR >= 40 dB against the float32 golden.
 TEST_P(Vae, AutoencoderKLBFloat16Psnr) {
   const std::string dir = vae_dir("sd-vae");
-  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kBFloat16});
+  auto vae = runtime::load_vae(dir, options(dev(), kBFloat16));
   const runtime::LatentDistribution d = vae->encode(golden(dir, "input"));
   EXPECT_GE(psnr(d.mean, golden(dir, "latent_mean")), 40.0) << "latent mean";
   const double p = psnr(vae->decode(golden(dir, "latent_in")), golden(dir, "decoded"));
@@ -262,7 +269,7 @@ TEST_P(Vae, AutoencoderKLBFloat16Psnr) {
 // sample(seed) = mean + exp(logvar / 2) * N(0, 1): the same draw for a seed, another for another.
 TEST_P(Vae, SampleIsSeeded) {
   const std::string dir = vae_dir("sd-vae");
-  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kFloat32});
+  auto vae = runtime::load_vae(dir, options(dev(), kFloat32));
   const runtime::LatentDistribution d = vae->encode(golden(dir, "input"));
   const Tensor a = d.sample(7), b = d.sample(7), c = d.sample(8);
   EXPECT_EQ(values(a), values(b));
@@ -276,7 +283,7 @@ TEST_P(Vae, SampleIsSeeded) {
 
 TEST_P(Vae, BadInputsAreErrors) {
   const std::string dir = vae_dir("sd-vae");
-  auto vae = runtime::load_vae(dir, LoadOptions{dev(), kFloat32});
+  auto vae = runtime::load_vae(dir, options(dev(), kFloat32));
   const TensorOptions o = TensorOptions(kFloat32).device(dev());
   EXPECT_THROWS_SAYING(ShapeError, "vae decode", "latents must be [B, 4, h, w], got [1, 3, 8, 8]",
                        vae->decode(zeros({1, 3, 8, 8}, o)));
@@ -284,7 +291,7 @@ TEST_P(Vae, BadInputsAreErrors) {
   EXPECT_THROWS_SAYING(ShapeError, "vae encode", "input must be [B, 3, H, W], got [1, 1, 8, 8]",
                        vae->encode(zeros({1, 1, 8, 8}, o)));
   EXPECT_THROWS_SAYING(ShapeError, "vae encode", "multiples of 2", vae->encode(zeros({1, 3, 9, 8}, o)));
-  EXPECT_THROWS_SAYING(DTypeError, "vae", "compute dtype", runtime::load_vae(dir, LoadOptions{dev(), kFloat64}));
+  EXPECT_THROWS_SAYING(DTypeError, "vae", "compute dtype", runtime::load_vae(dir, options(dev(), kFloat64)));
 }
 
 // A copy of the folder with config.json replaced by `config` (the weights linked).
