@@ -66,7 +66,8 @@ done
 
 # The PyTorch comparison script reads the bench JSON there (scripts/gpu-check.sh runs it).
 mkdir -p "$out_dir/scripts"
-cp -f "$(dirname "${BASH_SOURCE[0]}")/torch_bench_ops.py" "$out_dir/scripts/"
+cp -f "$(dirname "${BASH_SOURCE[0]}")/torch_bench_ops.py" "$(dirname "${BASH_SOURCE[0]}")/torch_vae_bench.py" \
+  "$out_dir/scripts/"
 
 cat > "$out_dir/run.sh" <<'EOF'
 #!/usr/bin/env bash

@@ -5,11 +5,14 @@
 #   REPORT_DIR/memcheck.log                             compute-sanitizer memcheck of the CUDA tests
 #   REPORT_DIR/bench-cuda.json / .log                   anvil bench-ops --device cuda
 #   REPORT_DIR/torch-cuda.json / .log                   the same cases in PyTorch (when python3 has torch)
+#   REPORT_DIR/vae-<n>.log, torch-vae-<n>.log           anvil bench --vae on CUDA for each VAE_BENCH entry,
+#                                                       and diffusers + PyTorch on it (when python3 has diffusers)
 #   REPORT_DIR/summary.txt                              pass / fail / skip counts and every step's status
 # Every step runs even when an earlier one fails; the exit status is 1 if anything failed.
 #   scripts/gpu-check.sh BUNDLE_DIR REPORT_DIR
 # Time limits (seconds) from the environment: TEST_TIMEOUT (3600), MEMCHECK_TIMEOUT (1800),
-# BENCH_TIMEOUT (1200). MEMCHECK_FILTER overrides the gtest filter of the memcheck run;
+# BENCH_TIMEOUT (1200). VAE_BENCH: ";"-separated `anvil bench --vae` argument lists (default
+# "wan2.2 --tiled;flux"; empty: none). MEMCHECK_FILTER overrides the gtest filter of the memcheck run;
 # BENCH_FILTER limits the benchmark cases (bench-ops --filter); TEST_FILTER is a gtest filter for
 # the test binaries (default: every test).
 set -euo pipefail
@@ -122,6 +125,24 @@ if [[ -f "$report/bench-cuda.json" ]] && python3 -c 'import torch' 2>/dev/null; 
 else
   note "SKIP  PyTorch comparison: no bench JSON or no torch in python3"
 fi
+
+# ---- VAE decodes at real shapes beside diffusers
+IFS=';' read -r -a vae_runs <<< "${VAE_BENCH-wan2.2 --tiled;flux}"
+n=0
+for args in "${vae_runs[@]}"; do
+  [[ -z "$args" ]] && continue
+  n=$(( n + 1 ))
+  # shellcheck disable=SC2086
+  step "anvil bench --vae $args --device cuda" "$report/vae-$n.log" \
+    timeout "${BENCH_TIMEOUT:-1200}" "$run" anvil bench --vae $args --device cuda -r 3
+  grep -E '^\| ' "$report/vae-$n.log" | tail -1 | sed 's/^/      /' >> "$summary" || true
+  if python3 -c 'import diffusers' 2>/dev/null; then
+    # shellcheck disable=SC2086
+    step "diffusers bench --vae $args" "$report/torch-vae-$n.log" \
+      timeout "${BENCH_TIMEOUT:-1200}" python3 "$bundle/scripts/torch_vae_bench.py" --vae $args --device cuda -r 3
+    grep -E '^\| ' "$report/torch-vae-$n.log" | tail -1 | sed 's/^/      /' >> "$summary" || true
+  fi
+done
 
 note ""
 note "tests: $total_tests, passed $(( total_tests - total_failed - total_skipped )), failed $total_failed, skipped $total_skipped"
