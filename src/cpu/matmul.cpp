@@ -105,9 +105,14 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
   for (int64_t i0 = 0; i0 < m; i0 += mb) {
     const int64_t rows = std::min(mb, m - i0);
 #pragma omp parallel for schedule(static) if (rows * k >= kParallelGrain)
-    for (int64_t i = 0; i < rows; ++i)
+    for (int64_t i = 0; i < rows; ++i) {
+      if (p.stride_a_col == 1) {  // a row of A widened by SIMD (exact, as the scalar cast)
+        simd::decode_f32(dtype_of<T>::value, A + (i0 + i) * p.stride_a_row, a32.data() + i * k, k);
+        continue;
+      }
       for (int64_t q = 0; q < k; ++q)
         a32[static_cast<size_t>(i * k + q)] = static_cast<float>(A[(i0 + i) * p.stride_a_row + q * p.stride_a_col]);
+    }
     const int64_t parts =
         npanels >= threads ? 1 : std::max<int64_t>(1, std::min((threads + npanels - 1) / npanels, rows / 256));
 #pragma omp parallel if (rows * n * k >= kParallelGrain)
@@ -118,10 +123,16 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
         const int64_t blk = task / parts, part = task % parts;
         const int64_t j0 = blk * width, w = std::min(width, n - j0);
         const int64_t r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
-        for (int64_t q = 0; q < k; ++q)
+        for (int64_t q = 0; q < k; ++q) {
+          float* row = panel.data() + q * width;
+          if (p.stride_b_col == 1) {  // the panel's slice of a row of B widened by SIMD
+            simd::decode_f32(dtype_of<T>::value, B + q * p.stride_b_row + j0, row, w);
+            std::fill(row + w, row + width, 0.f);
+            continue;
+          }
           for (int64_t j = 0; j < width; ++j)
-            panel[static_cast<size_t>(q * width + j)] =
-                j < w ? static_cast<float>(B[q * p.stride_b_row + (j0 + j) * p.stride_b_col]) : 0.f;
+            row[j] = j < w ? static_cast<float>(B[q * p.stride_b_row + (j0 + j) * p.stride_b_col]) : 0.f;
+        }
         simd::gemm_panel(a32.data() + r0 * k, r1 - r0, k, panel.data(), c32.data() + r0 * n + j0, n, w);
       }
     }
