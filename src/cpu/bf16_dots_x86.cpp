@@ -241,7 +241,99 @@ void dots_m(const W& dec, const Tables* tab, const uint8_t* w, int64_t stride_w,
   }
 }
 
+// The pair-product GEMM: B's columns in panels of kNr, its rows in pairs interleaved (pair q of
+// column j at bp[(q * kNr + j) * 2 + {0, 1}]), so one vdpbf16ps multiplies a broadcast pair of
+// A's row by the same pair of 16 columns and adds both products into float32.
+constexpr int64_t kNr = 32;
+
+// Packs B[k, j0 .. j0 + w) (row-major, ldb elements) into bp (zeros past w and past k).
+ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* b, int64_t ldb, int64_t k, int64_t j0, int64_t w, uint16_t* bp) {
+  alignas(64) static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                                  8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static const uint16_t hi_idx[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                                  24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
+  const __mmask32 mask = w >= 32 ? ~__mmask32{0} : (__mmask32{1} << w) - 1;
+  for (int64_t q = 0; q < (k + 1) / 2; ++q) {
+    const __m512i r0 = _mm512_maskz_loadu_epi16(mask, b + (2 * q) * ldb + j0);
+    const __m512i r1 = 2 * q + 1 < k ? _mm512_maskz_loadu_epi16(mask, b + (2 * q + 1) * ldb + j0) : _mm512_setzero_si512();
+    _mm512_storeu_si512(bp + q * kNr * 2, _mm512_permutex2var_epi16(r0, lo, r1));
+    _mm512_storeu_si512(bp + q * kNr * 2 + 32, _mm512_permutex2var_epi16(r0, hi, r1));
+  }
+}
+
+// C[i0 .. i0 + MR, panel] = A rows x the packed panel, over all k (pairs), stored to c (ldc) for
+// the panel's first w columns.
+template <int MR>
+ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* a, int64_t lda, const uint16_t* bp, int64_t k, float* c,
+                                        int64_t ldc, int64_t w) {
+  __m512 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const int64_t pairs = k / 2;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2 + 32);
+    for (int r = 0; r < MR; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, a + r * lda + 2 * q, sizeof pair);
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+    }
+  }
+  if (k % 2) {  // the last row of B pairs with zeros: A's odd element pairs with a zero of its own
+    const int64_t q = pairs;
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2 + 32);
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(a[r * lda + 2 * q]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+    }
+  }
+  const __mmask16 m0 = w >= 16 ? __mmask16(0xffff) : __mmask16((1u << w) - 1);
+  const __mmask16 m1 = w >= 32 ? __mmask16(0xffff) : w <= 16 ? __mmask16(0) : __mmask16((1u << (w - 16)) - 1);
+  for (int r = 0; r < MR; ++r) {
+    _mm512_mask_storeu_ps(c + r * ldc, m0, acc[r][0]);
+    _mm512_mask_storeu_ps(c + r * ldc + 16, m1, acc[r][1]);
+  }
+}
+
+ANVIL_TARGET_VBMI_BF16 void pair_rows(const uint16_t* a, int64_t lda, const uint16_t* bp, int64_t m, int64_t k,
+                                      float* c, int64_t ldc, int64_t w) {
+  constexpr int kMr = 8;
+  int64_t i = 0;
+  for (; i + kMr <= m; i += kMr) pair_kernel<kMr>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w);
+  switch (m - i) {
+    case 1: pair_kernel<1>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
+    case 2: pair_kernel<2>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
+    case 3: pair_kernel<3>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
+    case 4: pair_kernel<4>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
+    case 5: pair_kernel<5>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
+    case 6: pair_kernel<6>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
+    case 7: pair_kernel<7>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
+    default: break;
+  }
+}
+
 }  // namespace
+
+bool bf16_pair_gemm(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                    float* c, int64_t ldc) {
+  if (!bf16_dots_supported() || m < 1 || n < 1 || k < 1) return false;
+  const int64_t panels = (n + kNr - 1) / kNr;
+#pragma omp parallel if (m * n * k >= (int64_t{1} << 18))
+  {
+    std::vector<uint16_t> bp(static_cast<size_t>((k + 1) / 2 * kNr * 2));
+#pragma omp for schedule(static)
+    for (int64_t pnl = 0; pnl < panels; ++pnl) {
+      const int64_t j0 = pnl * kNr, w = std::min(kNr, n - j0);
+      pack_pairs(b, ldb, k, j0, w, bp.data());
+      pair_rows(a, lda, bp.data(), m, k, c + j0, ldc, w);
+    }
+  }
+  return true;
+}
 
 bool bf16_dots_supported() {
   static const bool supported = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16");
@@ -284,6 +376,9 @@ bool bf16_dots(DType, const void*, int64_t, const float*, int64_t, int64_t, floa
   return false;
 }
 bool bf16_dots_supported() { return false; }
+bool bf16_pair_gemm(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*, int64_t) {
+  return false;
+}
 bool bf16_dots_packed(const void*, int64_t, const uint16_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t,
                       int64_t, int64_t) {
   return false;

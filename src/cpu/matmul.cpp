@@ -96,6 +96,18 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
                         }))
       return;
     if (bf16_dots_applies(p)) return gemm_bf16_dots(p, A, B, store);
+    // Row-major A and B (a convolution's weights times its columns): AVX512-BF16 pair products
+    // over packed column panels. bf16 [1, 128, 64, 64] k3 conv on 2 Zen 5 threads: see
+    // docs/PERFORMANCE.md (session 23).
+    if (p.stride_a_col == 1 && p.stride_b_col == 1 && k >= 2) {
+      std::vector<float> c32(static_cast<size_t>(m * n));
+      if (simd::bf16_pair_gemm(reinterpret_cast<const uint16_t*>(A), p.stride_a_row, reinterpret_cast<const uint16_t*>(B),
+                               p.stride_b_row, m, n, k, c32.data(), n)) {
+#pragma omp parallel for schedule(static) if (m * n >= kParallelGrain)
+        for (int64_t i = 0; i < m; ++i) store.row(i, 0, c32.data() + i * n, n);
+        return;
+      }
+    }
   }
   const int64_t width = simd::gemm_panel_width();
   const int64_t npanels = (n + width - 1) / width;

@@ -117,6 +117,12 @@ bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, i
 // x (float32, row i at x + i * stride_x) serves the k % 64 tail: only its columns
 // [k / 64 * 64, k) are read.
 bool bf16_dots_supported();
+// C[m, n] = A[m, k] B[k, n] in float32 for row-major bfloat16 A (lda) and B (ldb) by AVX512-BF16
+// pair products (vdpbf16ps: exact products, float32 sums in pairs; inputs below 2^-126 read as
+// zero), OpenMP-parallel over panels of 32 columns; C row-major (ldc), overwritten. false
+// (nothing written) where the CPU has no AVX512-BF16.
+bool bf16_pair_gemm(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                    float* c, int64_t ldc);
 // C = A[m, k] B[k, n] in float32 for bfloat16 A and B of any strides (elements) on AMX tiles
 // (cpu/bf16_gemm_x86.cpp), OpenMP-parallel; C comes out by blocks of rows: emit(i0, rows, c)
 // with c [rows, n] dense, called outside any parallel region. false where the CPU or the OS
