@@ -100,11 +100,15 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
     // over packed column panels. bf16 [1, 128, 64, 64] k3 conv on 2 Zen 5 threads: see
     // docs/PERFORMANCE.md (session 23).
     if (p.stride_a_col == 1 && p.stride_b_col == 1 && k >= 2) {
-      std::vector<float> c32(static_cast<size_t>(m * n));
+      // Scratch for the float32 result, grown once per thread and reused: a fresh zero-filled
+      // vector per call (2 MB for a VAE conv) was page faults and a memset each time.
+      thread_local std::vector<float> scratch;
+      if (scratch.size() < static_cast<size_t>(m * n)) scratch.resize(static_cast<size_t>(m * n));
+      float* c = scratch.data();
       if (simd::bf16_pair_gemm(reinterpret_cast<const uint16_t*>(A), p.stride_a_row, reinterpret_cast<const uint16_t*>(B),
-                               p.stride_b_row, m, n, k, c32.data(), n)) {
+                               p.stride_b_row, m, n, k, c, n)) {
 #pragma omp parallel for schedule(static) if (m * n >= kParallelGrain)
-        for (int64_t i = 0; i < m; ++i) store.row(i, 0, c32.data() + i * n, n);
+        for (int64_t i = 0; i < m; ++i) store.row(i, 0, c + i * n, n);
         return;
       }
     }
