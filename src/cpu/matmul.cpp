@@ -100,11 +100,15 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
     // over packed column panels. bf16 [1, 128, 64, 64] k3 conv on 2 Zen 5 threads: see
     // docs/PERFORMANCE.md (session 23).
     if (p.stride_a_col == 1 && p.stride_b_col == 1 && k >= 2) {
-      // Scratch for the float32 result, grown once per thread and reused: a fresh zero-filled
-      // vector per call (2 MB for a VAE conv) was page faults and a memset each time.
+      // Scratch for the float32 result, grown once per thread and reused up to 16 MiB: a fresh
+      // zero-filled vector per call (2 MB for a VAE conv) was page faults and a memset each time;
+      // larger results get their own buffer, so the scratch never holds more than that.
+      constexpr int64_t kScratch = int64_t{1} << 22;  // floats
       thread_local std::vector<float> scratch;
-      if (scratch.size() < static_cast<size_t>(m * n)) scratch.resize(static_cast<size_t>(m * n));
-      float* c = scratch.data();
+      std::vector<float> own;
+      if (m * n <= kScratch && scratch.size() < static_cast<size_t>(m * n)) scratch.resize(static_cast<size_t>(m * n));
+      if (m * n > kScratch) own.resize(static_cast<size_t>(m * n));
+      float* c = m * n <= kScratch ? scratch.data() : own.data();
       if (simd::bf16_pair_gemm(reinterpret_cast<const uint16_t*>(A), p.stride_a_row, reinterpret_cast<const uint16_t*>(B),
                                p.stride_b_row, m, n, k, c, n)) {
 #pragma omp parallel for schedule(static) if (m * n >= kParallelGrain)
