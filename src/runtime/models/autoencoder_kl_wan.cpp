@@ -1,5 +1,6 @@
-// diffusers' AutoencoderKLWan (Wan2.1 settings) and AutoencoderKLQwenImage (the same model), as
-// autoencoder_kl_wan.py builds them, with channels c_i = base_dim * dim_mult[i] (c_{-1} = base_dim):
+// diffusers' AutoencoderKLWan (Wan2.1 and Wan2.2 settings) and AutoencoderKLQwenImage (Wan2.1's
+// model), as autoencoder_kl_wan.py builds them, with channels c_i = base_dim * dim_mult[i]
+// (c_{-1} = base_dim; the decoder's from decoder_base_dim):
 //   causal conv (k x k x k): zero padding of k - 1 frames in front only (none behind), (k - 1) / 2
 //     each side in H and W; under a feature cache the previous chunk's last 2 input frames
 //     replace that front padding
@@ -20,6 +21,11 @@
 //     twice the frames, then per frame nearest-exact 2x and conv3x3 to c / 2; rms, silu,
 //     conv_out; frames concatenated and clamped to [-1, 1] (not after a tiled QwenImage decode,
 //     as diffusers 0.42)
+// Wan2.2 (is_residual): each down level adds average_down of its input (frames and pixels folded
+// into channels, channel groups averaged) and each upsampling up level duplicate_up of its input
+// (channels repeated and unfolded into frames and pixels); the upsample conv keeps c channels; and
+// with patch_size p the input is patchified (p x p pixels into channels) before the encoder and
+// the decoder's output unpatchified.
 // Each causal conv keeps its own cache slot, visited in the same order every chunk.
 #include <string>
 #include <vector>
