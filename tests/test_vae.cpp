@@ -306,6 +306,28 @@ std::string folder_with_config(const std::string& config) {
   return d.string();
 }
 
+// --scaled: a pipeline's latents back to decode()'s, per config kind.
+TEST(VaeConfig, UnscaleLatentsAsPipelines) {
+  const runtime::VaeConfig flux = runtime::preset_vae_config("flux");  // scaling 0.3611, shift 0.1159
+  const Tensor x = arange(0, 16, 1, TensorOptions(kFloat32)).view({1, 16, 1, 1});
+  const Tensor z = runtime::unscale_latents(x, flux);
+  for (int64_t c = 0; c < 16; ++c)
+    EXPECT_FLOAT_EQ(z.data_ptr<float>()[c], static_cast<float>(c) / 0.3611f + 0.1159f) << c;
+  runtime::VaeConfig wan = runtime::parse_vae_config(
+      R"({"_class_name": "AutoencoderKLWan", "base_dim": 8, "z_dim": 2, "dim_mult": [1, 2], "temperal_downsample": [true],
+          "scale_factor_spatial": 2, "scale_factor_temporal": 2, "latents_mean": [0.5, -1.0], "latents_std": [2.0, 3.0]})",
+      "wan");
+  const Tensor v = ones({1, 2, 1, 1, 1});
+  const Tensor u = runtime::unscale_latents(v, wan);  // x * std / 1 + mean
+  EXPECT_FLOAT_EQ(u.data_ptr<float>()[0], 2.5f);
+  EXPECT_FLOAT_EQ(u.data_ptr<float>()[1], 2.0f);
+  EXPECT_THROWS_SAYING(ShapeError, "vae decode", "scaled latents must have 2 channels in dim 1, got [1, 3, 1, 1, 1]",
+                       runtime::unscale_latents(ones({1, 3, 1, 1, 1}), wan));
+  wan.latents_std = {1.0, 2.0, 3.0};
+  EXPECT_THROWS_SAYING(FormatError, "vae decode", "have 2 / 3 entries for 2 latent channels",
+                       runtime::unscale_latents(v, wan));
+}
+
 TEST(VaeConfig, StrictAboutWhatItDoesNotImplement) {
   const std::string where = "config.json";
   auto parse = [&](const std::string& text) { return runtime::parse_vae_config(text, where); };

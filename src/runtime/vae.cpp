@@ -231,6 +231,23 @@ VaeConfig preset_vae_config(const std::string& name) {
   throw Error(std::string(kOp) + " unknown VAE preset \"" + name + "\" (flux, sd, wan2.1, wan2.2, qwen-image)");
 }
 
+Tensor unscale_latents(const Tensor& x_in, const VaeConfig& c) {
+  const int64_t L = c.latent_channels;
+  ANVIL_CHECK(x_in.dim() >= 2 && x_in.size(1) == L, ShapeError, "[vae decode] scaled latents must have ", L,
+              " channels in dim 1, got ", shape_str(x_in.sizes()));
+  const Tensor x = x_in.to(kFloat32);
+  if (c.latents_mean.empty() || c.latents_std.empty())
+    return add(div(x, Scalar(c.scaling_factor)), Scalar(c.shift_factor.value_or(0.0)));
+  ANVIL_CHECK(static_cast<int64_t>(c.latents_mean.size()) == L && static_cast<int64_t>(c.latents_std.size()) == L,
+              FormatError, "[vae decode] config.json's latents_mean / latents_std have ", c.latents_mean.size(), " / ",
+              c.latents_std.size(), " entries for ", L, " latent channels");
+  Shape s(static_cast<size_t>(x.dim()), 1);
+  s[1] = L;
+  const std::vector<float> mean(c.latents_mean.begin(), c.latents_mean.end());
+  const std::vector<float> std(c.latents_std.begin(), c.latents_std.end());
+  return add(div(mul(x, tensor(std, s).to(x.device())), Scalar(c.scaling_factor)), tensor(mean, s).to(x.device()));
+}
+
 VaeConfig load_vae_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   if (!std::filesystem::exists(path)) throw Error(std::string(kOp) + " " + dir + " holds no config.json");

@@ -56,6 +56,11 @@ struct VaeConfig {
   }
 };
 
+// A pipeline's scaled latents [B, latent_channels, ...] back to what decode() takes, as diffusers'
+// pipelines do before decoding: x * latents_std / scaling_factor + latents_mean (per channel) when
+// the config has both lists, else x / scaling_factor + shift_factor (0 when absent). float32.
+Tensor unscale_latents(const Tensor& x, const VaeConfig& c);
+
 // Built-in configs of real VAEs for random-weight benchmarks: "flux" (FLUX.1's AutoencoderKL),
 // "sd" (SD 1.x's), "wan2.1" (AutoencoderKLWan, Wan2.1-T2V's), "wan2.2" (Wan2.2-TI2V-5B's) and
 // "qwen-image"; Error listing the names for anything else.

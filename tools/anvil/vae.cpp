@@ -77,22 +77,6 @@ void write_output(const std::string& path, const Tensor& t, const char* op) {
   }
 }
 
-// Undoes a pipeline's latent scaling: x * std / scaling_factor + mean with latents_mean / std,
-// else x / scaling_factor + shift_factor (0 when absent), as diffusers' pipelines before decode.
-Tensor unscale(const Tensor& x, const runtime::VaeConfig& c) {
-  if (!c.latents_mean.empty() && !c.latents_std.empty()) {
-    const int64_t L = c.latent_channels;
-    ANVIL_CHECK(static_cast<int64_t>(c.latents_mean.size()) == L && static_cast<int64_t>(c.latents_std.size()) == L,
-                FormatError, "[vae decode] --scaled: config.json's latents_mean / latents_std have ",
-                c.latents_mean.size(), " / ", c.latents_std.size(), " entries for ", L, " latent channels");
-    Shape s(static_cast<size_t>(x.dim()), 1);
-    s[1] = L;
-    std::vector<float> mean(c.latents_mean.begin(), c.latents_mean.end()), std(c.latents_std.begin(), c.latents_std.end());
-    return add(div(mul(x, tensor(std, s)), Scalar(c.scaling_factor)), tensor(mean, s));
-  }
-  return add(div(x, Scalar(c.scaling_factor)), Scalar(c.shift_factor.value_or(0.0)));
-}
-
 DType vae_dtype(const std::string& s, const char* op) {
   if (s == "float32" || s == "fp32" || s == "float") return kFloat32;
   if (s == "bfloat16" || s == "bf16") return kBFloat16;
@@ -161,7 +145,7 @@ int cmd_vae(const VaeOptions& o) {
   t0 = std::chrono::steady_clock::now();
   Tensor out;
   if (o.action == "decode") {
-    out = vae->decode(o.scaled ? unscale(in, vae->config()) : in);
+    out = vae->decode(o.scaled ? runtime::unscale_latents(in, vae->config()) : in);
   } else {
     const runtime::LatentDistribution d = vae->encode(in);
     out = o.sample ? d.sample(o.seed) : d.mode();
