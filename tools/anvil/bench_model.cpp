@@ -20,10 +20,6 @@
 namespace anvil::cli {
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // One prefill of p tokens: seconds, the result read back.
 double time_prompt(runtime::Model& m, const Tensor& ids) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -1,6 +1,7 @@
 // The CLI's commands beyond info / bench-ops: options structs filled by CLI11 in main.cpp.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -82,6 +83,8 @@ Device parse_device(const std::string& s, const char* op);
 bool set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op);
 // A loading progress bar on stderr when it is a terminal (nothing otherwise).
 void set_progress(runtime::LoadOptions& lo);
+// Seconds from t0 to now (steady clock).
+double seconds_since(std::chrono::steady_clock::time_point t0);
 // The device's read bandwidth now, GB/s: the best of 3 float32 sums over a buffer far past the
 // caches (1 GiB on CUDA, 256 MiB on the CPU), after one warm-up.
 double read_ceiling_gbps(Device dev);

@@ -9,6 +9,10 @@ namespace anvil::cli {
 
 namespace fs = std::filesystem;
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void check_model_dir(const std::string& dir, const char* op) {
   ANVIL_CHECK(fs::exists(dir), Error, op, " -m ", dir, " does not exist");
   ANVIL_CHECK(fs::is_directory(dir), Error, op, " -m ", dir, " is not a folder");

@@ -84,10 +84,6 @@ DType vae_dtype(const std::string& s, const char* op) {
   throw Error(std::string(op) + " --dtype must be float32, bfloat16 or float16, got \"" + s + "\"");
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // PSNR in dB of a against b, both in [-1, 1] (peak-to-peak 2), as the round trip reports it.
 double psnr_pm1(const Tensor& a, const Tensor& b) {
   const Tensor d = sub(a.to(kCPU, kFloat64), b.to(kCPU, kFloat64));
