@@ -262,14 +262,12 @@ namespace {
 void blend_edge(const Tensor& a, Tensor& b, int64_t blend, int64_t dim) {
   const int64_t n = std::min({a.size(dim), b.size(dim), blend});
   if (n <= 0) return;
-  std::vector<float> w_old(static_cast<size_t>(n)), w_new(static_cast<size_t>(n));
-  for (int64_t k = 0; k < n; ++k) {
-    w_old[static_cast<size_t>(k)] = static_cast<float>(1.0 - static_cast<double>(k) / static_cast<double>(n));
-    w_new[static_cast<size_t>(k)] = static_cast<float>(static_cast<double>(k) / static_cast<double>(n));
-  }
+  // The weights made on b's device in float64, then rounded (no host copy per blend, which on
+  // CUDA would wait for the tile's decode): k / n and 1 - k / n as diffusers' Python floats.
   Shape ws(static_cast<size_t>(b.dim()), 1);
   ws[static_cast<size_t>(dim)] = n;
-  const Tensor old_w = tensor(w_old, ws).to(b.device()), new_w = tensor(w_new, ws).to(b.device());
+  const Tensor frac = div(arange(0, n, 1, TensorOptions(kFloat64).device(b.device())), Scalar(static_cast<double>(n)));
+  const Tensor new_w = frac.to(kFloat32).view(ws), old_w = sub(ones_like(frac), frac).to(kFloat32).view(ws);
   Tensor head = b.narrow(dim, 0, n);
   head.copy_(add(mul(a.narrow(dim, a.size(dim) - n, n), old_w), mul(head, new_w)));
 }
