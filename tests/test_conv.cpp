@@ -193,16 +193,23 @@ TEST_P(Conv, Table) {
   }
 }
 
-// Which plan runs: the CPU composes; CUDA runs cuDNN where this build has it and libcudnn
-// loads, unless turned off; the plan cache keeps at most its capacity.
+// Which plan runs: the CPU composes, except its own bf16 implicit-GEMM kernel (channels-first,
+// one group, not pointwise; AVX512-BF16 CPUs) and depthwise kernel; CUDA runs
+// cuDNN where this build has it and libcudnn loads, unless turned off; the plan cache keeps at
+// most its capacity.
 TEST_P(Conv, Plans) {
   const TensorOptions o = TensorOptions(kBFloat16).device(dev());
   const Tensor x = ones({2, 8, 12, 12}, o), w = ones({16, 8, 3, 3}, o);
   const FusedPlan want = dev().is_cuda() && cudnn_is_available() ? FusedPlan::Fused : FusedPlan::Composed;
-  EXPECT_EQ(convolution_plan(x, w, {1}, {1}, {1}, false, {0}, 1), want) << "cudnn_is_available " << cudnn_is_available();
+  const FusedPlan cpu_bf16 = cpu_has_bf16_dots() ? FusedPlan::Fused : FusedPlan::Composed;
+  const FusedPlan dense = dev().is_cpu() ? cpu_bf16 : want;  // a stride-1 bf16 channels-first conv
+  EXPECT_EQ(convolution_plan(x, w, {1}, {1}, {1}, false, {0}, 1), dense) << "cudnn_is_available " << cudnn_is_available();
+  EXPECT_EQ(convolution_plan(x, w, {2}, {1}, {1}, false, {0}, 1), dense);
+  EXPECT_EQ(convolution_plan(x.contiguous(MemoryFormat::ChannelsLast), w, {1}, {1}, {1}, false, {0}, 1), want);
+  EXPECT_EQ(convolution_plan(x.to(kFloat32), w.to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
   // cuDNN needs 16-byte aligned tensors: an input one element into its buffer is composed.
   const Tensor shifted = ones({2 * 8 * 12 * 12 + 1}, o).narrow(0, 1, 2 * 8 * 12 * 12).view({2, 8, 12, 12});
-  EXPECT_EQ(convolution_plan(shifted, w, {1}, {1}, {1}, false, {0}, 1), FusedPlan::Composed);
+  EXPECT_EQ(convolution_plan(shifted, w, {1}, {1}, {1}, false, {0}, 1), dev().is_cpu() ? cpu_bf16 : FusedPlan::Composed);
   EXPECT_EQ(convolution_plan(x, ones({8, 4, 2, 2}, o), {2}, {0}, {1}, true, {1}, 2), want);
   // Channels-first depthwise forwards: our own direct kernel on both devices, with or without
   // cuDNN; channels-last ones: the CPU's kernel, cuDNN on CUDA; a transposed depthwise conv:
@@ -211,17 +218,18 @@ TEST_P(Conv, Plans) {
   const Tensor w1 = ones({16, 8, 3}, o), wd = ones({8, 1, 3, 3}, o);
   auto own_plans = [&] {
     EXPECT_EQ(convolution_plan(x, wd, {1}, {1}, {1}, false, {0}, 8), FusedPlan::Fused);
-    EXPECT_EQ(convolution_plan(ones({2, 8, 256}, o), w1, {1}, {1}, {1}, false, {0}, 1), FusedPlan::Composed);
+    EXPECT_EQ(convolution_plan(ones({2, 8, 256}, o), w1, {1}, {1}, {1}, false, {0}, 1),
+              dev().is_cpu() ? cpu_bf16 : FusedPlan::Composed);
   };
   own_plans();
   EXPECT_EQ(convolution_plan(x.contiguous(MemoryFormat::ChannelsLast), wd, {1}, {1}, {1}, false, {0}, 8),
             dev().is_cpu() ? FusedPlan::Fused : want);
   EXPECT_EQ(convolution_plan(x, wd, {2}, {1}, {1}, true, {0}, 8), dev().is_cpu() ? FusedPlan::Composed : want);
-  EXPECT_EQ(convolution_plan(ones({2, 8, 259}, o), w1, {1}, {0}, {1}, false, {0}, 1), want);
+  EXPECT_EQ(convolution_plan(ones({2, 8, 259}, o), w1, {1}, {0}, {1}, false, {0}, 1), dense);
   {
     CudnnUse off(false);
     EXPECT_FALSE(cudnn_enabled());
-    EXPECT_EQ(convolution_plan(x, w, {1}, {1}, {1}, false, {0}, 1), FusedPlan::Composed);
+    EXPECT_EQ(convolution_plan(x, w, {1}, {1}, {1}, false, {0}, 1), dev().is_cpu() ? cpu_bf16 : FusedPlan::Composed);
     own_plans();
   }
   EXPECT_TRUE(cudnn_enabled() || dev().is_cpu());
@@ -234,9 +242,10 @@ TEST_P(Conv, Plans) {
 }
 
 // Outputs of 1024 positions or more with every stride 1: the CPU's float32 / float64 shifted
-// GEMMs (a GEMM per tap over the zero-padded input, src/ops/conv.cpp), with dilation, groups,
-// uneven kernels and pads, a pad past (k - 1) d (the input grad then takes the columns), 1-d and
-// 3-d, a stride-1 transposed conv, and chunks of a few rows under a small workspace limit.
+// GEMMs (a GEMM per tap over the zero-padded input, src/ops/conv.cpp) and its bfloat16
+// implicit-GEMM kernel (src/cpu/conv.cpp, one group), with dilation, groups, uneven kernels and
+// pads, a pad past (k - 1) d (the input grad then takes the columns), 1-d and 3-d, stride-1
+// transposed convs, and chunks of a few rows under a small workspace limit.
 TEST_P(Conv, ShiftedGemms) {
   th::CaseLoop loop;
   th::Gen g(8105);
@@ -249,10 +258,12 @@ TEST_P(Conv, ShiftedGemms) {
       {{1, 2, 4, 17, 16}, {3, 2, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
       {{1, 2, 5, 16, 18}, {2, 2, 2, 3, 3}, {1}, {1}, {2, 1, 2}, {0}, 1, false, false},
       {{1, 3, 34, 32}, {3, 4, 3, 3}, {1}, {1}, {1}, {0}, 1, true, true},
+      {{1, 4, 6, 40, 9}, {4, 3, 3, 2, 3}, {1}, {1, 0, 2}, {2, 1, 1}, {0}, 1, true, true},
+      {{1, 37, 12, 90}, {20, 37, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
   };
   for (int64_t limit : {int64_t{0}, int64_t{4096}})
     for (const Case& c : cases)
-      for (DType t : {kFloat32, kFloat64})
+      for (DType t : {kFloat32, kFloat64, kBFloat16})
         for (int layout = 0; layout < 4; ++layout) {
           if ((layout == 1 || layout == 2) && c.x.size() < 4) continue;
           set_conv_workspace_limit(limit);

@@ -244,10 +244,10 @@ void dots_m(const W& dec, const Tables* tab, const uint8_t* w, int64_t stride_w,
 // The pair-product GEMM: B's columns in panels of kNr, its rows in pairs interleaved (pair q of
 // column j at bp[(q * kNr + j) * 2 + {0, 1}]), so one vdpbf16ps multiplies a broadcast pair of
 // A's row by the same pair of 16 columns and adds both products into float32.
-constexpr int64_t kNr = 32;
+constexpr int64_t kNr = kPairPanel;
 
-// Packs B[k, j0 .. j0 + w) (row-major, ldb elements) into bp (zeros past w and past k).
-ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* b, int64_t ldb, int64_t k, int64_t j0, int64_t w, uint16_t* bp) {
+// Packs columns [j0, j0 + w) of B's k rows (row q at rows[q]) into bp (zeros past w and past k).
+ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* const* rows, int64_t k, int64_t j0, int64_t w, uint16_t* bp) {
   alignas(64) static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
                                                   8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   alignas(64) static const uint16_t hi_idx[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
@@ -255,8 +255,8 @@ ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* b, int64_t ldb, int64_t k
   const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
   const __mmask32 mask = w >= 32 ? ~__mmask32{0} : (__mmask32{1} << w) - 1;
   for (int64_t q = 0; q < (k + 1) / 2; ++q) {
-    const __m512i r0 = _mm512_maskz_loadu_epi16(mask, b + (2 * q) * ldb + j0);
-    const __m512i r1 = 2 * q + 1 < k ? _mm512_maskz_loadu_epi16(mask, b + (2 * q + 1) * ldb + j0) : _mm512_setzero_si512();
+    const __m512i r0 = _mm512_maskz_loadu_epi16(mask, rows[2 * q] + j0);
+    const __m512i r1 = 2 * q + 1 < k ? _mm512_maskz_loadu_epi16(mask, rows[2 * q + 1] + j0) : _mm512_setzero_si512();
     _mm512_storeu_si512(bp + q * kNr * 2, _mm512_permutex2var_epi16(r0, lo, r1));
     _mm512_storeu_si512(bp + q * kNr * 2 + 32, _mm512_permutex2var_epi16(r0, hi, r1));
   }
@@ -318,9 +318,13 @@ ANVIL_TARGET_VBMI_BF16 void pair_rows(const uint16_t* a, int64_t lda, const uint
 
 }  // namespace
 
-bool bf16_pair_gemm(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
-                    float* c, int64_t ldc) {
-  if (!bf16_dots_supported() || m < 1 || n < 1 || k < 1) return false;
+namespace {
+
+// The pair GEMM over B's rows (row q at rows[q]): each thread packs its panels of 32 columns and
+// runs pair_rows into out(j0) (ldc), then calls done(j0, w) for the panel.
+template <typename Out, typename Done>
+void pair_gemm(const uint16_t* a, int64_t lda, const uint16_t* const* rows, int64_t m, int64_t n, int64_t k,
+               int64_t ldc, const Out& out, const Done& done) {
   const int64_t panels = (n + kNr - 1) / kNr;
 #pragma omp parallel if (m * n * k >= (int64_t{1} << 18))
   {
@@ -328,10 +332,35 @@ bool bf16_pair_gemm(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t l
 #pragma omp for schedule(static)
     for (int64_t pnl = 0; pnl < panels; ++pnl) {
       const int64_t j0 = pnl * kNr, w = std::min(kNr, n - j0);
-      pack_pairs(b, ldb, k, j0, w, bp.data());
-      pair_rows(a, lda, bp.data(), m, k, c + j0, ldc, w);
+      pack_pairs(rows, k, j0, w, bp.data());
+      pair_rows(a, lda, bp.data(), m, k, out(j0), ldc, w);
+      done(j0, w);
     }
   }
+}
+
+}  // namespace
+
+bool bf16_pair_gemm(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                    float* c, int64_t ldc) {
+  if (!bf16_dots_supported() || m < 1 || n < 1 || k < 1) return false;
+  std::vector<const uint16_t*> rows(static_cast<size_t>(k));
+  for (int64_t q = 0; q < k; ++q) rows[static_cast<size_t>(q)] = b + q * ldb;
+  pair_gemm(a, lda, rows.data(), m, n, k, ldc, [c](int64_t j0) { return c + j0; }, [](int64_t, int64_t) {});
+  return true;
+}
+
+bool bf16_pair_gemm_rows(const uint16_t* a, int64_t lda, const uint16_t* const* b_rows, int64_t m, int64_t n,
+                         int64_t k, const std::function<void(int64_t, int64_t, float*)>& emit) {
+  if (!bf16_dots_supported() || m < 1 || n < 1 || k < 1) return false;
+  thread_local std::vector<float> tile;  // per thread: [m, 32], the panel's results
+  pair_gemm(
+      a, lda, b_rows, m, n, k, kNr,
+      [m](int64_t) {
+        if (tile.size() < static_cast<size_t>(m * kNr)) tile.resize(static_cast<size_t>(m * kNr));
+        return tile.data();
+      },
+      [&emit](int64_t j0, int64_t w) { emit(j0, w, tile.data()); });
   return true;
 }
 
@@ -377,6 +406,10 @@ bool bf16_dots(DType, const void*, int64_t, const float*, int64_t, int64_t, floa
 }
 bool bf16_dots_supported() { return false; }
 bool bf16_pair_gemm(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*, int64_t) {
+  return false;
+}
+bool bf16_pair_gemm_rows(const uint16_t*, int64_t, const uint16_t* const*, int64_t, int64_t, int64_t,
+                         const std::function<void(int64_t, int64_t, float*)>&) {
   return false;
 }
 bool bf16_dots_packed(const void*, int64_t, const uint16_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t,

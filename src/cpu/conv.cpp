@@ -8,8 +8,10 @@
 #include <array>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "anvil/conv.h"
 #include "core/dispatch.h"
 #include "core/element.h"
 #include "core/kernels/conv.h"
@@ -403,6 +405,157 @@ void depthwise_weight_grad_kernel(const ConvDirectParams& p, const T* x, const T
   }
 }
 
+// ---- bfloat16 dense convolutions as implicit GEMMs ----------------------------------------
+// Channels-first, one group (ops/conv.cpp's shifted GEMMs, without a GEMM per tap, and with
+// strides): split the zero-padded input (E = in + 2 pad per axis) into its stride phases (phase
+// r of an axis of stride s holds padded positions r, r + s, ..., E' = ceil(E / s) of them), so
+// the padded position o s + t d that output o's tap t reads is index o + (t d) / s of phase
+// (t d) % s. Index a chunk's outputs by the phase extents, m = (o0 E1' + o1) E2' + o2
+// (positions with o1 >= out1 or o2 >= out2 are junk, computed and dropped): then every (channel,
+// tap) reads one contiguous run of its phase image, starting at ((t0 d0 / s0) E1' + t1 d1 / s1)
+// E2' + t2 d2 / s2. y [Co, M] = W [Co, C K] B with B's row c K + t that run: one AVX512-BF16
+// pair GEMM whose column panels are packed straight from the phase images (no columns written
+// or read back: 2 x 25 MB per Wan decoder conv), each panel's float32 results rounded into y (+
+// bias) while still in cache. The input grad (every stride 1) runs as the forward of the
+// adjoint kernel.
+
+bool dense_pair_direct(const ConvDirectParams& p) {
+  if (p.dtype != kBFloat16 || p.groups != 1 || p.channels_last || !simd::bf16_dots_supported()) return false;
+  if (p.pass == ConvPass::BackwardWeight) return false;
+  bool pointwise = true;  // read as a plain GEMM operand by the caller, no padding needed
+  for (int i = 0; i < p.spatial; ++i) {
+    const ConvAxis& a = p.axis[i];
+    if (a.stride < 1 || a.pad < 0) return false;
+    if (p.pass == ConvPass::BackwardInput && (a.stride != 1 || a.pad > (a.kernel - 1) * a.dilation)) return false;
+    pointwise &= a.kernel == 1 && a.pad == 0 && a.stride == 1;
+  }
+  return !pointwise;
+}
+
+void dense_pair_forward(const ConvDirectParams& given) {
+  const bool flip = given.pass == ConvPass::BackwardInput;
+  const ConvDirectParams p = flip ? input_grad_as_forward(given) : given;
+  const int64_t C = flip ? given.c_out : given.c_in, Co = flip ? given.c_in : given.c_out;
+  // A 2-d conv's axes as (H, 1, W): chunks of rows along H, runs along W (as (H, W, 1) every
+  // copy and output run was one element long).
+  ConvAxis ax[3] = {p.axis[0], p.axis[1], p.axis[2]};
+  if (p.spatial == 2) {
+    ax[1] = ConvAxis{};
+    ax[2] = p.axis[1];
+  }
+  const ConvAxis &a0 = ax[0], &a1 = ax[1], &a2 = ax[2];
+  const int64_t K = a0.kernel * a1.kernel * a2.kernel, kc = C * K;
+  const int64_t in_plane = a0.in * a1.in * a2.in, out_plane = a0.out * a1.out * a2.out;
+  const auto* w = static_cast<const uint16_t*>(p.w);
+  const auto* x = static_cast<const uint16_t*>(p.x);
+  auto* y = static_cast<BFloat16*>(p.y);
+  // A [Co, C K], column c K + t. The input grad's adjoint kernel: w [C, Co, K] (the forward's
+  // [c_out, c_in, K]) with channels swapped and taps reversed.
+  std::vector<uint16_t> wf;
+  const uint16_t* A = w;
+  if (flip) {
+    wf.resize(static_cast<size_t>(Co * kc));
+    for (int64_t co = 0; co < Co; ++co)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t t = 0; t < K; ++t) wf[static_cast<size_t>(co * kc + c * K + t)] = w[(c * Co + co) * K + K - 1 - t];
+    A = wf.data();
+  }
+  std::vector<float> bias(static_cast<size_t>(Co), 0.f);
+  if (p.has_bias)
+    for (int64_t co = 0; co < Co; ++co) bias[static_cast<size_t>(co)] = static_cast<float>(static_cast<const BFloat16*>(p.bias)[co]);
+  // Phase extents and, per tap, its phase and the start of its run inside the phase image.
+  auto phase_extent = [](const ConvAxis& a) { return (a.in + 2 * a.pad + a.stride - 1) / a.stride; };
+  const int64_t e1 = phase_extent(a1), e2 = phase_extent(a2), halo = (a0.kernel - 1) * a0.dilation / a0.stride;
+  const int64_t phases = a0.stride * a1.stride * a2.stride;
+  std::vector<int64_t> tap_phase(static_cast<size_t>(K)), tap_off(static_cast<size_t>(K));
+  for (int64_t t = 0; t < K; ++t) {
+    const int64_t d0 = t / (a1.kernel * a2.kernel) * a0.dilation, d1 = t / a2.kernel % a1.kernel * a1.dilation,
+                  d2 = t % a2.kernel * a2.dilation;
+    tap_phase[static_cast<size_t>(t)] = (d0 % a0.stride * a1.stride + d1 % a1.stride) * a2.stride + d2 % a2.stride;
+    tap_off[static_cast<size_t>(t)] = (d0 / a0.stride * e1 + d1 / a1.stride) * e2 + d2 / a2.stride;
+  }
+  // Output rows per chunk: the phase images within conv_workspace_limit where a row allows (at
+  // least one row and its halo).
+  const int64_t row_bytes = C * phases * e1 * e2 * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t rows = std::clamp<int64_t>(conv_workspace_limit(Device(kCPU)) / row_bytes - halo, 1, a0.out);
+  std::vector<uint16_t> xp(static_cast<size_t>(C * phases * (rows + halo) * e1 * e2));
+  std::vector<const uint16_t*> b_rows(static_cast<size_t>(kc));
+  for (int64_t n = 0; n < p.n; ++n)
+    for (int64_t r0 = 0; r0 < a0.out; r0 += rows) {
+      const int64_t nr = std::min(rows, a0.out - r0), slab = nr + halo, plane = slab * e1 * e2;
+#pragma omp parallel for schedule(static) if (C * phases * plane >= kParallelGrain)
+      for (int64_t cp = 0; cp < C * phases; ++cp) {  // phase image (c, ph): [slab, E1', E2']
+        const int64_t c = cp / phases, ph = cp % phases;
+        const int64_t q0 = ph / (a1.stride * a2.stride), q1 = ph / a2.stride % a1.stride, q2 = ph % a2.stride;
+        uint16_t* d = xp.data() + cp * plane;
+        std::fill(d, d + plane, uint16_t{0});
+        const uint16_t* src = x + (n * C + c) * in_plane;
+        // Phase index j of axis a holds input index j s + q - pad: the j with it inside [0, in).
+        auto inside = [](const ConvAxis& a, int64_t q, int64_t j_end) {
+          const int64_t off = q - a.pad;
+          const int64_t lo = off >= 0 ? 0 : (-off + a.stride - 1) / a.stride;
+          const int64_t hi = a.in - off <= 0 ? 0 : (a.in - off - 1) / a.stride + 1;
+          return std::pair<int64_t, int64_t>{std::min(lo, j_end), std::clamp(hi, std::min(lo, j_end), j_end)};
+        };
+        const auto [j1_lo, j1_hi] = inside(a1, q1, e1);
+        const auto [j2_lo, j2_hi] = inside(a2, q2, e2);
+        if (j1_lo == j1_hi || j2_lo == j2_hi) continue;  // a phase of padding only
+        if (e1 * e2 == 1) {  // one position across axes 1, 2 (a 1-d conv): the run is along axis 0
+          const auto [j0_lo, j0_hi] = inside(a0, r0 * a0.stride + q0, slab);
+          const int64_t inner = a1.in * a2.in, step = a0.stride * inner;
+          const uint16_t* s0 = src + (q1 - a1.pad) * a2.in + q2 - a2.pad + (r0 * a0.stride + q0 - a0.pad) * inner;
+          if (step == 1) std::memcpy(d + j0_lo, s0 + j0_lo, static_cast<size_t>(j0_hi - j0_lo) * sizeof(uint16_t));
+          else
+            for (int64_t j0 = j0_lo; j0 < j0_hi; ++j0) d[j0] = s0[j0 * step];
+          continue;
+        }
+        for (int64_t j0 = 0; j0 < slab; ++j0) {
+          const int64_t i0 = (r0 + j0) * a0.stride + q0 - a0.pad;
+          if (i0 < 0 || i0 >= a0.in) continue;
+          for (int64_t j1 = j1_lo; j1 < j1_hi; ++j1) {
+            const int64_t i1 = j1 * a1.stride + q1 - a1.pad;
+            const uint16_t* s_row = src + (i0 * a1.in + i1) * a2.in + q2 - a2.pad;  // input index j2 s2 + q2 - pad2
+            uint16_t* d_row = d + (j0 * e1 + j1) * e2;
+            if (a2.stride == 1) std::memcpy(d_row + j2_lo, s_row + j2_lo, static_cast<size_t>(j2_hi - j2_lo) * sizeof(uint16_t));
+            else
+              for (int64_t j2 = j2_lo; j2 < j2_hi; ++j2) d_row[j2] = s_row[j2 * a2.stride];
+          }
+        }
+      }
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t t = 0; t < K; ++t)
+          b_rows[static_cast<size_t>(c * K + t)] =
+              xp.data() + (c * phases + tap_phase[static_cast<size_t>(t)]) * plane + tap_off[static_cast<size_t>(t)];
+      // The last real output of the chunk ends the GEMM's extent: no tap reads past its image.
+      const int64_t M = ((nr - 1) * e1 + a1.out - 1) * e2 + a2.out;
+      BFloat16* y_chunk = y + n * Co * out_plane + r0 * a1.out * a2.out;
+      simd::bf16_pair_gemm_rows(A, kc, b_rows.data(), Co, M, kc, [&](int64_t j0, int64_t width, float* tile) {
+        // The panel's real outputs, as runs along axis 2.
+        for (int64_t j = 0; j < width;) {
+          const int64_t m = j0 + j, o2 = m % e2, o1 = m / e2 % e1, o0 = m / (e1 * e2);
+          if (o1 >= a1.out) {
+            j += (e1 - o1) * e2 - o2;
+            continue;
+          }
+          if (o2 >= a2.out) {
+            j += e2 - o2;
+            continue;
+          }
+          // A run goes on into the next row where an axis has no junk (a 1-d conv's whole panel).
+          const int64_t left = a2.out < e2 ? a2.out - o2 : a1.out < e1 ? (a1.out - o1) * e2 - o2 : width - j;
+          const int64_t len = std::min(width - j, left), dst = (o0 * a1.out + o1) * a2.out + o2;
+          for (int64_t co = 0; co < Co; ++co) {
+            float* v = tile + co * simd::kPairPanel + j;
+            if (p.has_bias)
+              for (int64_t i = 0; i < len; ++i) v[i] += bias[static_cast<size_t>(co)];
+            simd::encode_f32(kBFloat16, v, y_chunk + co * out_plane + dst, len);
+          }
+          j += len;
+        }
+      });
+    }
+}
+
 }  // namespace
 
 // Depthwise convolutions (one input and one output channel per group), which im2col + GEMM runs
@@ -424,11 +577,13 @@ bool depthwise_direct(const ConvDirectParams& p) {
 }
 
 FusedPlan conv_direct_plan(const ConvDirectParams& p) {
-  return depthwise_direct(p) ? FusedPlan::Fused : FusedPlan::Composed;
+  return depthwise_direct(p) || dense_pair_direct(p) ? FusedPlan::Fused : FusedPlan::Composed;
 }
 
 void conv_direct(const ConvDirectParams& given) {
-  ANVIL_CHECK(depthwise_direct(given), DeviceError, "[conv] the CPU runs only depthwise convolutions directly");
+  if (dense_pair_direct(given)) return dense_pair_forward(given);
+  ANVIL_CHECK(depthwise_direct(given), DeviceError,
+              "[conv] the CPU runs only depthwise and (AVX512-BF16) bfloat16 stride-1 convolutions directly");
   const bool flip = given.pass == ConvPass::BackwardInput;
   const ConvDirectParams p = flip ? input_grad_as_forward(given) : given;
   dispatch_float_types(p.dtype, "[conv]", [&](auto tag) {

@@ -123,6 +123,14 @@ bool bf16_dots_supported();
 // (nothing written) where the CPU has no AVX512-BF16.
 bool bf16_pair_gemm(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
                     float* c, int64_t ldc);
+// The same product with B's rows given by pointers (row q's n columns contiguous from b_rows[q]:
+// an implicit-GEMM operand, such as a convolution's shifted input rows) and C handed out a panel
+// at a time: emit(j0, w, c) with c [m, kPairPanel] (row stride kPairPanel, the first w columns valid; the
+// caller may overwrite it), from inside the OpenMP region, each panel once, on the thread that
+// computed it. false (emit not called) where the CPU has no AVX512-BF16.
+constexpr int64_t kPairPanel = 32;
+bool bf16_pair_gemm_rows(const uint16_t* a, int64_t lda, const uint16_t* const* b_rows, int64_t m, int64_t n,
+                         int64_t k, const std::function<void(int64_t, int64_t, float*)>& emit);
 // C = A[m, k] B[k, n] in float32 for bfloat16 A and B of any strides (elements) on AMX tiles
 // (cpu/bf16_gemm_x86.cpp), OpenMP-parallel; C comes out by blocks of rows: emit(i0, rows, c)
 // with c [rows, n] dense, called outside any parallel region. false where the CPU or the OS

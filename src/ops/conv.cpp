@@ -358,7 +358,10 @@ Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, co
   // runs on the bf16 dot kernel; with the layout conversions it is 2.5x faster (Zen 5, 2 threads, [1, 128,
   // 64, 64] k3: 6.6 ms vs 16.7 ms). Not 5-d: a Wan decoder chunk of 14400 positions x 864 taps
   // made that GEMM widen 50 MB of columns (88 ms vs 17 ms).
-  const bool cpu_bf16_gemm = p.device.is_cpu() && p.dtype == kBFloat16 && p.groups == 1 && !p.pointwise();
+  // Both give way to the backend's own kernel where it has one (the CPU's implicit-GEMM bf16 conv).
+  const bool cpu_bf16_gemm = p.device.is_cpu() && p.dtype == kBFloat16 && p.groups == 1 && !p.pointwise() &&
+                             ANVIL_PLAN(p.device, conv_direct, direct_params(p, ConvPass::Forward, {}, {}, {}, bias)) !=
+                                 FusedPlan::Fused;
   if (cpu_bf16_gemm && !p.channels_last() && y_sizes.size() == 4) {
     Problem q = p;
     q.fmt = MemoryFormat::ChannelsLast;
@@ -376,6 +379,15 @@ Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, co
     q.fmt = MemoryFormat::ChannelsLast;
     const Shape y4 = {y_sizes[0], y_sizes[1], y_sizes[2], 1};
     return conv_forward(q, x_in.unsqueeze(3), w_in.unsqueeze(3), bias, y4).contiguous().squeeze(3);
+  }
+  // The other way round where the CPU has its implicit-GEMM kernel (channels-first only): a
+  // channels-last bfloat16 conv runs it between layout conversions (Zen 5, 2 threads, SD decoder
+  // [1, 128, 64, 64] k3: see docs/PERFORMANCE.md, session 24).
+  if (p.device.is_cpu() && p.dtype == kBFloat16 && p.channels_last() && p.groups == 1 && !p.pointwise()) {
+    Problem q = p;
+    q.fmt = MemoryFormat::Contiguous;
+    if (ANVIL_PLAN(q.device, conv_direct, direct_params(q, ConvPass::Forward, {}, {}, {}, bias)) == FusedPlan::Fused)
+      return conv_forward(q, x_in, w_in, bias, y_sizes).contiguous(p.fmt);
   }
   Tensor y = empty(y_sizes, TensorOptions(p.dtype).device(p.device), p.fmt);
   if (y.numel() == 0) return y;

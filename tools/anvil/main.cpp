@@ -11,7 +11,8 @@ namespace {
 
 int cmd_info() {
   std::printf("%s\n", anvil::build_info().c_str());
-  std::printf("cpu: SIMD target %s, %d OpenMP threads\n", anvil::cpu_simd_target().c_str(), omp_get_max_threads());
+  std::printf("cpu: SIMD target %s%s, %d OpenMP threads\n", anvil::cpu_simd_target().c_str(),
+              anvil::cpu_has_bf16_dots() ? " + AVX512-BF16" : "", omp_get_max_threads());
   auto cpu = anvil::memory_stats(anvil::kCPU);
   std::printf("cpu memory: %s\n", anvil::memory_stats_str(anvil::kCPU).c_str());
   (void)cpu;
