@@ -14,6 +14,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <omp.h>
+
 #include "anvil/numeric.h"
 #include "cpu/simd.h"
 
@@ -262,20 +264,27 @@ ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* const* rows, int64_t k, i
   }
 }
 
-// C[i0 .. i0 + MR, panel] = A rows x the packed panel, over all k (pairs), stored to c (ldc) for
-// the panel's first w columns.
+// C[i0 .. i0 + MR, panel] = A's rows (a[r], k elements) x the packed panel, over all k (pairs),
+// stored to c (ldc) for the panel's first w columns, or added to it when `accumulate`.
 template <int MR>
-ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* a, int64_t lda, const uint16_t* bp, int64_t k, float* c,
-                                        int64_t ldc, int64_t w) {
+ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* const* a, const uint16_t* bp, int64_t k, float* c, int64_t ldc,
+                                        int64_t w, bool accumulate) {
+  const __mmask16 m0 = w >= 16 ? __mmask16(0xffff) : __mmask16((1u << w) - 1);
+  const __mmask16 m1 = w >= 32 ? __mmask16(0xffff) : w <= 16 ? __mmask16(0) : __mmask16((1u << (w - 16)) - 1);
   __m512 acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const uint16_t* row[MR];
+  for (int r = 0; r < MR; ++r) {
+    row[r] = a[r];
+    acc[r][0] = accumulate ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
+    acc[r][1] = accumulate ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
+  }
   const int64_t pairs = k / 2;
   for (int64_t q = 0; q < pairs; ++q) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2 + 32);
     for (int r = 0; r < MR; ++r) {
       int32_t pair;
-      std::memcpy(&pair, a + r * lda + 2 * q, sizeof pair);
+      std::memcpy(&pair, row[r] + 2 * q, sizeof pair);
       const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
@@ -286,81 +295,63 @@ ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* a, int64_t lda, const ui
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2 + 32);
     for (int r = 0; r < MR; ++r) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(a[r * lda + 2 * q]));
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(row[r][2 * q]));
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
     }
   }
-  const __mmask16 m0 = w >= 16 ? __mmask16(0xffff) : __mmask16((1u << w) - 1);
-  const __mmask16 m1 = w >= 32 ? __mmask16(0xffff) : w <= 16 ? __mmask16(0) : __mmask16((1u << (w - 16)) - 1);
   for (int r = 0; r < MR; ++r) {
     _mm512_mask_storeu_ps(c + r * ldc, m0, acc[r][0]);
     _mm512_mask_storeu_ps(c + r * ldc + 16, m1, acc[r][1]);
   }
 }
 
-ANVIL_TARGET_VBMI_BF16 void pair_rows(const uint16_t* a, int64_t lda, const uint16_t* bp, int64_t m, int64_t k,
-                                      float* c, int64_t ldc, int64_t w) {
+ANVIL_TARGET_VBMI_BF16 void pair_rows(const uint16_t* const* a, const uint16_t* bp, int64_t m, int64_t k, float* c,
+                                      int64_t ldc, int64_t w, bool accumulate) {
   constexpr int kMr = 8;
   int64_t i = 0;
-  for (; i + kMr <= m; i += kMr) pair_kernel<kMr>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w);
+  for (; i + kMr <= m; i += kMr) pair_kernel<kMr>(a + i, bp, k, c + i * ldc, ldc, w, accumulate);
   switch (m - i) {
-    case 1: pair_kernel<1>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
-    case 2: pair_kernel<2>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
-    case 3: pair_kernel<3>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
-    case 4: pair_kernel<4>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
-    case 5: pair_kernel<5>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
-    case 6: pair_kernel<6>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
-    case 7: pair_kernel<7>(a + i * lda, lda, bp, k, c + i * ldc, ldc, w); break;
+    case 1: pair_kernel<1>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 2: pair_kernel<2>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 3: pair_kernel<3>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 4: pair_kernel<4>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 5: pair_kernel<5>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 6: pair_kernel<6>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 7: pair_kernel<7>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
     default: break;
   }
 }
 
 }  // namespace
 
-namespace {
-
-// The pair GEMM over B's rows (row q at rows[q]): each thread packs its panels of 32 columns and
-// runs pair_rows into out(j0) (ldc), then calls done(j0, w) for the panel.
-template <typename Out, typename Done>
-void pair_gemm(const uint16_t* a, int64_t lda, const uint16_t* const* rows, int64_t m, int64_t n, int64_t k,
-               int64_t ldc, const Out& out, const Done& done) {
-  const int64_t panels = (n + kNr - 1) / kNr;
+bool bf16_pair_gemm(const PairGemm& g) {
+  if (!bf16_dots_supported() || g.m < 1 || g.n < 1 || g.k < 1) return false;
+  const int64_t m = g.m, n = g.n, k = g.k, panels = (n + kNr - 1) / kNr;
+  // Into c: with fewer panels than threads, each panel's rows split too (at multiples of 8; each
+  // part packs the panel itself). Through emit: whole panels.
+  const int64_t threads = omp_get_max_threads();
+  const int64_t parts = g.c && panels < threads ? std::min((threads + panels - 1) / panels, (m + 7) / 8) : 1;
+  thread_local std::vector<float> tile;  // per thread, through emit: [m, kNr]
 #pragma omp parallel if (m * n * k >= (int64_t{1} << 18))
   {
     std::vector<uint16_t> bp(static_cast<size_t>((k + 1) / 2 * kNr * 2));
 #pragma omp for schedule(static)
-    for (int64_t pnl = 0; pnl < panels; ++pnl) {
+    for (int64_t task = 0; task < panels * parts; ++task) {
+      const int64_t pnl = task / parts, part = task % parts;
       const int64_t j0 = pnl * kNr, w = std::min(kNr, n - j0);
-      pack_pairs(rows, k, j0, w, bp.data());
-      pair_rows(a, lda, bp.data(), m, k, out(j0), ldc, w);
-      done(j0, w);
+      const int64_t i0 = (m + 7) / 8 * part / parts * 8, i1 = std::min(m, (m + 7) / 8 * (part + 1) / parts * 8);
+      if (i1 <= i0) continue;
+      pack_pairs(g.b_rows, k, j0, w, bp.data());
+      if (g.c) {
+        pair_rows(g.a_rows + i0, bp.data(), i1 - i0, k, g.c + i0 * g.ldc + j0, g.ldc, w, g.accumulate);
+        continue;
+      }
+      if (tile.size() < static_cast<size_t>(m * kNr)) tile.resize(static_cast<size_t>(m * kNr));
+      pair_rows(g.a_rows, bp.data(), m, k, tile.data(), kNr, w, false);
+      g.emit(j0, w, tile.data());
     }
   }
-}
-
-}  // namespace
-
-bool bf16_pair_gemm(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
-                    float* c, int64_t ldc) {
-  if (!bf16_dots_supported() || m < 1 || n < 1 || k < 1) return false;
-  std::vector<const uint16_t*> rows(static_cast<size_t>(k));
-  for (int64_t q = 0; q < k; ++q) rows[static_cast<size_t>(q)] = b + q * ldb;
-  pair_gemm(a, lda, rows.data(), m, n, k, ldc, [c](int64_t j0) { return c + j0; }, [](int64_t, int64_t) {});
-  return true;
-}
-
-bool bf16_pair_gemm_rows(const uint16_t* a, int64_t lda, const uint16_t* const* b_rows, int64_t m, int64_t n,
-                         int64_t k, const std::function<void(int64_t, int64_t, float*)>& emit) {
-  if (!bf16_dots_supported() || m < 1 || n < 1 || k < 1) return false;
-  thread_local std::vector<float> tile;  // per thread: [m, 32], the panel's results
-  pair_gemm(
-      a, lda, b_rows, m, n, k, kNr,
-      [m](int64_t) {
-        if (tile.size() < static_cast<size_t>(m * kNr)) tile.resize(static_cast<size_t>(m * kNr));
-        return tile.data();
-      },
-      [&emit](int64_t j0, int64_t w) { emit(j0, w, tile.data()); });
   return true;
 }
 
@@ -405,13 +396,7 @@ bool bf16_dots(DType, const void*, int64_t, const float*, int64_t, int64_t, floa
   return false;
 }
 bool bf16_dots_supported() { return false; }
-bool bf16_pair_gemm(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*, int64_t) {
-  return false;
-}
-bool bf16_pair_gemm_rows(const uint16_t*, int64_t, const uint16_t* const*, int64_t, int64_t, int64_t,
-                         const std::function<void(int64_t, int64_t, float*)>&) {
-  return false;
-}
+bool bf16_pair_gemm(const PairGemm&) { return false; }
 bool bf16_dots_packed(const void*, int64_t, const uint16_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t,
                       int64_t, int64_t) {
   return false;

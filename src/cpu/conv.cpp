@@ -421,7 +421,6 @@ void depthwise_weight_grad_kernel(const ConvDirectParams& p, const T* x, const T
 
 bool dense_pair_direct(const ConvDirectParams& p) {
   if (p.dtype != kBFloat16 || p.groups != 1 || p.channels_last || !simd::bf16_dots_supported()) return false;
-  if (p.pass == ConvPass::BackwardWeight) return false;
   bool pointwise = true;  // read as a plain GEMM operand by the caller, no padding needed
   for (int i = 0; i < p.spatial; ++i) {
     const ConvAxis& a = p.axis[i];
@@ -432,22 +431,118 @@ bool dense_pair_direct(const ConvDirectParams& p) {
   return !pointwise;
 }
 
+// The phase images of a forward problem's input (C channels), a chunk of output rows at a time,
+// and the run every (channel, tap) reads in them.
+struct PhaseImages {
+  ConvAxis ax[3];
+  int64_t C = 0, K = 0, e1 = 0, e2 = 0, halo = 0, phases = 0, rows = 0;
+  std::vector<int64_t> tap_phase, tap_off;  // per tap: its phase, its run's start in the image
+  std::vector<uint16_t> xp;                 // [C, phases, rows + halo, E1', E2']
+
+  PhaseImages(const ConvDirectParams& p, int64_t channels) : C(channels) {
+    // A 2-d conv's axes as (H, 1, W): chunks of rows along H, runs along W (as (H, W, 1) every
+    // copy and output run was one element long).
+    for (int i = 0; i < 3; ++i) ax[i] = p.axis[i];
+    if (p.spatial == 2) {
+      ax[1] = ConvAxis{};
+      ax[2] = p.axis[1];
+    }
+    const ConvAxis &a0 = ax[0], &a1 = ax[1], &a2 = ax[2];
+    K = a0.kernel * a1.kernel * a2.kernel;
+    auto phase_extent = [](const ConvAxis& a) { return (a.in + 2 * a.pad + a.stride - 1) / a.stride; };
+    e1 = phase_extent(a1);
+    e2 = phase_extent(a2);
+    halo = (a0.kernel - 1) * a0.dilation / a0.stride;
+    phases = a0.stride * a1.stride * a2.stride;
+    tap_phase.resize(static_cast<size_t>(K));
+    tap_off.resize(static_cast<size_t>(K));
+    for (int64_t t = 0; t < K; ++t) {
+      const int64_t d0 = t / (a1.kernel * a2.kernel) * a0.dilation, d1 = t / a2.kernel % a1.kernel * a1.dilation,
+                    d2 = t % a2.kernel * a2.dilation;
+      tap_phase[static_cast<size_t>(t)] = (d0 % a0.stride * a1.stride + d1 % a1.stride) * a2.stride + d2 % a2.stride;
+      tap_off[static_cast<size_t>(t)] = (d0 / a0.stride * e1 + d1 / a1.stride) * e2 + d2 / a2.stride;
+    }
+    // Output rows per chunk: the images within conv_workspace_limit where a row allows (at
+    // least one row and its halo).
+    const int64_t row_bytes = C * phases * e1 * e2 * static_cast<int64_t>(sizeof(uint16_t));
+    rows = std::clamp<int64_t>(conv_workspace_limit(Device(kCPU)) / row_bytes - halo, 1, a0.out);
+    xp.resize(static_cast<size_t>(C * phases * (rows + halo) * e1 * e2));
+  }
+
+  // Output position m of a chunk (o0 E1' + o1) E2' + o2 as (o0, o1, o2).
+  std::array<int64_t, 3> position(int64_t m) const { return {m / (e1 * e2), m / e2 % e1, m % e2}; }
+  // Positions from m on (at o1, o2) that are real outputs with consecutive output offsets, up to
+  // `end`: 0 at a junk position (then skip(o1, o2) positions reach the next real one).
+  int64_t real_run(int64_t o1, int64_t o2, int64_t left) const {
+    if (o1 >= ax[1].out || o2 >= ax[2].out) return 0;
+    // A run goes on into the next row where an axis has no junk (a 1-d conv's whole panel).
+    const int64_t run = ax[2].out < e2 ? ax[2].out - o2 : ax[1].out < e1 ? (ax[1].out - o1) * e2 - o2 : left;
+    return std::min(run, left);
+  }
+  int64_t skip(int64_t o1, int64_t o2) const { return o1 >= ax[1].out ? (e1 - o1) * e2 - o2 : e2 - o2; }
+
+  // Fills the images of batch element n's output rows [r0, r0 + nr) from x [N, C, in] and points
+  // runs[c K + t] at its runs; returns M, the chunk's GEMM extent (up to its last real output:
+  // no run reads past its image).
+  int64_t fill(const uint16_t* x, int64_t n, int64_t r0, int64_t nr, const uint16_t** runs) {
+    const ConvAxis &a0 = ax[0], &a1 = ax[1], &a2 = ax[2];
+    const int64_t slab = nr + halo, plane = slab * e1 * e2, in_plane = a0.in * a1.in * a2.in;
+#pragma omp parallel for schedule(static) if (C * phases * plane >= kParallelGrain)
+    for (int64_t cp = 0; cp < C * phases; ++cp) {  // phase image (c, ph): [slab, E1', E2']
+      const int64_t c = cp / phases, ph = cp % phases;
+      const int64_t q0 = ph / (a1.stride * a2.stride), q1 = ph / a2.stride % a1.stride, q2 = ph % a2.stride;
+      uint16_t* d = xp.data() + cp * plane;
+      std::fill(d, d + plane, uint16_t{0});
+      const uint16_t* src = x + (n * C + c) * in_plane;
+      // Phase index j of axis a holds input index j s + q - pad: the j with it inside [0, in).
+      auto inside = [](const ConvAxis& a, int64_t q, int64_t j_end) {
+        const int64_t off = q - a.pad;
+        const int64_t lo = off >= 0 ? 0 : (-off + a.stride - 1) / a.stride;
+        const int64_t hi = a.in - off <= 0 ? 0 : (a.in - off - 1) / a.stride + 1;
+        return std::pair<int64_t, int64_t>{std::min(lo, j_end), std::clamp(hi, std::min(lo, j_end), j_end)};
+      };
+      const auto [j1_lo, j1_hi] = inside(a1, q1, e1);
+      const auto [j2_lo, j2_hi] = inside(a2, q2, e2);
+      if (j1_lo == j1_hi || j2_lo == j2_hi) continue;  // a phase of padding only
+      if (e1 * e2 == 1) {  // one position across axes 1, 2 (a 1-d conv): the run is along axis 0
+        const auto [j0_lo, j0_hi] = inside(a0, r0 * a0.stride + q0, slab);
+        const int64_t inner = a1.in * a2.in, step = a0.stride * inner;
+        const uint16_t* s0 = src + (q1 - a1.pad) * a2.in + q2 - a2.pad + (r0 * a0.stride + q0 - a0.pad) * inner;
+        if (step == 1) std::memcpy(d + j0_lo, s0 + j0_lo, static_cast<size_t>(j0_hi - j0_lo) * sizeof(uint16_t));
+        else
+          for (int64_t j0 = j0_lo; j0 < j0_hi; ++j0) d[j0] = s0[j0 * step];
+        continue;
+      }
+      for (int64_t j0 = 0; j0 < slab; ++j0) {
+        const int64_t i0 = (r0 + j0) * a0.stride + q0 - a0.pad;
+        if (i0 < 0 || i0 >= a0.in) continue;
+        for (int64_t j1 = j1_lo; j1 < j1_hi; ++j1) {
+          const int64_t i1 = j1 * a1.stride + q1 - a1.pad;
+          const uint16_t* s_row = src + (i0 * a1.in + i1) * a2.in + q2 - a2.pad;  // input index j2 s2 + q2 - pad2
+          uint16_t* d_row = d + (j0 * e1 + j1) * e2;
+          if (a2.stride == 1) std::memcpy(d_row + j2_lo, s_row + j2_lo, static_cast<size_t>(j2_hi - j2_lo) * sizeof(uint16_t));
+          else
+            for (int64_t j2 = j2_lo; j2 < j2_hi; ++j2) d_row[j2] = s_row[j2 * a2.stride];
+        }
+      }
+    }
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t t = 0; t < K; ++t)
+        runs[c * K + t] = xp.data() + (c * phases + tap_phase[static_cast<size_t>(t)]) * plane + tap_off[static_cast<size_t>(t)];
+    return ((nr - 1) * e1 + a1.out - 1) * e2 + a2.out;
+  }
+};
+
+// Forward (and the stride-1 input grad as the adjoint's forward): y [Co, M] = W [Co, C K] B, B's
+// rows the runs.
 void dense_pair_forward(const ConvDirectParams& given) {
   const bool flip = given.pass == ConvPass::BackwardInput;
   const ConvDirectParams p = flip ? input_grad_as_forward(given) : given;
   const int64_t C = flip ? given.c_out : given.c_in, Co = flip ? given.c_in : given.c_out;
-  // A 2-d conv's axes as (H, 1, W): chunks of rows along H, runs along W (as (H, W, 1) every
-  // copy and output run was one element long).
-  ConvAxis ax[3] = {p.axis[0], p.axis[1], p.axis[2]};
-  if (p.spatial == 2) {
-    ax[1] = ConvAxis{};
-    ax[2] = p.axis[1];
-  }
-  const ConvAxis &a0 = ax[0], &a1 = ax[1], &a2 = ax[2];
-  const int64_t K = a0.kernel * a1.kernel * a2.kernel, kc = C * K;
-  const int64_t in_plane = a0.in * a1.in * a2.in, out_plane = a0.out * a1.out * a2.out;
+  PhaseImages im(p, C);
+  const int64_t K = im.K, kc = C * K;
+  const int64_t out1 = im.ax[1].out, out2 = im.ax[2].out, out_plane = im.ax[0].out * out1 * out2;
   const auto* w = static_cast<const uint16_t*>(p.w);
-  const auto* x = static_cast<const uint16_t*>(p.x);
   auto* y = static_cast<BFloat16*>(p.y);
   // A [Co, C K], column c K + t. The input grad's adjoint kernel: w [C, Co, K] (the forward's
   // [c_out, c_in, K]) with channels swapped and taps reversed.
@@ -460,90 +555,25 @@ void dense_pair_forward(const ConvDirectParams& given) {
         for (int64_t t = 0; t < K; ++t) wf[static_cast<size_t>(co * kc + c * K + t)] = w[(c * Co + co) * K + K - 1 - t];
     A = wf.data();
   }
+  std::vector<const uint16_t*> a_rows(static_cast<size_t>(Co)), b_rows(static_cast<size_t>(kc));
+  for (int64_t co = 0; co < Co; ++co) a_rows[static_cast<size_t>(co)] = A + co * kc;
   std::vector<float> bias(static_cast<size_t>(Co), 0.f);
   if (p.has_bias)
     for (int64_t co = 0; co < Co; ++co) bias[static_cast<size_t>(co)] = static_cast<float>(static_cast<const BFloat16*>(p.bias)[co]);
-  // Phase extents and, per tap, its phase and the start of its run inside the phase image.
-  auto phase_extent = [](const ConvAxis& a) { return (a.in + 2 * a.pad + a.stride - 1) / a.stride; };
-  const int64_t e1 = phase_extent(a1), e2 = phase_extent(a2), halo = (a0.kernel - 1) * a0.dilation / a0.stride;
-  const int64_t phases = a0.stride * a1.stride * a2.stride;
-  std::vector<int64_t> tap_phase(static_cast<size_t>(K)), tap_off(static_cast<size_t>(K));
-  for (int64_t t = 0; t < K; ++t) {
-    const int64_t d0 = t / (a1.kernel * a2.kernel) * a0.dilation, d1 = t / a2.kernel % a1.kernel * a1.dilation,
-                  d2 = t % a2.kernel * a2.dilation;
-    tap_phase[static_cast<size_t>(t)] = (d0 % a0.stride * a1.stride + d1 % a1.stride) * a2.stride + d2 % a2.stride;
-    tap_off[static_cast<size_t>(t)] = (d0 / a0.stride * e1 + d1 / a1.stride) * e2 + d2 / a2.stride;
-  }
-  // Output rows per chunk: the phase images within conv_workspace_limit where a row allows (at
-  // least one row and its halo).
-  const int64_t row_bytes = C * phases * e1 * e2 * static_cast<int64_t>(sizeof(uint16_t));
-  const int64_t rows = std::clamp<int64_t>(conv_workspace_limit(Device(kCPU)) / row_bytes - halo, 1, a0.out);
-  std::vector<uint16_t> xp(static_cast<size_t>(C * phases * (rows + halo) * e1 * e2));
-  std::vector<const uint16_t*> b_rows(static_cast<size_t>(kc));
   for (int64_t n = 0; n < p.n; ++n)
-    for (int64_t r0 = 0; r0 < a0.out; r0 += rows) {
-      const int64_t nr = std::min(rows, a0.out - r0), slab = nr + halo, plane = slab * e1 * e2;
-#pragma omp parallel for schedule(static) if (C * phases * plane >= kParallelGrain)
-      for (int64_t cp = 0; cp < C * phases; ++cp) {  // phase image (c, ph): [slab, E1', E2']
-        const int64_t c = cp / phases, ph = cp % phases;
-        const int64_t q0 = ph / (a1.stride * a2.stride), q1 = ph / a2.stride % a1.stride, q2 = ph % a2.stride;
-        uint16_t* d = xp.data() + cp * plane;
-        std::fill(d, d + plane, uint16_t{0});
-        const uint16_t* src = x + (n * C + c) * in_plane;
-        // Phase index j of axis a holds input index j s + q - pad: the j with it inside [0, in).
-        auto inside = [](const ConvAxis& a, int64_t q, int64_t j_end) {
-          const int64_t off = q - a.pad;
-          const int64_t lo = off >= 0 ? 0 : (-off + a.stride - 1) / a.stride;
-          const int64_t hi = a.in - off <= 0 ? 0 : (a.in - off - 1) / a.stride + 1;
-          return std::pair<int64_t, int64_t>{std::min(lo, j_end), std::clamp(hi, std::min(lo, j_end), j_end)};
-        };
-        const auto [j1_lo, j1_hi] = inside(a1, q1, e1);
-        const auto [j2_lo, j2_hi] = inside(a2, q2, e2);
-        if (j1_lo == j1_hi || j2_lo == j2_hi) continue;  // a phase of padding only
-        if (e1 * e2 == 1) {  // one position across axes 1, 2 (a 1-d conv): the run is along axis 0
-          const auto [j0_lo, j0_hi] = inside(a0, r0 * a0.stride + q0, slab);
-          const int64_t inner = a1.in * a2.in, step = a0.stride * inner;
-          const uint16_t* s0 = src + (q1 - a1.pad) * a2.in + q2 - a2.pad + (r0 * a0.stride + q0 - a0.pad) * inner;
-          if (step == 1) std::memcpy(d + j0_lo, s0 + j0_lo, static_cast<size_t>(j0_hi - j0_lo) * sizeof(uint16_t));
-          else
-            for (int64_t j0 = j0_lo; j0 < j0_hi; ++j0) d[j0] = s0[j0 * step];
-          continue;
-        }
-        for (int64_t j0 = 0; j0 < slab; ++j0) {
-          const int64_t i0 = (r0 + j0) * a0.stride + q0 - a0.pad;
-          if (i0 < 0 || i0 >= a0.in) continue;
-          for (int64_t j1 = j1_lo; j1 < j1_hi; ++j1) {
-            const int64_t i1 = j1 * a1.stride + q1 - a1.pad;
-            const uint16_t* s_row = src + (i0 * a1.in + i1) * a2.in + q2 - a2.pad;  // input index j2 s2 + q2 - pad2
-            uint16_t* d_row = d + (j0 * e1 + j1) * e2;
-            if (a2.stride == 1) std::memcpy(d_row + j2_lo, s_row + j2_lo, static_cast<size_t>(j2_hi - j2_lo) * sizeof(uint16_t));
-            else
-              for (int64_t j2 = j2_lo; j2 < j2_hi; ++j2) d_row[j2] = s_row[j2 * a2.stride];
-          }
-        }
-      }
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t t = 0; t < K; ++t)
-          b_rows[static_cast<size_t>(c * K + t)] =
-              xp.data() + (c * phases + tap_phase[static_cast<size_t>(t)]) * plane + tap_off[static_cast<size_t>(t)];
-      // The last real output of the chunk ends the GEMM's extent: no tap reads past its image.
-      const int64_t M = ((nr - 1) * e1 + a1.out - 1) * e2 + a2.out;
-      BFloat16* y_chunk = y + n * Co * out_plane + r0 * a1.out * a2.out;
-      simd::bf16_pair_gemm_rows(A, kc, b_rows.data(), Co, M, kc, [&](int64_t j0, int64_t width, float* tile) {
-        // The panel's real outputs, as runs along axis 2.
+    for (int64_t r0 = 0; r0 < im.ax[0].out; r0 += im.rows) {
+      const int64_t nr = std::min(im.rows, im.ax[0].out - r0);
+      BFloat16* y_chunk = y + n * Co * out_plane + r0 * out1 * out2;
+      const int64_t M = im.fill(static_cast<const uint16_t*>(p.x), n, r0, nr, b_rows.data());
+      auto emit = [&](int64_t j0, int64_t width, float* tile) {  // the panel's real outputs, run by run
         for (int64_t j = 0; j < width;) {
-          const int64_t m = j0 + j, o2 = m % e2, o1 = m / e2 % e1, o0 = m / (e1 * e2);
-          if (o1 >= a1.out) {
-            j += (e1 - o1) * e2 - o2;
+          const auto [o0, o1, o2] = im.position(j0 + j);
+          const int64_t len = im.real_run(o1, o2, width - j);
+          if (len == 0) {
+            j += im.skip(o1, o2);
             continue;
           }
-          if (o2 >= a2.out) {
-            j += e2 - o2;
-            continue;
-          }
-          // A run goes on into the next row where an axis has no junk (a 1-d conv's whole panel).
-          const int64_t left = a2.out < e2 ? a2.out - o2 : a1.out < e1 ? (a1.out - o1) * e2 - o2 : width - j;
-          const int64_t len = std::min(width - j, left), dst = (o0 * a1.out + o1) * a2.out + o2;
+          const int64_t dst = (o0 * out1 + o1) * out2 + o2;
           for (int64_t co = 0; co < Co; ++co) {
             float* v = tile + co * simd::kPairPanel + j;
             if (p.has_bias)
@@ -552,8 +582,47 @@ void dense_pair_forward(const ConvDirectParams& given) {
           }
           j += len;
         }
-      });
+      };
+      simd::bf16_pair_gemm({.a_rows = a_rows.data(), .b_rows = b_rows.data(), .m = Co, .n = M, .k = kc, .emit = emit});
     }
+}
+
+// Weight grad: gw^T [C K, Co] = sum over images and chunks of B [C K, M] (the runs as rows) times
+// gy^T [M, Co] (gy transposed into the chunk's positions, zero rows at the junk ones, which
+// would otherwise multiply real inputs), in float32 over everything, rounded once.
+void dense_pair_weight_grad(const ConvDirectParams& p) {
+  const int64_t C = p.c_in, Co = p.c_out;
+  PhaseImages im(p, C);
+  const int64_t K = im.K, kc = C * K;
+  const int64_t out1 = im.ax[1].out, out2 = im.ax[2].out, out_plane = im.ax[0].out * out1 * out2;
+  const auto* gy = static_cast<const uint16_t*>(p.y);
+  std::vector<const uint16_t*> a_rows(static_cast<size_t>(kc)), b_rows;
+  std::vector<float> acc(static_cast<size_t>(kc * Co));
+  std::vector<uint16_t> gyt;
+  bool first = true;
+  for (int64_t n = 0; n < p.n; ++n)
+    for (int64_t r0 = 0; r0 < im.ax[0].out; r0 += im.rows) {
+      const int64_t nr = std::min(im.rows, im.ax[0].out - r0);
+      const int64_t M = im.fill(static_cast<const uint16_t*>(p.x), n, r0, nr, a_rows.data());
+      gyt.assign(static_cast<size_t>(M * Co), 0);
+      b_rows.resize(static_cast<size_t>(M));
+      const uint16_t* gy_chunk = gy + n * Co * out_plane + r0 * out1 * out2;
+#pragma omp parallel for schedule(static) if (M * Co >= kParallelGrain)
+      for (int64_t m = 0; m < M; ++m) {
+        b_rows[static_cast<size_t>(m)] = gyt.data() + m * Co;
+        const auto [o0, o1, o2] = im.position(m);
+        if (o1 >= out1 || o2 >= out2) continue;
+        const uint16_t* src = gy_chunk + (o0 * out1 + o1) * out2 + o2;
+        for (int64_t co = 0; co < Co; ++co) gyt[static_cast<size_t>(m * Co + co)] = src[co * out_plane];
+      }
+      simd::bf16_pair_gemm({.a_rows = a_rows.data(), .b_rows = b_rows.data(), .m = kc, .n = Co, .k = M, .c = acc.data(),
+                            .ldc = Co, .accumulate = !first, .emit = {}});
+      first = false;
+    }
+  auto* gw = static_cast<BFloat16*>(p.w);
+#pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
+  for (int64_t co = 0; co < Co; ++co)
+    for (int64_t q = 0; q < kc; ++q) gw[co * kc + q] = BFloat16(acc[static_cast<size_t>(q * Co + co)]);
 }
 
 }  // namespace
@@ -581,7 +650,8 @@ FusedPlan conv_direct_plan(const ConvDirectParams& p) {
 }
 
 void conv_direct(const ConvDirectParams& given) {
-  if (dense_pair_direct(given)) return dense_pair_forward(given);
+  if (dense_pair_direct(given))
+    return given.pass == ConvPass::BackwardWeight ? dense_pair_weight_grad(given) : dense_pair_forward(given);
   ANVIL_CHECK(depthwise_direct(given), DeviceError,
               "[conv] the CPU runs only depthwise and (AVX512-BF16) bfloat16 stride-1 convolutions directly");
   const bool flip = given.pass == ConvPass::BackwardInput;

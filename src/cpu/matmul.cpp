@@ -100,21 +100,15 @@ void gemm_lowp(const BmmParams& p, const T* A, const T* B, const Store& store) {
     // over packed column panels. bf16 [1, 128, 64, 64] k3 conv on 2 Zen 5 threads: see
     // docs/PERFORMANCE.md (session 23).
     if (p.stride_a_col == 1 && p.stride_b_col == 1 && k >= 2) {
-      // Scratch for the float32 result, grown once per thread and reused up to 16 MiB: a fresh
-      // zero-filled vector per call (2 MB for a VAE conv) was page faults and a memset each time;
-      // larger results get their own buffer, so the scratch never holds more than that.
-      constexpr int64_t kScratch = int64_t{1} << 22;  // floats
-      thread_local std::vector<float> scratch;
-      std::vector<float> own;
-      if (m * n <= kScratch && scratch.size() < static_cast<size_t>(m * n)) scratch.resize(static_cast<size_t>(m * n));
-      if (m * n > kScratch) own.resize(static_cast<size_t>(m * n));
-      float* c = m * n <= kScratch ? scratch.data() : own.data();
-      if (simd::bf16_pair_gemm(reinterpret_cast<const uint16_t*>(A), p.stride_a_row, reinterpret_cast<const uint16_t*>(B),
-                               p.stride_b_row, m, n, k, c, n)) {
-#pragma omp parallel for schedule(static) if (m * n >= kParallelGrain)
-        for (int64_t i = 0; i < m; ++i) store.row(i, 0, c + i * n, n);
+      // Each panel's float32 results stored from the thread's tile (no [m, n] float32 buffer).
+      std::vector<const uint16_t*> a_rows(static_cast<size_t>(m)), b_rows(static_cast<size_t>(k));
+      for (int64_t i = 0; i < m; ++i) a_rows[static_cast<size_t>(i)] = reinterpret_cast<const uint16_t*>(A + i * p.stride_a_row);
+      for (int64_t q = 0; q < k; ++q) b_rows[static_cast<size_t>(q)] = reinterpret_cast<const uint16_t*>(B + q * p.stride_b_row);
+      auto emit = [&](int64_t j0, int64_t w, float* tile) {
+        for (int64_t i = 0; i < m; ++i) store.row(i, j0, tile + i * simd::kPairPanel, w);
+      };
+      if (simd::bf16_pair_gemm({.a_rows = a_rows.data(), .b_rows = b_rows.data(), .m = m, .n = n, .k = k, .emit = emit}))
         return;
-      }
     }
   }
   const int64_t width = simd::gemm_panel_width();

@@ -117,20 +117,27 @@ bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, i
 // x (float32, row i at x + i * stride_x) serves the k % 64 tail: only its columns
 // [k / 64 * 64, k) are read.
 bool bf16_dots_supported();
-// C[m, n] = A[m, k] B[k, n] in float32 for row-major bfloat16 A (lda) and B (ldb) by AVX512-BF16
-// pair products (vdpbf16ps: exact products, float32 sums in pairs; inputs below 2^-126 read as
-// zero), OpenMP-parallel over panels of 32 columns; C row-major (ldc), overwritten. false
-// (nothing written) where the CPU has no AVX512-BF16.
-bool bf16_pair_gemm(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
-                    float* c, int64_t ldc);
-// The same product with B's rows given by pointers (row q's n columns contiguous from b_rows[q]:
-// an implicit-GEMM operand, such as a convolution's shifted input rows) and C handed out a panel
-// at a time: emit(j0, w, c) with c [m, kPairPanel] (row stride kPairPanel, the first w columns valid; the
-// caller may overwrite it), from inside the OpenMP region, each panel once, on the thread that
-// computed it. false (emit not called) where the CPU has no AVX512-BF16.
+// C = A[m, k] B[k, n] in float32 for bfloat16 A and B by AVX512-BF16 pair products (vdpbf16ps:
+// exact products, float32 sums in pairs; inputs below 2^-126 read as zero), their rows given by
+// pointers: row i of A is k contiguous elements from a_rows[i], row q of B n contiguous ones from
+// b_rows[q] (plain matrices, or implicit-GEMM operands such as a convolution's shifted input
+// rows). OpenMP-parallel over panels of kPairPanel columns of B (and over A's rows when there are
+// fewer panels than threads and C goes to c). C goes to c (row-major, ldc; overwritten, or added
+// to when `accumulate`), or, when c is null, to emit(j0, w, tile) a panel at a time: tile [m,
+// kPairPanel] (row stride kPairPanel, the first w columns valid; the caller may overwrite it),
+// called inside the OpenMP region on the thread that computed it. false (nothing written) where
+// the CPU has no AVX512-BF16.
 constexpr int64_t kPairPanel = 32;
-bool bf16_pair_gemm_rows(const uint16_t* a, int64_t lda, const uint16_t* const* b_rows, int64_t m, int64_t n,
-                         int64_t k, const std::function<void(int64_t, int64_t, float*)>& emit);
+struct PairGemm {
+  const uint16_t* const* a_rows = nullptr;
+  const uint16_t* const* b_rows = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;
+  std::function<void(int64_t, int64_t, float*)> emit;
+};
+bool bf16_pair_gemm(const PairGemm& g);
 // C = A[m, k] B[k, n] in float32 for bfloat16 A and B of any strides (elements) on AMX tiles
 // (cpu/bf16_gemm_x86.cpp), OpenMP-parallel; C comes out by blocks of rows: emit(i0, rows, c)
 // with c [rows, n] dense, called outside any parallel region. false where the CPU or the OS

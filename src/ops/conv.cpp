@@ -352,6 +352,16 @@ void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Te
   gw.copy_(gwr.permute({1, 2, 3, 0}).reshape(gw.sizes()));
 }
 
+// A CPU bfloat16 channels-last problem (one group, not pointwise) as channels-first, for the
+// implicit-GEMM kernel, which is channels-first only; p itself otherwise. The layout conversions
+// cost less than the channels-last GEMM saves (Zen 5, 2 threads: docs/PERFORMANCE.md, session 24).
+Problem channels_first_of(const Problem& p) {
+  Problem q = p;
+  if (p.device.is_cpu() && p.dtype == kBFloat16 && p.channels_last() && p.groups == 1 && !p.pointwise())
+    q.fmt = MemoryFormat::Contiguous;
+  return q;
+}
+
 // y [N, c_out, out] = conv(x, w) + bias, in p.fmt.
 Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Shape& y_sizes) {
   // CPU bfloat16, channels-first 4-d, one group: the channels-last GEMM (columns against W^T)
@@ -380,15 +390,10 @@ Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, co
     const Shape y4 = {y_sizes[0], y_sizes[1], y_sizes[2], 1};
     return conv_forward(q, x_in.unsqueeze(3), w_in.unsqueeze(3), bias, y4).contiguous().squeeze(3);
   }
-  // The other way round where the CPU has its implicit-GEMM kernel (channels-first only): a
-  // channels-last bfloat16 conv runs it between layout conversions (Zen 5, 2 threads, SD decoder
-  // [1, 128, 64, 64] k3: see docs/PERFORMANCE.md, session 24).
-  if (p.device.is_cpu() && p.dtype == kBFloat16 && p.channels_last() && p.groups == 1 && !p.pointwise()) {
-    Problem q = p;
-    q.fmt = MemoryFormat::Contiguous;
-    if (ANVIL_PLAN(q.device, conv_direct, direct_params(q, ConvPass::Forward, {}, {}, {}, bias)) == FusedPlan::Fused)
-      return conv_forward(q, x_in, w_in, bias, y_sizes).contiguous(p.fmt);
-  }
+  // The other way round where the CPU has its implicit-GEMM kernel (channels-first only).
+  if (const Problem q = channels_first_of(p);
+      q.fmt != p.fmt && ANVIL_PLAN(q.device, conv_direct, direct_params(q, ConvPass::Forward, {}, {}, {}, bias)) == FusedPlan::Fused)
+    return conv_forward(q, x_in, w_in, bias, y_sizes).contiguous(p.fmt);
   Tensor y = empty(y_sizes, TensorOptions(p.dtype).device(p.device), p.fmt);
   if (y.numel() == 0) return y;
   const Tensor x = x_in.contiguous(p.fmt), w = w_in.contiguous(p.fmt);
@@ -420,6 +425,9 @@ Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, co
 // convolution's) added before the one rounding; in p.fmt.
 Tensor conv_input_grad(const Problem& p, const Tensor& gy_in, const Tensor& w_in, const Tensor& bias,
                        const Shape& x_sizes) {
+  if (const Problem q = channels_first_of(p); q.fmt != p.fmt &&
+      ANVIL_PLAN(q.device, conv_direct, direct_params(q, ConvPass::BackwardInput, {}, {}, {}, bias)) == FusedPlan::Fused)
+    return conv_input_grad(q, gy_in, w_in, bias, x_sizes).contiguous(p.fmt);
   const TensorOptions opts = TensorOptions(p.dtype).device(p.device);
   Tensor gx = empty(x_sizes, opts, p.fmt);
   if (gx.numel() == 0) return gx;
@@ -473,6 +481,9 @@ Tensor conv_input_grad(const Problem& p, const Tensor& gy_in, const Tensor& w_in
 // gw [c_out, c_in / g, k] = sum over batch and output positions of gy times x's columns, in
 // p.fmt, summed in float32 (float64) over all of them and rounded once.
 Tensor conv_weight_grad(const Problem& p, const Tensor& x_in, const Tensor& gy_in, const Shape& w_sizes) {
+  if (const Problem q = channels_first_of(p);
+      q.fmt != p.fmt && ANVIL_PLAN(q.device, conv_direct, direct_params(q, ConvPass::BackwardWeight, {}, {}, {})) == FusedPlan::Fused)
+    return conv_weight_grad(q, x_in, gy_in, w_sizes).contiguous(p.fmt);
   Tensor gw = empty(w_sizes, TensorOptions(p.dtype).device(p.device), p.fmt);
   if (gw.numel() == 0) return gw;
   if (p.n == 0 || p.out_plane() == 0) {
