@@ -1,5 +1,6 @@
 // mm / bmm / matmul for float32, float64, bfloat16, float16 against the float64 triple loop, with
 // every operand layout, 1-D operands, batch broadcasting, empty and GEMV-like shapes.
+#include "expect_throws.h"
 #include "harness.h"
 
 namespace {
@@ -116,6 +117,35 @@ TEST_P(Matmul, ResultIsNotAliasedAndInputsUnchanged) {
   EXPECT_TRUE(y.is_contiguous());
   EXPECT_TRUE(th::expect_equal(a.t, a.a));
   EXPECT_TRUE(th::expect_equal(b.t, b.a));
+}
+
+// bmm's out_dtype float32 for 16-bit inputs: the float32 sums unrounded (integer products whose
+// sums need more than a 16-bit mantissa come out exact), strided operands; out_dtype equal to the
+// inputs' is plain bmm; anything else is a DTypeError with PyTorch's message.
+TEST_P(Matmul, BmmOutDtypeFloat32) {
+  th::Gen g(3003);
+  for (DType t : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(th::dtype_str(t));
+    th::Input a = th::make_input({3, 9, 300}, kInt32, dev(), Layout::Contiguous, g, -16, 16);
+    th::Input b = th::make_input({3, 300, 20}, kInt32, dev(), Layout::Transposed, g, -16, 16);
+    const Tensor at = th::make_tensor(a.a, t, dev()), bt = th::make_tensor(b.a, t, dev(), Layout::Transposed);
+    const Tensor y = bmm(at, bt, kFloat32);
+    ref::Array want({3, 9, 20});
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t r = 0; r < 9; ++r)
+        for (int64_t c = 0; c < 20; ++c) {
+          double sum = 0;
+          for (int64_t q = 0; q < 300; ++q) sum += a.a.at({i, r, q}) * b.a.at({i, q, c});
+          want.at({i, r, c}) = sum;
+        }
+    ASSERT_TRUE(th::expect_shape(y, {3, 9, 20}, kFloat32));
+    EXPECT_TRUE(th::expect_equal(y, want));
+    EXPECT_EQ(th::to_bits(bmm(at, bt, t)), th::to_bits(bmm(at, bt)));
+    EXPECT_THROWS_SAYING(DTypeError, "bmm", "out_dtype must be the same as input dtype or fp32 for fp16/bf16 inputs",
+                         bmm(at, bt, t == kBFloat16 ? kFloat16 : kBFloat16));
+  }
+  const Tensor f = ones({1, 2, 2}, TensorOptions(kFloat32).device(dev()));
+  EXPECT_THROWS_SAYING(DTypeError, "bmm", "out_dtype must be the same", bmm(f, f, kFloat64));
 }
 
 ANVIL_INSTANTIATE_DEVICE_TESTS(Matmul);

@@ -123,7 +123,9 @@ ANVIL_API void cache_prefetch(const Tensor& x, const Tensor& index = {});
 
 // ---- matrix products (float32/64 via BLAS, bfloat16/float16 accumulate in float32)
 ANVIL_API Tensor mm(const Tensor& a, const Tensor& b);
-ANVIL_API Tensor bmm(const Tensor& a, const Tensor& b);
+// out_dtype (torch.bmm's): float32 for bfloat16 / float16 inputs keeps the float32 sums unrounded
+// (on both devices; PyTorch has it on CUDA); otherwise it must be the inputs' dtype.
+ANVIL_API Tensor bmm(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype = std::nullopt);
 ANVIL_API Tensor matmul(const Tensor& a, const Tensor& b);
 
 }  // namespace anvil

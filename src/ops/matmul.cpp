@@ -29,15 +29,20 @@ void fill_strides(const Tensor& t, int64_t& batch, int64_t& row, int64_t& col) {
 }
 
 // C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]; batch of A or B may be 1 (broadcast).
-Tensor bmm_core(const char* name, const Tensor& a_in, const Tensor& b_in, int64_t batch) {
+Tensor bmm_core(const char* name, const Tensor& a_in, const Tensor& b_in, int64_t batch,
+                std::optional<DType> out_dtype = std::nullopt) {
   ANVIL_CHECK(a_in.dtype() == b_in.dtype(), DTypeError, name, " expected m1 and m2 to have the same dtype, but got: ",
               dtype_name(a_in.dtype()), " != ", dtype_name(b_in.dtype()));
   ANVIL_CHECK(is_gemm_dtype(a_in.dtype()), DTypeError, name, " not implemented for '", dtype_name(a_in.dtype()),
               "' (float32, float64, bfloat16 and float16 are supported)");
   check_same_device(name, a_in, b_in);
+  const DType c_dtype = out_dtype.value_or(a_in.dtype());
+  ANVIL_CHECK(c_dtype == a_in.dtype() || (c_dtype == kFloat32 && (a_in.dtype() == kBFloat16 || a_in.dtype() == kFloat16)),
+              DTypeError, name, " out_dtype must be the same as input dtype or fp32 for fp16/bf16 inputs, got ",
+              dtype_name(c_dtype), " for ", dtype_name(a_in.dtype()), " inputs");
   Tensor a = gemm_operand(a_in), b = gemm_operand(b_in);
   int64_t m = a.size(1), k = a.size(2), n = b.size(2);
-  Tensor c = empty({batch, m, n}, TensorOptions(a.dtype()).device(a.device()));
+  Tensor c = empty({batch, m, n}, TensorOptions(c_dtype).device(a.device()));
   if (c.numel() == 0) return c;
   if (k == 0) return c.zero_();
   BmmParams p;
@@ -45,7 +50,7 @@ Tensor bmm_core(const char* name, const Tensor& a_in, const Tensor& b_in, int64_
   p.b = b.raw_data_ptr();
   p.c = c.raw_data_ptr();
   p.dtype = a.dtype();
-  p.c_dtype = a.dtype();
+  p.c_dtype = c_dtype;
   p.batch = batch;
   p.m = m;
   p.n = n;
@@ -68,7 +73,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   return bmm_core("[mm]", a.unsqueeze(0), b.unsqueeze(0), 1).squeeze(0);
 }
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
+Tensor bmm(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) {
   ANVIL_CHECK(a.defined() && b.defined(), Error, "[bmm] undefined tensor");
   ANVIL_CHECK(a.dim() == 3 && b.dim() == 3, ShapeError, "[bmm] batch1 must be a 3D tensor and batch2 a 3D tensor, got ",
               describe(a), " and ", describe(b));
@@ -76,7 +81,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
               a.size(0), " and ", b.size(0));
   ANVIL_CHECK(a.size(2) == b.size(1), ShapeError, "[bmm] Expected size for first two dimensions of batch2 tensor to be: [",
               a.size(0), ", ", a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "]");
-  return bmm_core("[bmm]", a, b, a.size(0));
+  return bmm_core("[bmm]", a, b, a.size(0), out_dtype);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
