@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "expect_throws.h"
 #include "harness.h"
 
 namespace {
@@ -99,6 +100,62 @@ TEST_P(Norm, RmsNormTable) {
       }
     }
   }
+}
+
+// normalize (F.normalize) against the float64 loop: p 2 (one kernel where normalize_plan says
+// Fused: always on the CPU, inner extents >= 16 on CUDA; the composition otherwise), 1, inf,
+// -inf, 0 and 3 (the composition); dims first / middle / last / negative; inner extents 1, 15,
+// 300 (more than one CPU block of 256) and a Wan VAE-like [1, 96, 2, 6, 10]; 0-dim and empty
+// inputs; non-contiguous inputs. Sums of c terms in float32 (float64), the quotient rounded once.
+TEST_P(Norm, NormalizeTable) {
+  th::CaseLoop loop;
+  th::Gen g(6003);
+  struct Case {
+    Shape x;
+    int64_t dim;
+  };
+  const std::vector<Case> cases = {{{2, 5, 7, 9}, 1}, {{3, 4, 300}, 1}, {{6, 33}, -1}, {{2, 3, 15}, 1},
+                                   {{4, 1}, 0},       {{}, 0},           {{0, 3}, 1},   {{2, 0, 5}, 1},
+                                   {{1, 96, 2, 6, 10}, 1}, {{7, 3, 2}, 0}};
+  int k = 0;
+  for (const Case& c : cases)
+    for (double p : {2.0, 1.0, double{INFINITY}, -double{INFINITY}, 0.0, 3.0})
+      for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+        const Layout l = c.x.size() >= 2 && k++ % 2 ? Layout::Transposed : Layout::Contiguous;
+        if (!loop.run(th::case_name(c.x, t, l, dev()) + " dim " + std::to_string(c.dim) + " p " + std::to_string(p), [&] {
+          th::Input x = th::make_input(c.x, t, dev(), l, g, -2, 2);
+          const int64_t d = c.x.empty() ? 0 : (c.dim + static_cast<int64_t>(c.x.size())) % static_cast<int64_t>(c.x.size());
+          const int64_t n = c.x.empty() ? 1 : c.x[static_cast<size_t>(d)];
+          if (n == 0 && std::isinf(p)) {  // no identity for max / min: an error, as PyTorch's vector_norm
+            EXPECT_THROW((void)normalize(x.t, p, c.dim), Error);
+            return;
+          }
+          const Tensor y = normalize(x.t, p, c.dim);
+          ASSERT_TRUE(th::expect_shape(y, c.x, t));
+          const double u_acc = th::unit_roundoff(t == kFloat64 ? kFloat64 : kFloat32);
+          const th::Tol tol{th::underflow_atol(t), 2 * th::unit_roundoff(t) + static_cast<double>(n + 8) * u_acc};
+          ASSERT_TRUE(th::expect_close(y, ref::normalize(x.a, p, d, 1e-12), tol));
+        }))
+          return;
+      }
+}
+
+// eps: rows whose norm is below it are divided by eps (not by the norm), a zero row stays zero;
+// the plans; PyTorch's errors.
+TEST_P(Norm, NormalizeEpsPlansErrors) {
+  const TensorOptions o = TensorOptions(kFloat32).device(dev());
+  const Tensor tiny = full({2, 3}, 1e-14, o);
+  EXPECT_TRUE(th::expect_close(normalize(tiny, 2.0, 1), ref::Array({2, 3}, 1e-14 / 1e-12), th::Tol{0, 1e-6}));
+  EXPECT_TRUE(th::expect_close(normalize(tiny, 2.0, 1, 1e-15), ref::Array({2, 3}, 1 / std::sqrt(3.0)), th::Tol{0, 1e-6}));
+  EXPECT_TRUE(th::expect_equal(normalize(zeros({3, 4}, o), 2.0, 1), ref::Array({3, 4}, 0.0)));
+  EXPECT_EQ(normalize_plan(zeros({2, 5, 7, 9}, o), 2.0, 1), FusedPlan::Fused);
+  EXPECT_EQ(normalize_plan(zeros({2, 3, 15}, o), 2.0, 1), dev().is_cpu() ? FusedPlan::Fused : FusedPlan::Composed);
+  EXPECT_EQ(normalize_plan(zeros({2, 5, 7, 9}, o), 1.0, 1), FusedPlan::Composed);
+  EXPECT_THROWS_SAYING(DTypeError, "normalize", "expected a float16, bfloat16, float32 or float64 input",
+                       normalize(zeros({2, 3}, TensorOptions(kInt64).device(dev()))));
+  EXPECT_THROWS_SAYING(IndexError, "normalize", "Dimension out of range (expected to be in range of [-2, 1], but got 2)",
+                       normalize(zeros({2, 3}, o), 2.0, 2));
+  EXPECT_THROWS_SAYING(IndexError, "normalize", "Dimension out of range", normalize(zeros({}, o)));
 }
 
 // Values with mean square equal to the default eps (torch.finfo(dtype).eps): the result must

@@ -42,6 +42,15 @@ ANVIL_API std::tuple<Tensor, Tensor, Tensor> native_group_norm_backward(const Te
                                                                         int64_t hxw, int64_t group,
                                                                         std::array<bool, 3> output_mask = {true, true, true});
 
+// F.normalize: input / max(||input||_p over dim, eps), the norm kept along dim and broadcast.
+// p = 2 runs as one kernel where the backend has it (normalize_plan: the CPU always; CUDA when
+// the dims after `dim` hold 16 or more elements, so a channel's loads coalesce); other p (1,
+// inf, -inf, 0 counts the nonzeros, any other as (sum |x|^p)^(1/p)) and the rest run the
+// composition. Computed in float32 for float16 / bfloat16 (float64 for float64), rounded once
+// (PyTorch rounds the norm to the input dtype before dividing); floating inputs only.
+ANVIL_API Tensor normalize(const Tensor& input, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+ANVIL_API FusedPlan normalize_plan(const Tensor& input, double p = 2.0, int64_t dim = 1);
+
 // Batch normalisation over input [N, C, *] per channel (every dim but 1), as aten's
 // native_batch_norm (libtorch's argument order). weight, bias, running_mean, running_var: [C],
 // each optional. Training: the batch's mean and biased variance normalise; running_mean /

@@ -377,4 +377,66 @@ void batch_norm_train(const BatchNormParams& p) {
   });
 }
 
+FusedPlan l2_normalize_plan(const L2NormalizeParams&) { return FusedPlan::Fused; }
+
+// A block of up to 256 positions along inner at a time: per channel its values widened to Acc,
+// their squares summed per position, then each value divided by its position's norm. inner == 1
+// (the norm over the last dim): a row of c values, as one block of c along the channel axis.
+void l2_normalize(const L2NormalizeParams& p) {
+  dispatch_float_types(p.dtype, "[normalize]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    constexpr int64_t kBlock = 256;
+    const T* x = static_cast<const T*>(p.x);
+    T* y = static_cast<T*>(p.y);
+    const int64_t blocks = (p.inner + kBlock - 1) / kBlock;
+    auto widen = [&](const T* src, Acc* dst, int64_t n) {
+      if constexpr (std::is_same_v<T, Acc>) std::copy(src, src + n, dst);
+      else if constexpr (std::is_same_v<Acc, float>) simd::decode_f32(p.dtype, src, dst, n);
+      else
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Acc>(src[i]);
+    };
+    auto narrow = [&](const Acc* src, T* dst, int64_t n) {
+      if constexpr (std::is_same_v<T, Acc>) std::copy(src, src + n, dst);
+      else simd::encode_f32(p.dtype, src, dst, n);  // the scalar rounding, vectorised
+    };
+    if (p.inner == 1) {
+#pragma omp parallel if (p.outer * p.c >= kParallelGrain)
+      {
+        std::vector<Acc> v(static_cast<size_t>(p.c));
+#pragma omp for schedule(static)
+        for (int64_t o = 0; o < p.outer; ++o) {
+          widen(x + o * p.c, v.data(), p.c);
+          Acc ss = 0;
+          for (int64_t c = 0; c < p.c; ++c) ss += v[static_cast<size_t>(c)] * v[static_cast<size_t>(c)];
+          const Acc d = std::max(std::sqrt(ss), static_cast<Acc>(p.eps));
+          for (int64_t c = 0; c < p.c; ++c) v[static_cast<size_t>(c)] /= d;
+          narrow(v.data(), y + o * p.c, p.c);
+        }
+      }
+      return;
+    }
+#pragma omp parallel if (p.outer * p.c * p.inner >= kParallelGrain)
+    {
+      Acc v[kBlock], ss[kBlock];
+#pragma omp for schedule(static)
+      for (int64_t task = 0; task < p.outer * blocks; ++task) {
+        const int64_t o = task / blocks, i0 = task % blocks * kBlock, n = std::min(kBlock, p.inner - i0);
+        const int64_t base = o * p.c * p.inner + i0;
+        std::fill(ss, ss + n, Acc(0));
+        for (int64_t c = 0; c < p.c; ++c) {
+          widen(x + base + c * p.inner, v, n);
+          for (int64_t i = 0; i < n; ++i) ss[i] += v[i] * v[i];
+        }
+        for (int64_t i = 0; i < n; ++i) ss[i] = std::max(std::sqrt(ss[i]), static_cast<Acc>(p.eps));
+        for (int64_t c = 0; c < p.c; ++c) {
+          widen(x + base + c * p.inner, v, n);
+          for (int64_t i = 0; i < n; ++i) v[i] /= ss[i];
+          narrow(v, y + base + c * p.inner, n);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace anvil::cpu

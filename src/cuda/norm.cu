@@ -545,6 +545,27 @@ void run_segment_norm(const SegmentNorm& p, const char* name, bool batch_norm) {
   });
 }
 
+// normalize (p = 2): a thread per (outer, inner) position, consecutive threads on consecutive
+// inner positions (each channel's loads coalesce), its channel values read twice (the sum of
+// squares, then the quotient), float32 (float64) compute, one rounding.
+template <typename T>
+__global__ void l2_normalize_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t outer, int64_t c,
+                                    int64_t inner, double eps) {
+  using A = compute_t<T>;
+  const int64_t total = outer * inner;
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < total;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t off = q / inner * c * inner + q % inner;
+    A ss = 0;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const A v = to_compute(x[off + ch * inner]);
+      ss += v * v;
+    }
+    const A d = max(sqrt(ss), static_cast<A>(eps));
+    for (int64_t ch = 0; ch < c; ++ch) y[off + ch * inner] = from_compute<T>(to_compute(x[off + ch * inner]) / d);
+  }
+}
+
 }  // namespace
 
 void rms_norm(const RmsNormParams& p) {
@@ -569,6 +590,18 @@ void rms_norm(const RmsNormParams& p) {
 
 FusedPlan group_norm_plan(const GroupNormParams&) { return FusedPlan::Fused; }
 FusedPlan batch_norm_train_plan(const BatchNormParams&) { return FusedPlan::Fused; }
+// Positions along inner coalesce; with fewer than 16 a thread's loads stride through the row.
+FusedPlan l2_normalize_plan(const L2NormalizeParams& p) { return p.inner >= 16 ? FusedPlan::Fused : FusedPlan::Composed; }
+
+void l2_normalize(const L2NormalizeParams& p) {
+  KernelLaunch launch(p.y);
+  dispatch_float_types(p.dtype, "[normalize]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    l2_normalize_kernel<T><<<launch.blocks(p.outer * p.inner), KernelLaunch::kThreads, 0, launch.stream()>>>(
+        static_cast<const T*>(p.x), static_cast<T*>(p.y), p.outer, p.c, p.inner, p.eps);
+  });
+  launch.check("[normalize]");
+}
 
 void group_norm(const GroupNormParams& p) {
   // [n, c, hxw] as segments [1, n * group, (c / group) * hxw]; the weight's channel of element

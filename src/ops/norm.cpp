@@ -1,6 +1,7 @@
 // rms_norm, the fused residual add + rms_norm, and that followed by a projection (add_rms_norm_linear):
 // validation, x as [rows, cols] with unit-stride cols. Layer and group norm with their backward
 // (anvil/norm.h): compositions of the reduction and elementwise kernels in the compute dtype.
+#include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <optional>
@@ -394,6 +395,60 @@ FusedPlan group_norm_plan(const Tensor& input, int64_t num_groups) {
   gp.hxw = gp.n * gp.c == 0 ? 0 : input.numel() / (gp.n * gp.c);
   gp.group = num_groups;
   return ANVIL_PLAN(input.device(), group_norm, gp);
+}
+
+namespace {
+
+// input as [outer, c, inner] around dim, validated.
+L2NormalizeParams normalize_params(const char* name, const Tensor& input, int64_t dim, double eps) {
+  ANVIL_CHECK(input.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || input.dtype() == kBFloat16 ||
+                  input.dtype() == kFloat16,
+              DTypeError, name, " expected a float16, bfloat16, float32 or float64 input, got ", describe(input));
+  const int64_t d = wrap_dim(dim, input.dim(), name);
+  L2NormalizeParams p;
+  p.dtype = input.dtype();
+  p.outer = 1;
+  p.inner = 1;
+  for (int64_t i = 0; i < input.dim(); ++i) {
+    if (i < d) p.outer *= input.size(i);
+    if (i > d) p.inner *= input.size(i);
+  }
+  p.c = input.dim() == 0 ? 1 : input.size(d);
+  p.eps = eps;
+  return p;
+}
+
+}  // namespace
+
+FusedPlan normalize_plan(const Tensor& input, double p, int64_t dim) {
+  const L2NormalizeParams lp = normalize_params("[normalize_plan]", input, dim, 0);
+  return p == 2.0 ? ANVIL_PLAN(input.device(), l2_normalize, lp) : FusedPlan::Composed;
+}
+
+Tensor normalize(const Tensor& input, double p, int64_t dim, double eps) {
+  const char* name = "[normalize]";
+  L2NormalizeParams lp = normalize_params(name, input, dim, eps);
+  if (p == 2.0 && input.numel() > 0 && ANVIL_PLAN(input.device(), l2_normalize, lp) == FusedPlan::Fused) {
+    const Tensor x = input.contiguous();
+    Tensor y = empty(input.sizes(), TensorOptions(input.dtype()).device(input.device()));
+    lp.x = x.raw_data_ptr();
+    lp.y = y.raw_data_ptr();
+    ANVIL_KERNEL(input.device(), l2_normalize, lp);
+    return y;
+  }
+  return as_op(name, [&] {  // the composition, in the accumulation dtype
+    const Tensor x = input.to(input.dtype() == kFloat64 ? kFloat64 : kFloat32);
+    const int64_t d = input.dim() == 0 ? 0 : wrap_dim(dim, input.dim(), name);
+    const Shape dims = input.dim() == 0 ? Shape{} : Shape{d};
+    Tensor n;
+    if (p == 2.0) n = sqrt(sum(mul(x, x), dims, true));
+    else if (p == 1.0) n = sum(abs(x), dims, true);
+    else if (std::isinf(p)) n = p > 0 ? amax(abs(x), dims, true) : amin(abs(x), dims, true);
+    else if (p == 0.0) n = sum(ne(x, Scalar(0)).to(x.dtype()), dims, true);
+    else n = pow(sum(pow(abs(x), Scalar(p)), dims, true), Scalar(1.0 / p));
+    return div(x, clamp(n, Scalar(eps))).to(input.dtype());
+  });
 }
 
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {

@@ -1,5 +1,6 @@
 #include "reference/ref_nn.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -122,6 +123,35 @@ Array rms_norm(const Array& x, int64_t norm_dims, const Array* weight, double ep
     for (int64_t c = 0; c < cols; ++c)
       out.v[static_cast<size_t>(r * cols + c)] = xr[c] * inv * (weight ? weight->v[static_cast<size_t>(c)] : 1.0);
   }
+  return out;
+}
+
+Array normalize(const Array& x, double p, int64_t dim, double eps) {
+  const int64_t nd = x.dim();
+  if (nd > 0 && (dim < 0 || dim >= nd)) throw std::invalid_argument("ref::normalize: dim");
+  int64_t outer = 1, c = 1, inner = 1;
+  for (int64_t i = 0; i < nd; ++i) {
+    const int64_t s = x.sizes[static_cast<size_t>(i)];
+    if (i < dim) outer *= s;
+    else if (i == dim) c = s;
+    else inner *= s;
+  }
+  Array out(x.sizes);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      auto at = [&](int64_t ch) { return static_cast<size_t>((o * c + ch) * inner + i); };
+      double n = p == -INFINITY ? INFINITY : 0.0;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const double a = std::abs(x.v[at(ch)]);
+        if (p == INFINITY) n = std::max(n, a);
+        else if (p == -INFINITY) n = std::min(n, a);
+        else if (p == 0.0) n += a != 0.0 ? 1.0 : 0.0;
+        else n += std::pow(a, p);
+      }
+      if (std::isfinite(p) && p != 0.0) n = std::pow(n, 1.0 / p);
+      const double d = std::max(n, eps);
+      for (int64_t ch = 0; ch < c; ++ch) out.v[at(ch)] = x.v[at(ch)] / d;
+    }
   return out;
 }
 

@@ -31,6 +31,10 @@ SoftmaxScale softmax_scale(const Array& x, int64_t dim);
 // rms_norm over the last `norm_dims` dims: x / sqrt(mean(x^2) + eps) * weight (null: 1);
 // weight has the shape of those dims.
 Array rms_norm(const Array& x, int64_t norm_dims, const Array* weight, double eps);
+// F.normalize: x / max(||x||_p along dim, eps) (p inf / -inf: max / min |x|; 0: the count of
+// nonzeros; else (sum |x|^p)^(1/p)); a 0-dim x is its own row.
+Array normalize(const Array& x, double p, int64_t dim, double eps);
+
 // h = round_to(p, x + residual) (what the op stores), out = rms_norm(h).
 struct AddRmsNorm {
   Array out;

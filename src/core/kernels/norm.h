@@ -116,9 +116,20 @@ ANVIL_HD void batch_norm_channel_tail(const BatchNormParams& p, int64_t ch, A me
   }
 }
 
+// normalize(x, p = 2, dim) as one kernel: x [outer, c, inner] contiguous (dim as the middle),
+// y = x / max(sqrt(sum over c of x^2), eps), the sum and the quotient in float32 (float64 for
+// float64 data), rounded once.
+struct L2NormalizeParams {
+  const void* x = nullptr;
+  void* y = nullptr;
+  DType dtype = kFloat32;
+  int64_t outer = 0, c = 0, inner = 0;
+  double eps = 1e-12;
+};
 #define ANVIL_NORM_FUSED(X) \
   X(group_norm, const GroupNormParams&) \
-  X(batch_norm_train, const BatchNormParams&)
+  X(batch_norm_train, const BatchNormParams&) \
+  X(l2_normalize, const L2NormalizeParams&)
 ANVIL_DECLARE_FUSED(ANVIL_NORM_FUSED)
 
 }  // namespace anvil
