@@ -13,6 +13,7 @@
 #include "anvil/loss.h"
 #include "anvil/norm.h"
 #include "anvil/pad.h"
+#include "anvil/profile.h"
 #include "anvil/scalar.h"
 #include "anvil/stream.h"
 #include "anvil/tensor.h"

@@ -16,6 +16,7 @@
 #include "anvil/cuda.h"
 #include "anvil/memory.h"
 #include "anvil/plan.h"
+#include "anvil/profile.h"
 #include "anvil/stream.h"
 #include "anvil/tensor.h"
 #include "core/params.h"
@@ -74,9 +75,14 @@ void reset_peak_memory_stats(int device);
 void empty_cache(int device);
 }  // namespace cuda_backend
 
-// Calls the backend of `device`: ANVIL_KERNEL(dev, reduce, params).
-#define ANVIL_KERNEL(device, name, arg) \
+// Calls the backend of `device`: ANVIL_KERNEL(dev, reduce, params); timed per kernel name while
+// anvil/profile.h's profiling is on.
+#define ANVIL_KERNEL_CALL_(device, name, arg) \
   ((device).is_cpu() ? ::anvil::cpu::name(arg) : ::anvil::cuda_backend::name(arg))
+#define ANVIL_KERNEL(device, name, arg)                                                                    \
+  (::anvil::profile::enabled()                                                                             \
+       ? ::anvil::profile::detail::timed(#name, (device), [&] { ANVIL_KERNEL_CALL_(device, name, arg); }) \
+       : ANVIL_KERNEL_CALL_(device, name, arg))
 // Asks the backend of `device` for a fused op's plan: ANVIL_PLAN(dev, moe_experts, params).
 #define ANVIL_PLAN(device, name, arg) \
   ((device).is_cpu() ? ::anvil::cpu::name##_plan(arg) : ::anvil::cuda_backend::name##_plan(arg))

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "anvil/cuda.h"
+#include "anvil/profile.h"
 #include "core/kernels.h"
 #include "cuda/allocator.h"
 
@@ -397,6 +398,9 @@ void Graph::capture_begin() {
   ANVIL_CHECK(is_available(), DeviceError, "[cuda::Graph] CUDA is not available: ", unavailable_reason());
   ANVIL_CHECK(!g.capturing && g.exec == nullptr, DeviceError,
               "[cuda::Graph] capture_begin: the graph already holds a capture; call reset() first");
+  ANVIL_CHECK(!profile::enabled(), Error,
+              "[cuda::Graph] capture_begin: kernel profiling is on (its timing events would join the graph); "
+              "profile::set_enabled(false) first");
   int device = 0;
   ANVIL_CUDA_CHECK("[cuda::Graph]", cudaGetDevice(&device));
   Stream s = current_stream(device);

@@ -50,6 +50,8 @@ int cmd_bench(const BenchOptions& o) {
   ANVIL_CHECK(o.n >= 0, Error, op, " -n must be >= 0 (0: no generation test), got ", o.n);
   ANVIL_CHECK(o.p + o.n > 0, Error, op, " -p and -n are both 0: nothing to measure");
   ANVIL_CHECK(o.reps >= 1, Error, op, " -r must be >= 1, got ", o.reps);
+  ANVIL_CHECK(o.size.empty() && o.frames == 0 && !o.tiled && !o.encode && !o.profile, Error, op,
+              " --size, --frames, --tiled, --encode and --profile are for --vae runs");
   if (!o.model.empty()) check_model_dir(o.model, op);
   if (!o.json.empty()) check_output_file(o.json, op, "--json");
   runtime::LoadOptions lo;

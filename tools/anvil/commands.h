@@ -43,7 +43,7 @@ struct BenchOptions {
   // --vae NAME: a VAE preset's decode (and --encode) with random weights instead (vae.cpp)
   std::string vae, size;
   int64_t frames = 0;
-  bool tiled = false, encode = false;
+  bool tiled = false, encode = false, profile = false;
 };
 
 // anvil vae decode | encode | roundtrip (vae.cpp).

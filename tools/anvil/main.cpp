@@ -110,12 +110,13 @@ int main(int argc, char** argv) {
   bench->add_option("-n", bm.n, "generated tokens (0: none)")->capture_default_str();
   bench->add_option("-r", bm.reps, "timed repetitions")->capture_default_str();
   bench->add_option("--json", bm.json, "also write the rows to this JSON file");
-  bench->add_option("--vae", bm.vae, "a VAE preset with random weights instead: flux | sd | wan2.1 | qwen-image");
+  bench->add_option("--vae", bm.vae, "a VAE preset with random weights instead: flux | sd | wan2.1 | wan2.2 | qwen-image");
   bench->add_option("--size", bm.size, "--vae: the image / frame size HxW (default: 1024x1024 / 704x1280 on CUDA, "
                                       "256x256 / 128x128 on the CPU)");
   bench->add_option("--frames", bm.frames, "--vae video: frames, 1 + 4 k (default 61 on CUDA, 5 on the CPU)");
   bench->add_flag("--tiled", bm.tiled, "--vae: with the model's default tiling");
   bench->add_flag("--encode", bm.encode, "--vae: time encode too");
+  bench->add_flag("--profile", bm.profile, "--vae: also print the timed calls' kernel time per kernel (anvil/profile.h)");
 
   anvil::cli::VaeOptions vo;
   auto* vae = app.add_subcommand("vae", "a diffusers VAE folder (AutoencoderKL, AutoencoderKLWan, AutoencoderKLQwenImage): decode, encode, round trips");

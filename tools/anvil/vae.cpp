@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <numeric>
 #include <vector>
 #include <string>
 #include <unistd.h>
@@ -167,6 +168,21 @@ int cmd_vae(const VaeOptions& o) {
   return 0;
 }
 
+// The kernel time of `reps` timed calls (anvil/profile.h) per call, most first, with its share of
+// the calls' wall time (the rest: host work and gaps between kernels).
+void print_profile(const char* what, int reps, double wall_s) {
+  const std::vector<profile::Entry> rows = profile::report();
+  double total = 0;
+  for (const profile::Entry& e : rows) total += e.ms;
+  std::printf("\n%s: kernel time per call (%.1f of %.1f ms wall)\n| kernel | device | calls | ms | share of wall |\n"
+              "| --- | --- | --- | --- | --- |\n",
+              what, total / reps, wall_s * 1e3 / reps);
+  for (const profile::Entry& e : rows)
+    std::printf("| %s | %s | %.0f | %.2f | %.1f %% |\n", e.kernel.c_str(), e.device.str().c_str(),
+                static_cast<double>(e.calls) / reps, e.ms / reps, 100.0 * e.ms / (wall_s * 1e3));
+  std::printf("\n");
+}
+
 int cmd_bench_vae(const BenchOptions& o) {
   const char* op = "[bench]";
   ANVIL_CHECK(o.model.empty() && o.shape.empty(), Error, op, " --vae NAME takes no -m or --shape");
@@ -213,12 +229,17 @@ int cmd_bench_vae(const BenchOptions& o) {
     synchronize(lo.device);
     reset_peak_memory_stats(lo.device);
     std::vector<double> t;
+    if (o.profile) {
+      profile::reset();
+      profile::set_enabled(true);
+    }
     for (int r = 0; r < o.reps; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
       call();
       synchronize(lo.device);
       t.push_back(seconds_since(t0));
     }
+    profile::set_enabled(false);
     std::sort(t.begin(), t.end());
     const double med = t[t.size() / 2];
     const MemoryStats m = memory_stats(lo.device);
@@ -226,6 +247,7 @@ int cmd_bench_vae(const BenchOptions& o) {
                 lo.device.str().c_str(), dtype_name(lo.dtype), shape_str(xs).c_str(),
                 o.tiled ? "yes" : "no", what, med, med / items, static_cast<double>(m.peak_allocated_bytes) / 1073741824.0,
                 static_cast<double>(m.peak_reserved_bytes) / 1073741824.0);
+    if (o.profile) print_profile(what, o.reps, std::accumulate(t.begin(), t.end(), 0.0));
     std::fflush(stdout);
   };
   row("decode", [&] { (void)vae->decode(z); });
