@@ -449,7 +449,9 @@ struct PhaseImages {
   std::vector<int64_t> tap_phase, tap_off;  // per tap: its phase, its run's start in the image
   uint16_t* xp = nullptr;                   // [C, phases, rows + halo, E1', E2'] (the thread's scratch)
 
-  PhaseImages(const ConvDirectParams& p, int64_t channels) : C(channels) {
+  // out_bytes: what the caller keeps per output position of a chunk besides the images (the
+  // weight grad's transposed gy), counted in the chunk's bound too.
+  PhaseImages(const ConvDirectParams& p, int64_t channels, int64_t out_bytes = 0) : C(channels) {
     // A 2-d conv's axes as (H, 1, W): chunks of rows along H, runs along W (as (H, W, 1) every
     // copy and output run was one element long).
     for (int i = 0; i < 3; ++i) ax[i] = p.axis[i];
@@ -472,9 +474,9 @@ struct PhaseImages {
       tap_phase[static_cast<size_t>(t)] = (d0 % a0.stride * a1.stride + d1 % a1.stride) * a2.stride + d2 % a2.stride;
       tap_off[static_cast<size_t>(t)] = (d0 / a0.stride * e1 + d1 / a1.stride) * e2 + d2 / a2.stride;
     }
-    // Output rows per chunk: the images within conv_workspace_limit where a row allows (at
-    // least one row and its halo).
-    const int64_t row_bytes = C * phases * e1 * e2 * static_cast<int64_t>(sizeof(uint16_t));
+    // Output rows per chunk: the images (and out_bytes per position) within
+    // conv_workspace_limit where a row allows (at least one row and its halo).
+    const int64_t row_bytes = (C * phases * static_cast<int64_t>(sizeof(uint16_t)) + out_bytes) * e1 * e2;
     rows = std::clamp<int64_t>(conv_workspace_limit(Device(kCPU)) / row_bytes - halo, 1, a0.out);
     xp = scratch<uint16_t, 0>(C * phases * (rows + halo) * e1 * e2);
   }
@@ -602,7 +604,7 @@ void dense_pair_forward(const ConvDirectParams& given) {
 // would otherwise multiply real inputs), in float32 over everything, rounded once.
 void dense_pair_weight_grad(const ConvDirectParams& p) {
   const int64_t C = p.c_in, Co = p.c_out;
-  PhaseImages im(p, C);
+  PhaseImages im(p, C, Co * static_cast<int64_t>(sizeof(uint16_t)));
   const int64_t K = im.K, kc = C * K;
   const int64_t out1 = im.ax[1].out, out2 = im.ax[2].out, out_plane = im.ax[0].out * out1 * out2;
   const auto* gy = static_cast<const uint16_t*>(p.y);
