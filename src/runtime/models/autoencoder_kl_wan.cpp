@@ -74,6 +74,10 @@ struct FeatureCache {
   }
 };
 
+// The cache's own copy of frames that may view a live activation: one copy either way (as
+// contiguous().clone() it was two for the usual strided narrow).
+Tensor own_copy(const Tensor& t) { return t.is_contiguous() ? t.clone() : t.contiguous(); }
+
 // conv over x, the slot's frames in front; the slot then holds x's last 2 frames (with the
 // previous last frame in front when x has one).
 Tensor cached(const CausalConv& conv, const Tensor& x, FeatureCache& fc) {
@@ -81,7 +85,7 @@ Tensor cached(const CausalConv& conv, const Tensor& x, FeatureCache& fc) {
   Tensor keep = last_frames(x, kCacheFrames);
   if (keep.size(2) < kCacheFrames && fc.frames[i].defined()) keep = cat({last_frames(fc.frames[i], 1), keep}, 2);
   Tensor y = conv(x, fc.frames[i]);
-  fc.frames[i] = keep.contiguous().clone();
+  fc.frames[i] = own_copy(keep);
   return y;
 }
 
@@ -135,7 +139,7 @@ struct Resample {
           keep = cat({fc.frames[i].defined() ? last_frames(fc.frames[i], 1) : zeros_like(keep), keep}, 2);
         const bool after_skip = !fc.frames[i].defined();
         x = after_skip ? time(x) : time(x, fc.frames[i]);
-        fc.frames[i] = keep.contiguous().clone();
+        fc.frames[i] = own_copy(keep);
         // channels [s C, (s + 1) C) of frame t become frame 2 t + s
         const int64_t T = x.size(2), H = x.size(3), W = x.size(4);
         x = x.view({B, 2, C, T, H, W}).permute({0, 2, 3, 1, 4, 5}).reshape({B, C, 2 * T, H, W});
