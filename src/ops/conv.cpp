@@ -368,7 +368,9 @@ Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, co
   // runs on the bf16 dot kernel; with the layout conversions it is 2.5x faster (Zen 5, 2 threads, [1, 128,
   // 64, 64] k3: 6.6 ms vs 16.7 ms). Not 5-d: a Wan decoder chunk of 14400 positions x 864 taps
   // made that GEMM widen 50 MB of columns (88 ms vs 17 ms).
-  // Both give way to the backend's own kernel where it has one (the CPU's implicit-GEMM bf16 conv).
+  // Both give way to the backend's own kernel where it has one (the CPU's implicit-GEMM bf16 conv,
+  // on every CPU with AVX512-BF16, which those measurements' dot kernel needed too: on other CPUs
+  // these redirects widen to float32 GEMMs either way and were not re-measured).
   const bool cpu_bf16_gemm = p.device.is_cpu() && p.dtype == kBFloat16 && p.groups == 1 && !p.pointwise() &&
                              ANVIL_PLAN(p.device, conv_direct, direct_params(p, ConvPass::Forward, {}, {}, {}, bias)) !=
                                  FusedPlan::Fused;
