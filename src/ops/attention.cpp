@@ -66,9 +66,10 @@ void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   ANVIL_KERNEL(q.device(), attention, p);
 }
 
-// CUDA prefill past head_dim 256 (the VAEs' one-head attention over 512 or 384 channels) has
-// only the attention kernel's simple path (16 query rows per block, products one lane at a time:
-// 1.07 s of a FLUX 1024 x 1024 VAE decode on the H200, whose diffusers decode takes 0.086 s).
+// CUDA prefill past head_dim 256 (the VAEs' one-head attention over 512 to 1024 channels) has
+// only the attention kernel's simple path (16 query rows per block, products one lane at a time):
+// a FLUX 1024 x 1024 VAE decode took 1.155 s on the H200 with it, 0.334 s with the composition
+// below (diffusers: 0.086 s; docs/PERFORMANCE.md, session 24).
 // Without a mask or causality it runs instead as its composition on cuBLAS: scores = q k^T in
 // float32 (bmm out_dtype), softmax(scale x scores), p rounded to the input dtype as the prefill
 // kernels do, o = p v; a block of query rows at a time, the scores within 256 MiB.

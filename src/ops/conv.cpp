@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <optional>
 
 #include "anvil/conv.h"
 #include "anvil/ops.h"
@@ -352,13 +353,15 @@ void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Te
   gw.copy_(gwr.permute({1, 2, 3, 0}).reshape(gw.sizes()));
 }
 
-// A CPU bfloat16 channels-last problem (one group, not pointwise) as channels-first, for the
-// implicit-GEMM kernel, which is channels-first only; p itself otherwise. The layout conversions
-// cost less than the channels-last GEMM saves (Zen 5, 2 threads: docs/PERFORMANCE.md, session 24).
-Problem channels_first_of(const Problem& p) {
+// A CPU bfloat16 channels-last problem (one group, not pointwise) as channels-first, when the
+// backend runs that pass channels-first as its implicit-GEMM kernel (channels-first only): the
+// caller runs q and converts the result back. The layout conversions cost less than the
+// channels-last GEMM saves (Zen 5, 2 threads: docs/PERFORMANCE.md, session 24).
+std::optional<Problem> channels_first_direct(const Problem& p, ConvPass pass, const Tensor& bias) {
+  if (!p.device.is_cpu() || p.dtype != kBFloat16 || !p.channels_last() || p.groups != 1 || p.pointwise()) return {};
   Problem q = p;
-  if (p.device.is_cpu() && p.dtype == kBFloat16 && p.channels_last() && p.groups == 1 && !p.pointwise())
-    q.fmt = MemoryFormat::Contiguous;
+  q.fmt = MemoryFormat::Contiguous;
+  if (ANVIL_PLAN(q.device, conv_direct, direct_params(q, pass, {}, {}, {}, bias)) != FusedPlan::Fused) return {};
   return q;
 }
 
@@ -393,9 +396,8 @@ Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, co
     return conv_forward(q, x_in.unsqueeze(3), w_in.unsqueeze(3), bias, y4).contiguous().squeeze(3);
   }
   // The other way round where the CPU has its implicit-GEMM kernel (channels-first only).
-  if (const Problem q = channels_first_of(p);
-      q.fmt != p.fmt && ANVIL_PLAN(q.device, conv_direct, direct_params(q, ConvPass::Forward, {}, {}, {}, bias)) == FusedPlan::Fused)
-    return conv_forward(q, x_in, w_in, bias, y_sizes).contiguous(p.fmt);
+  if (const auto q = channels_first_direct(p, ConvPass::Forward, bias))
+    return conv_forward(*q, x_in, w_in, bias, y_sizes).contiguous(p.fmt);
   Tensor y = empty(y_sizes, TensorOptions(p.dtype).device(p.device), p.fmt);
   if (y.numel() == 0) return y;
   const Tensor x = x_in.contiguous(p.fmt), w = w_in.contiguous(p.fmt);
@@ -427,9 +429,8 @@ Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, co
 // convolution's) added before the one rounding; in p.fmt.
 Tensor conv_input_grad(const Problem& p, const Tensor& gy_in, const Tensor& w_in, const Tensor& bias,
                        const Shape& x_sizes) {
-  if (const Problem q = channels_first_of(p); q.fmt != p.fmt &&
-      ANVIL_PLAN(q.device, conv_direct, direct_params(q, ConvPass::BackwardInput, {}, {}, {}, bias)) == FusedPlan::Fused)
-    return conv_input_grad(q, gy_in, w_in, bias, x_sizes).contiguous(p.fmt);
+  if (const auto q = channels_first_direct(p, ConvPass::BackwardInput, bias))
+    return conv_input_grad(*q, gy_in, w_in, bias, x_sizes).contiguous(p.fmt);
   const TensorOptions opts = TensorOptions(p.dtype).device(p.device);
   Tensor gx = empty(x_sizes, opts, p.fmt);
   if (gx.numel() == 0) return gx;
@@ -483,9 +484,8 @@ Tensor conv_input_grad(const Problem& p, const Tensor& gy_in, const Tensor& w_in
 // gw [c_out, c_in / g, k] = sum over batch and output positions of gy times x's columns, in
 // p.fmt, summed in float32 (float64) over all of them and rounded once.
 Tensor conv_weight_grad(const Problem& p, const Tensor& x_in, const Tensor& gy_in, const Shape& w_sizes) {
-  if (const Problem q = channels_first_of(p);
-      q.fmt != p.fmt && ANVIL_PLAN(q.device, conv_direct, direct_params(q, ConvPass::BackwardWeight, {}, {}, {})) == FusedPlan::Fused)
-    return conv_weight_grad(q, x_in, gy_in, w_sizes).contiguous(p.fmt);
+  if (const auto q = channels_first_direct(p, ConvPass::BackwardWeight, {}))
+    return conv_weight_grad(*q, x_in, gy_in, w_sizes).contiguous(p.fmt);
   Tensor gw = empty(w_sizes, TensorOptions(p.dtype).device(p.device), p.fmt);
   if (gw.numel() == 0) return gw;
   if (p.n == 0 || p.out_plane() == 0) {
