@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include <algorithm>
@@ -549,6 +550,27 @@ std::string case_name(const Shape& s, DType t, Layout l, Device d) {
 
 namespace th {
 
+namespace {
+// With ANVIL_TEST_ARTIFACTS set, the allocator's history of a memory check goes to
+// $ANVIL_TEST_ARTIFACTS/<test>.memory.txt, one event per line: kind (a alloc, f free,
+// s segment taken, r segment released), bytes, address, stream; returns where it went.
+std::string write_memory_history(Device dev, const ::testing::TestInfo* test) {
+  const char* dir = std::getenv("ANVIL_TEST_ARTIFACTS");
+  if (!dir || !*dir || !test) return "";
+  std::string name = std::string(test->test_suite_name()) + "." + test->name();
+  for (char& c : name)
+    if (c == '/') c = '_';
+  const std::string path = std::string(dir) + "/" + name + ".memory.txt";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return "; could not write " + path;
+  for (const anvil::MemoryEvent& e : anvil::memory_history(dev))
+    std::fprintf(f, "%c %lld %llx %llx\n", "afsr"[static_cast<int>(e.kind)], static_cast<long long>(e.bytes),
+                 static_cast<unsigned long long>(e.address), static_cast<unsigned long long>(e.stream));
+  std::fclose(f);
+  return "; allocator history in " + path;
+}
+}  // namespace
+
 ::testing::AssertionResult memory_stable(Device dev, const std::function<void()>& decode) {
   using namespace anvil;
   // Measured above what the process already holds (other tests' tensors and cached blocks).
@@ -556,6 +578,7 @@ namespace th {
   empty_cache(dev);
   reset_peak_memory_stats(dev);
   const MemoryStats base = memory_stats(dev);
+  record_memory_history(dev, true, 4000000);
   decode();
   synchronize(dev);
   std::vector<int64_t> reserved;
@@ -564,15 +587,17 @@ namespace th {
     synchronize(dev);
     reserved.push_back(memory_stats(dev).reserved_bytes);
   }
+  record_memory_history(dev, false);
   const MemoryStats m = memory_stats(dev);
+  const std::string history = write_memory_history(dev, ::testing::UnitTest::GetInstance()->current_test_info());
   const double grown = static_cast<double>(m.peak_reserved_bytes - base.reserved_bytes);
   const double used = static_cast<double>(m.peak_allocated_bytes - base.allocated_bytes);
   if (grown > 1.25 * used)
     return ::testing::AssertionFailure() << "reserved grew " << grown << " bytes for a peak of " << used
-                                         << " allocated: " << memory_stats_str(dev);
+                                         << " allocated: " << memory_stats_str(dev) << history;
   if (reserved[1] != reserved[0] || reserved[2] != reserved[1])
     return ::testing::AssertionFailure() << "reserved after each decode " << reserved[0] << ", " << reserved[1] << ", "
-                                         << reserved[2] << ": " << memory_stats_str(dev);
+                                         << reserved[2] << ": " << memory_stats_str(dev) << history;
   return ::testing::AssertionSuccess();
 }
 

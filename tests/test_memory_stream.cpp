@@ -49,6 +49,49 @@ TEST(MemoryCpu, StatsFollowAllocationsAndFrees) {
   EXPECT_FALSE(memory_stats_str(cpu).empty());
 }
 
+// The history names each block handed out and returned, with its rounded size and address, in
+// order; off, nothing is recorded; turning it on again starts a new history.
+void expect_history_follows(Device dev) {
+  synchronize(dev);
+  record_memory_history(dev, true);
+  void* big_ptr = nullptr;
+  {
+    Tensor big = empty({3 << 20}, TensorOptions(kUInt8).device(dev));
+    Tensor small = empty({1000}, TensorOptions(kFloat32).device(dev));
+    big_ptr = big.data_ptr();
+  }
+  record_memory_history(dev, false);
+  (void)empty({5000}, TensorOptions(kUInt8).device(dev));
+  std::vector<MemoryEvent> h = memory_history(dev);
+  std::vector<MemoryEvent> blocks;
+  for (const MemoryEvent& e : h)
+    if (e.kind == MemoryEvent::Kind::Alloc || e.kind == MemoryEvent::Kind::Free) blocks.push_back(e);
+  ASSERT_EQ(blocks.size(), 4u);
+  EXPECT_EQ(blocks[0].kind, MemoryEvent::Kind::Alloc);
+  EXPECT_EQ(blocks[0].address, reinterpret_cast<uint64_t>(big_ptr));
+  EXPECT_GE(blocks[0].bytes, 3 << 20);
+  EXPECT_EQ(blocks[1].kind, MemoryEvent::Kind::Alloc);
+  EXPECT_GE(blocks[1].bytes, 4000);
+  EXPECT_LT(blocks[1].bytes, 4000 + 4096);
+  // `small` dies first (declared last).
+  EXPECT_EQ(blocks[2].kind, MemoryEvent::Kind::Free);
+  EXPECT_EQ(blocks[2].address, blocks[1].address);
+  EXPECT_EQ(blocks[3].kind, MemoryEvent::Kind::Free);
+  EXPECT_EQ(blocks[3].address, blocks[0].address);
+  EXPECT_EQ(blocks[3].bytes, blocks[0].bytes);
+  record_memory_history(dev, true, 2);  // keeps the newest two
+  { Tensor a = empty({100}, TensorOptions(kUInt8).device(dev)); }
+  { Tensor b = empty({200}, TensorOptions(kUInt8).device(dev)); }
+  record_memory_history(dev, false);
+  h = memory_history(dev);
+  ASSERT_EQ(h.size(), 2u);
+  // b's free is among them (on CPU a small block's free is followed by its release to malloc).
+  EXPECT_TRUE(h[0].kind == MemoryEvent::Kind::Free || h[1].kind == MemoryEvent::Kind::Free);
+  EXPECT_NE(h[1].kind, MemoryEvent::Kind::Alloc);
+}
+
+TEST(MemoryCpu, HistoryFollowsAllocationsAndFrees) { expect_history_follows(Device(kCPU)); }
+
 TEST(MemoryCpu, ZeroSizeAndRepeatedAllocationsBalance) {
   const Device cpu(kCPU);
   MemoryStats s0 = memory_stats(cpu);
@@ -176,6 +219,8 @@ TEST_F(CudaTest, MemoryStatsAndEmptyCache) {
   EXPECT_EQ(memory_stats(g).peak_allocated_bytes, memory_stats(g).allocated_bytes);
   EXPECT_FALSE(memory_stats_str(g).empty());
 }
+
+TEST_F(CudaTest, MemoryHistoryFollowsAllocationsAndFrees) { expect_history_follows(g); }
 
 TEST_F(CudaTest, ReservedStaysNearPeakUnderChurn) {
   synchronize(g);

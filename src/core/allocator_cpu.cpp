@@ -14,6 +14,7 @@
 
 #include "anvil/memory.h"
 #include "core/kernels.h"
+#include "core/memory_history.h"
 #include "core/util.h"
 
 namespace anvil {
@@ -28,6 +29,7 @@ struct CpuStats {
   MemoryStats s;
   std::multimap<size_t, void*> cache;  // free large blocks by size
   int64_t cached_bytes = 0;
+  detail::MemoryHistory history;
 };
 CpuStats& cpu_stats() {
   static CpuStats* stats = new CpuStats;  // leaked on purpose: storages may die during exit
@@ -51,6 +53,7 @@ void cpu_free(void* p, size_t nbytes) {
   std::lock_guard<std::mutex> lock(st.mu);
   st.s.allocated_bytes -= static_cast<int64_t>(nbytes);
   st.s.num_frees += 1;
+  st.history.add(MemoryEvent::Kind::Free, nbytes, p);
   if (nbytes >= kLargeBlock && static_cast<int64_t>(nbytes) <= kCacheLimit) {
     // Keep the most recently freed block: evict the largest cached ones until it fits.
     while (st.cached_bytes + static_cast<int64_t>(nbytes) > kCacheLimit) {
@@ -58,6 +61,7 @@ void cpu_free(void* p, size_t nbytes) {
       std::free(victim->second);
       st.cached_bytes -= static_cast<int64_t>(victim->first);
       st.s.reserved_bytes -= static_cast<int64_t>(victim->first);
+      st.history.add(MemoryEvent::Kind::SegmentFree, victim->first, victim->second);
       st.s.num_segments -= 1;
       st.cache.erase(victim);
     }
@@ -66,6 +70,7 @@ void cpu_free(void* p, size_t nbytes) {
     return;
   }
   std::free(p);
+  st.history.add(MemoryEvent::Kind::SegmentFree, nbytes, p);
   st.s.reserved_bytes -= static_cast<int64_t>(nbytes);
   st.s.num_segments -= 1;
 }
@@ -73,6 +78,7 @@ void cpu_free(void* p, size_t nbytes) {
 void release_cache(CpuStats& st) {
   for (auto& [size, p] : st.cache) {
     std::free(p);
+    st.history.add(MemoryEvent::Kind::SegmentFree, size, p);
     st.s.reserved_bytes -= static_cast<int64_t>(size);
     st.s.num_segments -= 1;
   }
@@ -99,6 +105,7 @@ std::shared_ptr<StorageImpl> allocate_storage(Device device, size_t nbytes) {
       st.s.peak_allocated_bytes = std::max(st.s.peak_allocated_bytes, st.s.allocated_bytes);
       st.s.num_allocs += 1;
       st.s.num_cache_hits += 1;
+      st.history.add(MemoryEvent::Kind::Alloc, rounded, p);
       return std::make_shared<StorageImpl>(p, nbytes, device, [rounded](void* q) { cpu_free(q, rounded); });
     }
   }
@@ -122,6 +129,8 @@ std::shared_ptr<StorageImpl> allocate_storage(Device device, size_t nbytes) {
     st.s.peak_reserved_bytes = std::max(st.s.peak_reserved_bytes, st.s.reserved_bytes);
     st.s.num_allocs += 1;
     st.s.num_segments += 1;
+    st.history.add(MemoryEvent::Kind::SegmentAlloc, rounded, p);
+    st.history.add(MemoryEvent::Kind::Alloc, rounded, p);
   }
   return std::make_shared<StorageImpl>(p, nbytes, device, [rounded](void* q) { cpu_free(q, rounded); });
 }
@@ -146,6 +155,20 @@ void empty_cache(Device device) {
   auto& st = cpu_stats();
   std::lock_guard<std::mutex> lock(st.mu);
   release_cache(st);
+}
+
+void record_memory_history(Device device, bool enabled, size_t max_events) {
+  if (device.is_cuda()) return cuda_backend::record_memory_history(device.index, enabled, max_events);
+  auto& st = cpu_stats();
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.history.set(enabled, max_events);
+}
+
+std::vector<MemoryEvent> memory_history(Device device) {
+  if (device.is_cuda()) return cuda_backend::memory_history(device.index);
+  auto& st = cpu_stats();
+  std::lock_guard<std::mutex> lock(st.mu);
+  return st.history.events();
 }
 
 std::string memory_stats_str(Device device) {

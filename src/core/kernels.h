@@ -73,6 +73,8 @@ float event_elapsed_ms(void* start, void* end);
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 void empty_cache(int device);
+void record_memory_history(int device, bool enabled, size_t max_events);
+std::vector<MemoryEvent> memory_history(int device);
 }  // namespace cuda_backend
 
 // Calls the backend of `device`: ANVIL_KERNEL(dev, reduce, params); timed per kernel name while

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "anvil/error.h"
+#include "core/memory_history.h"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend::allocator {
@@ -119,6 +120,7 @@ class DeviceAllocator {
     stats_.allocated_bytes += static_cast<int64_t>(b->size);
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
     ++stats_.num_allocs;
+    history_.add(MemoryEvent::Kind::Alloc, b->size, b->ptr, stream);
     return b->ptr;
   }
 
@@ -131,6 +133,7 @@ class DeviceAllocator {
     b->allocated = false;
     stats_.allocated_bytes -= static_cast<int64_t>(b->size);
     ++stats_.num_frees;
+    history_.add(MemoryEvent::Kind::Free, b->size, b->ptr, b->stream);
     if (b->stream_uses.empty()) {
       free_block(b);
     } else if (!capture_pools_.empty()) {
@@ -161,6 +164,16 @@ class DeviceAllocator {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.peak_allocated_bytes = stats_.allocated_bytes;
     stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  }
+
+  void record_history(bool enabled, size_t max_events) {
+    std::lock_guard<std::mutex> lock(mu_);
+    history_.set(enabled, max_events);
+  }
+
+  std::vector<MemoryEvent> history() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return history_.events();
   }
 
   void empty_cache() {
@@ -288,6 +301,7 @@ class DeviceAllocator {
     stats_.reserved_bytes += static_cast<int64_t>(seg);
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
     ++stats_.num_segments;
+    history_.add(MemoryEvent::Kind::SegmentAlloc, seg, p, stream);
     return b;
   }
 
@@ -438,6 +452,7 @@ class DeviceAllocator {
         if (b->prev || b->next) { ++it; continue; }
         it = set->erase(it);
         if (cudaFree(b->ptr) != cudaSuccess) cudaGetLastError();
+        history_.add(MemoryEvent::Kind::SegmentFree, b->size, b->ptr, b->stream);
         stats_.reserved_bytes -= static_cast<int64_t>(b->size);
         --stats_.num_segments;
         --default_pool_.segments;
@@ -457,6 +472,7 @@ class DeviceAllocator {
   std::unordered_map<int, std::vector<cudaEvent_t>> spare_events_;
   std::vector<Block*> deferred_;  // freed mid-capture with record_stream uses
   MemoryStats stats_;
+  detail::MemoryHistory history_;
 };
 
 // Allocators are never destroyed: Storage deleters may run during static destruction.
@@ -498,6 +514,8 @@ void record_stream(void* ptr, const Stream& stream) {
 MemoryStats stats(int device) { return get(device).stats(); }
 void reset_peak_stats(int device) { get(device).reset_peak(); }
 void empty_cache(int device) { get(device).empty_cache(); }
+void record_history(int device, bool enabled, size_t max_events) { get(device).record_history(enabled, max_events); }
+std::vector<MemoryEvent> history(int device) { return get(device).history(); }
 uint64_t create_pool(int device) { return get(device).create_pool(); }
 void begin_capture(int device, uint64_t pool, unsigned long long capture_id) {
   get(device).begin_capture(pool, capture_id);

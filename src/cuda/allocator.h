@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "anvil/memory.h"
 #include "anvil/stream.h"
@@ -34,6 +35,8 @@ void record_stream(void* ptr, const Stream& stream);
 MemoryStats stats(int device);
 void reset_peak_stats(int device);
 void empty_cache(int device);
+void record_history(int device, bool enabled, size_t max_events);
+std::vector<MemoryEvent> history(int device);
 
 // Graph capture: create_pool() makes a private pool; begin_capture() routes allocations of the
 // capture sequence `capture_id` (cudaStreamGetCaptureInfo) to it until end_capture();

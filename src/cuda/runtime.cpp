@@ -305,6 +305,16 @@ void empty_cache(int device) {
   allocator::empty_cache(device);
 }
 
+void record_memory_history(int device, bool enabled, size_t max_events) {
+  check_device(device, "[record_memory_history]");
+  allocator::record_history(device, enabled, max_events);
+}
+
+std::vector<MemoryEvent> memory_history(int device) {
+  check_device(device, "[memory_history]");
+  return allocator::history(device);
+}
+
 // ---- memory and copies
 
 std::shared_ptr<StorageImpl> allocate(Device device, size_t nbytes) {

@@ -54,6 +54,8 @@ float event_elapsed_ms(void*, void*) { no_cuda("Event.elapsed_time"); }
 MemoryStats memory_stats(int) { no_cuda("memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
 void empty_cache(int) {}
+void record_memory_history(int, bool, size_t) { no_cuda("record_memory_history"); }
+std::vector<MemoryEvent> memory_history(int) { no_cuda("memory_history"); }
 }  // namespace cuda_backend
 
 namespace cuda {
