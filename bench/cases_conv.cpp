@@ -19,6 +19,7 @@ struct ConvShape {
   bool channels_last = false;
   bool backward = false;
   bool fft_winograd = false;  // cuDNN may take FFT / Winograd engines (set_cudnn_allow_fft_winograd)
+  bool bias = false;          // forward with a bias, as every VAE conv has
 };
 
 int64_t numel(const Shape& s) {
@@ -55,6 +56,12 @@ std::vector<Case> conv_cases(Device dev) {
       {"depthwise short conv", {1, 1536, dw_len}, {1536, 1, 4}, {1}, {3}, 1536, kBFloat16},
       {"depthwise short conv", {1, 1536, dw_len}, {1536, 1, 4}, {1}, {3}, 1536, kBFloat16, false, true},
       {"depthwise 2d 3x3", {dw_n, 256, 56, 56}, {256, 1, 3, 3}, {1}, {1}, 256, kBFloat16, true},
+      // The VAE decoders' convs as they run there: with a bias, at each stage's size.
+      {"wan vae decoder +bias", {1, c3, t + 2, 92, 162}, {c3, c3, 3, 3, 3}, {1}, {0}, 1, kBFloat16, false, false, false, true},
+      {"sd vae decoder +bias", {1, c2, h2, h2}, {c2, c2, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true},
+      {"flux vae decoder 256^2 +bias", {1, c2, 2 * h2, 2 * h2}, {c2, c2, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true},
+      {"flux vae decoder 1024^2 +bias", {1, c2 / 4, 8 * h2, 8 * h2}, {c2 / 4, c2 / 4, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true},
+      {"flux vae conv_out +bias", {1, c2 / 4, 8 * h2, 8 * h2}, {3, c2 / 4, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true},
   };
   std::vector<Case> cases;
   for (const ConvShape& c : shapes) {
@@ -72,13 +79,14 @@ std::vector<Case> conv_cases(Device dev) {
                                                   : MemoryFormat::ChannelsLast3d;
     nlohmann::json spec{{"op", c.backward ? "conv_backward" : "conv"}, {"x", c.x}, {"w", c.w}, {"stride", c.stride},
                         {"padding", c.padding}, {"groups", c.groups}, {"dtype", dtype_name(c.dtype)},
-                        {"channels_last", c.channels_last}, {"flops", flops}};
+                        {"channels_last", c.channels_last}, {"bias", c.bias}, {"flops", flops}};
     Case k{name, bytes, std::string("gemm"), [=]() -> Runner {
              const TensorOptions o = TensorOptions(c.dtype).device(dev);
              const Tensor x = randn(c.x, o).contiguous(format);
              const Tensor w = randn(c.w, o).contiguous(format);
+             const Tensor b = c.bias ? randn({c.w[0]}, o) : Tensor();
              if (!c.backward)
-               return [=](int) { (void)convolution(x, w, {}, c.stride, c.padding, {1}, false, {0}, c.groups); };
+               return [=](int) { (void)convolution(x, w, b, c.stride, c.padding, {1}, false, {0}, c.groups); };
              const Tensor gy = randn(out, o).contiguous(format);
              return [=](int) {
                set_cudnn_allow_fft_winograd(c.fft_winograd);

@@ -51,6 +51,18 @@ std::vector<Case> vision_cases(Device dev) {
                        return [=](int i) { (void)batch_norm(xs[i % rot], w, b, rm, rv, true); };
                      }, "vision", spec});
   }
+  {  // the Wan VAEs' RMS norm: F.normalize over the channels of [B, C, T, H, W]
+    const Shape shape = {1, cpu ? 96 : 384, cpu ? 2 : 4, cpu ? 46 : 90, cpu ? 80 : 160};
+    const double bytes = 2.0 * 2.0 * static_cast<double>(numel(shape));
+    nlohmann::json spec{{"op", "normalize"}, {"shape", shape}, {"dtype", "bfloat16"}};
+    cases.push_back({"normalize dim 1 bfloat16 " + shape_str(shape) + " wan vae rms norm", bytes, ceil, [=]() -> Runner {
+                       const int rot = rotations_for(dev, 2.0 * static_cast<double>(numel(shape)));
+                       const TensorOptions o = TensorOptions(kBFloat16).device(dev);
+                       std::vector<Tensor> xs;
+                       for (int r = 0; r < rot; ++r) xs.push_back(randn(shape, o));
+                       return [=](int i) { (void)normalize(xs[i % rot], 2.0, 1); };
+                     }, "vision", spec});
+  }
   {  // the SD / FLUX VAE decoder's GroupNorm(32) before each conv
     const Shape shape = {1, cpu ? 128 : 512, cpu ? 64 : 128, cpu ? 64 : 128};
     const double bytes = 2.0 * 2.0 * static_cast<double>(numel(shape));

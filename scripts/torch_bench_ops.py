@@ -148,7 +148,8 @@ def build_pad(op, spec, dev, t):
 
 
 def build_conv(op, spec, dev, t):
-    """F.conv{1,2,3}d, or aten.convolution_backward for grad_input and grad_weight (no bias)."""
+    """F.conv{1,2,3}d (with a bias where the spec has one), or aten.convolution_backward for grad_input and
+    grad_weight (no bias)."""
     xs, ws, groups = spec["x"], spec["w"], spec["groups"]
     n = len(xs) - 2
     fmt = torch.contiguous_format
@@ -160,7 +161,8 @@ def build_conv(op, spec, dev, t):
     padding = spec["padding"] * n if len(spec["padding"]) == 1 else spec["padding"]
     conv = getattr(F, f"conv{n}d")
     if op == "conv":
-        return lambda i: conv(x, w, None, stride, padding, 1, groups)
+        b = torch.randn(ws[0], device=dev).to(t) if spec.get("bias") else None
+        return lambda i: conv(x, w, b, stride, padding, 1, groups)
     out = conv(x, w, None, stride, padding, 1, groups)
     gy = torch.randn(*out.shape, device=dev).to(t).contiguous(memory_format=fmt)
     return lambda i: torch.ops.aten.convolution_backward(gy, x, w, None, stride, padding, [1] * n, False, [0] * n,
@@ -168,7 +170,7 @@ def build_conv(op, spec, dev, t):
 
 
 def build_vision(op, spec, dev, t):
-    """F.dropout, F.batch_norm in training, F.group_norm, F.interpolate 2x and its aten backward."""
+    """F.dropout, F.batch_norm in training, F.group_norm, F.normalize, F.interpolate 2x and its aten backward."""
     shape = spec["shape"]
     fmt = torch.channels_last if spec.get("channels_last") else torch.contiguous_format
     if op == "upsample_backward":
@@ -185,6 +187,8 @@ def build_vision(op, spec, dev, t):
     xs = [torch.rand(*shape, device=dev).to(t).contiguous(memory_format=fmt) for _ in range(rot)]
     if op == "dropout":
         return lambda i: F.dropout(xs[i % rot], spec["p"], True)
+    if op == "normalize":
+        return lambda i: F.normalize(xs[i % rot], 2.0, 1)
     if op == "group_norm":
         c = shape[1]
         w, b = torch.ones(c, device=dev, dtype=t), torch.zeros(c, device=dev, dtype=t)
@@ -290,7 +294,7 @@ def build(spec, dev):
         return build_pad(op, spec, dev, t)
     if op in ("conv", "conv_backward"):
         return build_conv(op, spec, dev, t)
-    if op in ("dropout", "batch_norm", "group_norm", "upsample", "upsample_backward"):
+    if op in ("dropout", "batch_norm", "group_norm", "normalize", "upsample", "upsample_backward"):
         return build_vision(op, spec, dev, t)
     if op == "bincount":
         n, bins, hot = spec["n"], spec["bins"], spec["hot"]
