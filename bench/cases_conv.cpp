@@ -20,6 +20,7 @@ struct ConvShape {
   bool backward = false;
   bool fft_winograd = false;  // cuDNN may take FFT / Winograd engines (set_cudnn_allow_fft_winograd)
   bool bias = false;          // forward with a bias, as every VAE conv has
+  bool bias_after = false;    // the bias added by a separate add (as PyTorch's CUDA convolution does), not in the conv
 };
 
 int64_t numel(const Shape& s) {
@@ -62,6 +63,8 @@ std::vector<Case> conv_cases(Device dev) {
       {"flux vae decoder 256^2 +bias", {1, c2, 2 * h2, 2 * h2}, {c2, c2, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true},
       {"flux vae decoder 1024^2 +bias", {1, c2 / 4, 8 * h2, 8 * h2}, {c2 / 4, c2 / 4, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true},
       {"flux vae conv_out +bias", {1, c2 / 4, 8 * h2, 8 * h2}, {3, c2 / 4, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true},
+      {"flux vae decoder 1024^2 +bias added after", {1, c2 / 4, 8 * h2, 8 * h2}, {c2 / 4, c2 / 4, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true, true},
+      {"wan vae decoder +bias added after", {1, c3, t + 2, 92, 162}, {c3, c3, 3, 3, 3}, {1}, {0}, 1, kBFloat16, false, false, false, true, true},
   };
   std::vector<Case> cases;
   for (const ConvShape& c : shapes) {
@@ -85,6 +88,12 @@ std::vector<Case> conv_cases(Device dev) {
              const Tensor x = randn(c.x, o).contiguous(format);
              const Tensor w = randn(c.w, o).contiguous(format);
              const Tensor b = c.bias ? randn({c.w[0]}, o) : Tensor();
+             if (c.bias_after) {
+               Shape bs(c.x.size(), 1);
+               bs[1] = c.w[0];
+               const Tensor bv = b.view(bs);
+               return [=](int) { (void)add(convolution(x, w, {}, c.stride, c.padding, {1}, false, {0}, c.groups), bv); };
+             }
              if (!c.backward)
                return [=](int) { (void)convolution(x, w, b, c.stride, c.padding, {1}, false, {0}, c.groups); };
              const Tensor gy = randn(out, o).contiguous(format);
