@@ -58,7 +58,7 @@ void expect_history_follows(Device dev) {
   {
     Tensor big = empty({3 << 20}, TensorOptions(kUInt8).device(dev));
     Tensor small = empty({1000}, TensorOptions(kFloat32).device(dev));
-    big_ptr = big.data_ptr();
+    big_ptr = big.raw_data_ptr();
   }
   record_memory_history(dev, false);
   (void)empty({5000}, TensorOptions(kUInt8).device(dev));
