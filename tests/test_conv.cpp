@@ -70,6 +70,10 @@ std::vector<Case> table() {
       {{1, 4, 3, 5, 6}, {2, 4, 3, 3, 3}, {1}, {0, 1, 1}, {1}, {0}, 1, false, true},
       {{1, 3, 4, 5, 6}, {3, 1, 2, 3, 2}, {1, 2, 1}, {1, 1, 0}, {1, 1, 2}, {0}, 3, false, true},
       {{1, 3, 4, 1, 1}, {2, 3, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, false},
+      // even channel counts with strides and dilation: the CPU's channels-last bf16 kernel (its
+      // stride phases, taps as runs of channels)
+      {{2, 6, 9, 8}, {5, 6, 3, 3}, {2}, {1}, {1}, {0}, 1, false, true},
+      {{1, 4, 5, 6, 7}, {3, 4, 3, 2, 3}, {2, 1, 2}, {1, 0, 2}, {1, 2, 1}, {0}, 1, false, true},
   };
 }
 
@@ -205,7 +209,12 @@ TEST_P(Conv, Plans) {
   const FusedPlan dense = dev().is_cpu() ? cpu_bf16 : want;  // a stride-1 bf16 channels-first conv
   EXPECT_EQ(convolution_plan(x, w, {1}, {1}, {1}, false, {0}, 1), dense) << "cudnn_is_available " << cudnn_is_available();
   EXPECT_EQ(convolution_plan(x, w, {2}, {1}, {1}, false, {0}, 1), dense);
-  EXPECT_EQ(convolution_plan(x.contiguous(MemoryFormat::ChannelsLast), w, {1}, {1}, {1}, false, {0}, 1), want);
+  // Channels-last: the CPU's kernel too (an even channel count: its taps' channel runs pair up).
+  EXPECT_EQ(convolution_plan(x.contiguous(MemoryFormat::ChannelsLast), w, {1}, {1}, {1}, false, {0}, 1), dense);
+  EXPECT_EQ(convolution_plan(x.contiguous(MemoryFormat::ChannelsLast), w, {2}, {1}, {1}, false, {0}, 1), dense);
+  EXPECT_EQ(convolution_plan(ones({2, 7, 12, 12}, o).contiguous(MemoryFormat::ChannelsLast), ones({16, 7, 3, 3}, o), {1},
+                             {1}, {1}, false, {0}, 1),
+            want);
   EXPECT_EQ(convolution_plan(x.to(kFloat32), w.to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
   // cuDNN needs 16-byte aligned tensors: an input one element into its buffer is composed.
   const Tensor shifted = ones({2 * 8 * 12 * 12 + 1}, o).narrow(0, 1, 2 * 8 * 12 * 12).view({2, 8, 12, 12});

@@ -16,6 +16,7 @@
 
 #include <omp.h>
 
+#include "anvil/error.h"
 #include "anvil/numeric.h"
 #include "cpu/simd.h"
 
@@ -264,30 +265,34 @@ ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* const* rows, int64_t k, i
   }
 }
 
-// C[i0 .. i0 + MR, panel] = A's rows (a[r], k elements) x the packed panel, over all k (pairs),
-// stored to c (ldc) for the panel's first w columns, or added to it when `accumulate`.
+// C[i0 .. i0 + MR, panel] = A's rows x the packed panel, over all k (pairs), stored to c (ldc)
+// for the panel's first w columns, or added to it when `accumulate`. Row r is segs runs of
+// k / segs elements, a[r * segs + s] (one run of k when segs is 1; an even run length otherwise).
 template <int MR>
-ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* const* a, const uint16_t* bp, int64_t k, float* c, int64_t ldc,
-                                        int64_t w, bool accumulate) {
+ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* const* a, int64_t segs, const uint16_t* bp, int64_t k, float* c,
+                                        int64_t ldc, int64_t w, bool accumulate) {
   const __mmask16 m0 = w >= 16 ? __mmask16(0xffff) : __mmask16((1u << w) - 1);
   const __mmask16 m1 = w >= 32 ? __mmask16(0xffff) : w <= 16 ? __mmask16(0) : __mmask16((1u << (w - 16)) - 1);
   __m512 acc[MR][2];
   const uint16_t* row[MR];
   for (int r = 0; r < MR; ++r) {
-    row[r] = a[r];
     acc[r][0] = accumulate ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
     acc[r][1] = accumulate ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
   }
-  const int64_t pairs = k / 2;
-  for (int64_t q = 0; q < pairs; ++q) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2 + 32);
-    for (int r = 0; r < MR; ++r) {
-      int32_t pair;
-      std::memcpy(&pair, row[r] + 2 * q, sizeof pair);
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+  const int64_t pairs = k / 2, seg_pairs = segs == 1 ? pairs : k / segs / 2;
+  for (int64_t s = 0; s < segs; ++s) {
+    for (int r = 0; r < MR; ++r) row[r] = a[r * segs + s];
+    const uint16_t* bs = bp + s * seg_pairs * kNr * 2;
+    for (int64_t q = 0; q < seg_pairs; ++q) {
+      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bs + q * kNr * 2);
+      const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bs + q * kNr * 2 + 32);
+      for (int r = 0; r < MR; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, row[r] + 2 * q, sizeof pair);
+        const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+      }
     }
   }
   if (k % 2) {  // the last row of B pairs with zeros: A's odd element pairs with a zero of its own
@@ -306,19 +311,19 @@ ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* const* a, const uint16_t
   }
 }
 
-ANVIL_TARGET_VBMI_BF16 void pair_rows(const uint16_t* const* a, const uint16_t* bp, int64_t m, int64_t k, float* c,
-                                      int64_t ldc, int64_t w, bool accumulate) {
+ANVIL_TARGET_VBMI_BF16 void pair_rows(const uint16_t* const* a, int64_t segs, const uint16_t* bp, int64_t m, int64_t k,
+                                      float* c, int64_t ldc, int64_t w, bool accumulate) {
   constexpr int kMr = 8;
   int64_t i = 0;
-  for (; i + kMr <= m; i += kMr) pair_kernel<kMr>(a + i, bp, k, c + i * ldc, ldc, w, accumulate);
+  for (; i + kMr <= m; i += kMr) pair_kernel<kMr>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate);
   switch (m - i) {
-    case 1: pair_kernel<1>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 2: pair_kernel<2>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 3: pair_kernel<3>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 4: pair_kernel<4>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 5: pair_kernel<5>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 6: pair_kernel<6>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 7: pair_kernel<7>(a + i, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 1: pair_kernel<1>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 2: pair_kernel<2>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 3: pair_kernel<3>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 4: pair_kernel<4>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 5: pair_kernel<5>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 6: pair_kernel<6>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 7: pair_kernel<7>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
     default: break;
   }
 }
@@ -327,6 +332,9 @@ ANVIL_TARGET_VBMI_BF16 void pair_rows(const uint16_t* const* a, const uint16_t* 
 
 bool bf16_pair_gemm(const PairGemm& g) {
   if (!bf16_dots_supported() || g.m < 1 || g.n < 1 || g.k < 1) return false;
+  const int64_t segs = g.a_segments;
+  ANVIL_CHECK(segs == 1 || (segs > 1 && g.k % segs == 0 && g.k / segs % 2 == 0), Error,
+              "[bf16_pair_gemm] A's rows must split into runs of an even length, got k ", g.k, " in ", segs, " runs");
   const int64_t m = g.m, n = g.n, k = g.k, panels = (n + kNr - 1) / kNr;
   // Into c: with fewer panels than threads, each panel's rows split too (at multiples of 8; each
   // part packs the panel itself). Through emit: whole panels.
@@ -344,11 +352,11 @@ bool bf16_pair_gemm(const PairGemm& g) {
       if (i1 <= i0) continue;
       pack_pairs(g.b_rows, k, j0, w, bp.data());
       if (g.c) {
-        pair_rows(g.a_rows + i0, bp.data(), i1 - i0, k, g.c + i0 * g.ldc + j0, g.ldc, w, g.accumulate);
+        pair_rows(g.a_rows + i0 * segs, segs, bp.data(), i1 - i0, k, g.c + i0 * g.ldc + j0, g.ldc, w, g.accumulate);
         continue;
       }
       if (tile.size() < static_cast<size_t>(m * kNr)) tile.resize(static_cast<size_t>(m * kNr));
-      pair_rows(g.a_rows, bp.data(), m, k, tile.data(), kNr, w, false);
+      pair_rows(g.a_rows, segs, bp.data(), m, k, tile.data(), kNr, w, false);
       g.emit(j0, w, tile.data());
     }
   }

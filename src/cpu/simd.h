@@ -119,7 +119,7 @@ bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, i
 bool bf16_dots_supported();
 // C = A[m, k] B[k, n] in float32 for bfloat16 A and B by AVX512-BF16 pair products (vdpbf16ps:
 // exact products, float32 sums in pairs; inputs below 2^-126 read as zero), their rows given by
-// pointers: row i of A is k contiguous elements from a_rows[i], row q of B n contiguous ones from
+// pointers: row i of A is k contiguous elements from a_rows[i] (or runs of them: a_segments), row q of B n contiguous ones from
 // b_rows[q] (plain matrices, or implicit-GEMM operands such as a convolution's shifted input
 // rows). OpenMP-parallel over panels of kPairPanel columns of B (and over A's rows when there are
 // fewer panels than threads and C goes to c). C goes to c (row-major, ldc; overwritten, or added
@@ -136,6 +136,10 @@ struct PairGemm {
   int64_t ldc = 0;
   bool accumulate = false;
   std::function<void(int64_t, int64_t, float*)> emit;
+  // A row i as a_segments runs of k / a_segments elements (an even count when more than one),
+  // at a_rows[i * a_segments + s]: an implicit GEMM whose A rows are gathered (a channels-last
+  // convolution's taps, each C contiguous channels).
+  int64_t a_segments = 1;
 };
 bool bf16_pair_gemm(const PairGemm& g);
 // C = A[m, k] B[k, n] in float32 for bfloat16 A and B of any strides (elements) on AMX tiles

@@ -354,11 +354,13 @@ void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Te
 }
 
 // A CPU bfloat16 channels-last problem (one group, not pointwise) as channels-first, when the
-// backend runs that pass channels-first as its implicit-GEMM kernel (channels-first only): the
+// backend runs that pass channels-first as its implicit-GEMM kernel but not channels-last: the
 // caller runs q and converts the result back. The layout conversions cost less than the
 // channels-last GEMM saves (Zen 5, 2 threads: docs/PERFORMANCE.md, session 24).
 std::optional<Problem> channels_first_direct(const Problem& p, ConvPass pass, const Tensor& bias) {
   if (!p.device.is_cpu() || p.dtype != kBFloat16 || !p.channels_last() || p.groups != 1 || p.pointwise()) return {};
+  // The forward with an even channel count has its own channels-last kernel.
+  if (ANVIL_PLAN(p.device, conv_direct, direct_params(p, pass, {}, {}, {}, bias)) == FusedPlan::Fused) return {};
   Problem q = p;
   q.fmt = MemoryFormat::Contiguous;
   if (ANVIL_PLAN(q.device, conv_direct, direct_params(q, pass, {}, {}, {}, bias)) != FusedPlan::Fused) return {};
