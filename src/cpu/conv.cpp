@@ -421,9 +421,9 @@ void depthwise_weight_grad_kernel(const ConvDirectParams& p, const T* x, const T
 
 bool dense_pair_direct(const ConvDirectParams& p) {
   if (p.dtype != kBFloat16 || p.groups != 1 || !simd::bf16_dots_supported()) return false;
-  // Channels-last: the forward and the stride-1 input grad, the channel runs of their taps
-  // pairing up (an even count of the channels read: c_in, or grad_output's c_out).
-  if (p.channels_last && (p.pass == ConvPass::BackwardWeight || (p.pass == ConvPass::Forward ? p.c_in : p.c_out) % 2 != 0))
+  // Channels-last: the forward and the stride-1 input grad when the channel runs of their taps
+  // pair up (an even count of the channels read: c_in, or grad_output's c_out); the weight grad.
+  if (p.channels_last && p.pass != ConvPass::BackwardWeight && (p.pass == ConvPass::Forward ? p.c_in : p.c_out) % 2 != 0)
     return false;
   bool pointwise = true;  // read as a plain GEMM operand by the caller, no padding needed
   for (int i = 0; i < p.spatial; ++i) {
@@ -697,7 +697,10 @@ void dense_pair_forward_channels_last(const ConvDirectParams& given) {
 // Weight grad: gw^T [C K, Co] = sum over images and chunks of B [C K, M] (the runs as rows) times
 // gy^T [M, Co] (gy transposed into the chunk's positions, zero rows at the junk ones, which
 // would otherwise multiply real inputs), in float32 over everything, rounded once.
+void dense_pair_weight_grad_channels_last(const ConvDirectParams& p);
+
 void dense_pair_weight_grad(const ConvDirectParams& p) {
+  if (p.channels_last) return dense_pair_weight_grad_channels_last(p);
   const int64_t C = p.c_in, Co = p.c_out;
   PhaseImages im(p, C, Co * static_cast<int64_t>(sizeof(uint16_t)));
   const int64_t K = im.K, kc = C * K;
@@ -730,6 +733,52 @@ void dense_pair_weight_grad(const ConvDirectParams& p) {
 #pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
   for (int64_t co = 0; co < Co; ++co)
     for (int64_t q = 0; q < kc; ++q) gw[co * kc + q] = BFloat16(acc[q * Co + co]);
+}
+
+// Channels-last weight grad: per tap t, gw_t [Co, C] += gy^T [Co, M] X_t [M, C], X_t's row m the C
+// channels output m's tap t reads in the channels-last phase images (gy transposed into the
+// chunk's positions, zeros at the junk ones); the taps' results side by side in float32 as gw's
+// own layout [Co, K, C], rounded once.
+void dense_pair_weight_grad_channels_last(const ConvDirectParams& p) {
+  const int64_t C = p.c_in, Co = p.c_out;
+  int64_t taps = 1;
+  for (int i = 0; i < p.spatial; ++i) taps *= p.axis[i].kernel;
+  // Per position besides the images: its transposed gy and its K run pointers (twice: all, one tap's).
+  PhaseImages im(p, C, Co * static_cast<int64_t>(sizeof(uint16_t)) + (taps + 1) * static_cast<int64_t>(sizeof(void*)));
+  const int64_t K = im.K, kc = C * K;
+  const int64_t out1 = im.ax[1].out, out2 = im.ax[2].out, out_plane = im.ax[0].out * out1 * out2;
+  const auto* gy = static_cast<const uint16_t*>(p.y);
+  std::vector<const uint16_t*> runs, tap_rows, a_rows(static_cast<size_t>(Co));
+  float* acc = scratch<float, 1>(Co * kc);
+  bool first = true;
+  for (int64_t n = 0; n < p.n; ++n)
+    for (int64_t r0 = 0; r0 < im.ax[0].out; r0 += im.rows) {
+      const int64_t nr = std::min(im.rows, im.ax[0].out - r0);
+      runs.resize(static_cast<size_t>((nr + im.halo) * im.e1 * im.e2 * K));
+      const int64_t M = im.fill(static_cast<const uint16_t*>(p.x), n, r0, nr, runs.data());
+      uint16_t* gyt = scratch<uint16_t, 2>(Co * M);
+      const uint16_t* gy_chunk = gy + (n * out_plane + r0 * out1 * out2) * Co;
+      // A block of 64 positions at a time: gy's rows read whole, each of gyt's rows written 128
+      // contiguous bytes (a channel at a time over all positions read gy at a stride of Co).
+      constexpr int64_t kBlock = 64;
+#pragma omp parallel for schedule(static) if (M * Co >= kParallelGrain)
+      for (int64_t m0 = 0; m0 < M; m0 += kBlock)
+        for (int64_t m = m0; m < std::min(M, m0 + kBlock); ++m) {
+          const auto [o0, o1, o2] = im.position(m);
+          const bool real = o1 < out1 && o2 < out2;
+          const uint16_t* src = gy_chunk + ((o0 * out1 + o1) * out2 + o2) * Co;
+          for (int64_t co = 0; co < Co; ++co) gyt[co * M + m] = real ? src[co] : uint16_t{0};
+        }
+      for (int64_t co = 0; co < Co; ++co) a_rows[static_cast<size_t>(co)] = gyt + co * M;
+      tap_rows.resize(static_cast<size_t>(M));
+      for (int64_t t = 0; t < K; ++t) {
+        for (int64_t m = 0; m < M; ++m) tap_rows[static_cast<size_t>(m)] = runs[static_cast<size_t>(m * K + t)];
+        simd::bf16_pair_gemm({.a_rows = a_rows.data(), .b_rows = tap_rows.data(), .m = Co, .n = C, .k = M,
+                              .c = acc + t * C, .ldc = kc, .accumulate = !first, .emit = {}});
+      }
+      first = false;
+    }
+  simd::encode_f32(kBFloat16, acc, static_cast<BFloat16*>(p.w), Co * kc);
 }
 
 }  // namespace
