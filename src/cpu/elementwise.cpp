@@ -11,6 +11,7 @@ namespace anvil::cpu {
 
 void unary(const ElementwiseParams& p) {
   const UnaryOp op = static_cast<UnaryOp>(p.op);
+  if (p.contiguous && simd::unary(op, p.dtype, p.ptr[0], p.ptr[1], p.numel)) return;
   dispatch_all_types(p.dtype, "[unary]", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;

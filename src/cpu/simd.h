@@ -11,6 +11,10 @@ namespace anvil::cpu::simd {
 
 bool convert(DType to, DType from, void* dst, const void* src, int64_t n);
 bool binary(BinaryOp op, DType t, void* out, const void* a, const void* b, double alpha, int64_t n);
+// out = op(in) over n contiguous elements of a float32 / bfloat16 / float16 dtype for silu,
+// sigmoid and exp (float32 compute, Highway's Exp, one rounding; cpu/activation.cpp); false
+// (nothing written) for other ops and dtypes.
+bool unary(UnaryOp op, DType t, void* out, const void* in, int64_t n);
 // Sum of n contiguous float32 / bfloat16 values: float32 lanes per 4096-element block, blocks in double.
 bool sum(DType t, const void* in, int64_t n, double* out);
 // The first NaN's index if any, else the first index of the maximum (n > 0).
