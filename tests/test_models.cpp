@@ -24,6 +24,17 @@ using namespace anvil;
 using anvil::runtime::load_model;
 using anvil::runtime::LoadOptions;
 
+// Options by field (a positional aggregate leaves `progress` and later fields to -Wextra's
+// missing-initializer warning).
+LoadOptions opts(Device device, DType dtype, int64_t max_context, bool keep_router = false) {
+  LoadOptions o;
+  o.device = device;
+  o.dtype = dtype;
+  o.max_context = max_context;
+  o.keep_router = keep_router;
+  return o;
+}
+
 struct Golden {
   std::vector<int64_t> ids;
   int64_t prompt_len = 0;
@@ -123,7 +134,7 @@ TEST_P(Models, MatchTransformersLogits) {
     size_t tie = g.ids.size();
     for (DType t : {kFloat32, kBFloat16}) {
       SCOPED_TRACE(name + " " + dtype_name(t));
-      auto m = load_model(model_dir(name), LoadOptions{dev(), t, 64, t == kFloat32});
+      auto m = load_model(model_dir(name), opts(dev(), t, 64, t == kFloat32));
       auto prefill = rows(m->forward(ids_tensor(g.ids, 0, g.ids.size()), 0));
       if (t == kFloat32) tie = first_near_tie(m->router_logits(), m->config().num_experts_per_tok, g.ids.size());
       Golden head = g;  // the rows compared
@@ -153,12 +164,12 @@ TEST_P(Models, Fp8Weights) {
   for (const std::string name : {"qwen3-moe-tiny", "qwen3-dense-tiny"}) {
     SCOPED_TRACE(name);
     const Golden& g = golden(name);
-    LoadOptions f32{dev(), kFloat32, 64, true};
+    LoadOptions f32 = opts(dev(), kFloat32, 64, true);
     auto ref = load_model(model_dir(name), f32);
     (void)ref->forward(ids_tensor(g.ids, 0, g.ids.size()), 0);
     const size_t n = first_near_tie(ref->router_logits(), ref->config().num_experts_per_tok, g.ids.size(), 2e-3f);
     ASSERT_GE(n, 5u);
-    LoadOptions o{dev(), kBFloat16, 64};
+    LoadOptions o = opts(dev(), kBFloat16, 64);
     o.fp8_weights = anvil::runtime::Fp8Weights::Quantize;
     auto m = load_model(model_dir(name), o);
     EXPECT_LT(m->weight_bytes(), ref->weight_bytes() / 2);  // 1 byte per projection weight, 2 per embedding, against 4
@@ -186,7 +197,7 @@ TEST_P(Models, BlockFp8Checkpoints) {
   for (const std::string name : {"qwen3-moe-tiny-fp8", "qwen3-dense-tiny-fp8"}) {
     SCOPED_TRACE(name);
     const Golden& g0 = golden(name.substr(0, name.size() - 4));  // the prompt and ids
-    auto ref = load_model(model_dir(name) + "/reference", LoadOptions{dev(), kFloat32, 64, true});
+    auto ref = load_model(model_dir(name) + "/reference", opts(dev(), kFloat32, 64, true));
     Golden g = g0;
     g.logits = rows(ref->forward(ids_tensor(g.ids, 0, g.ids.size()), 0));
     for (size_t r = 0; r < g.logits.size(); ++r) {
@@ -198,12 +209,12 @@ TEST_P(Models, BlockFp8Checkpoints) {
     ASSERT_GE(n, g.ids.size() / 2);
     g.logits.resize(n);
     g.margin.resize(n);
-    auto ref_bf16 = load_model(model_dir(name) + "/reference", LoadOptions{dev(), kBFloat16, 64});
+    auto ref_bf16 = load_model(model_dir(name) + "/reference", opts(dev(), kBFloat16, 64));
     for (const Fp8Weights mode : {Fp8Weights::Checkpoint, Fp8Weights::Quantize, Fp8Weights::Dequantize}) {
       for (DType t : {kBFloat16, kFloat32}) {
         if (t == kFloat32 && mode != Fp8Weights::Dequantize) continue;
         SCOPED_TRACE(std::string(dtype_name(t)) + " mode " + std::to_string(static_cast<int>(mode)));
-        LoadOptions o{dev(), t, 64};
+        LoadOptions o = opts(dev(), t, 64);
         o.fp8_weights = mode;
         auto m = load_model(model_dir(name), o);
         EXPECT_EQ(m->parameters(), ref->parameters());
@@ -229,7 +240,7 @@ TEST_P(Models, Generate) {
   for (const std::string name : {"qwen3-moe-tiny", "qwen3-dense-tiny"}) {
     SCOPED_TRACE(name);
     const Golden& g = golden(name);
-    auto m = load_model(model_dir(name), LoadOptions{dev(), kFloat32, 64});
+    auto m = load_model(model_dir(name), opts(dev(), kFloat32, 64));
     const std::vector<int64_t> prompt(g.ids.begin(), g.ids.begin() + g.prompt_len);
     const std::vector<int64_t> want(g.ids.begin() + g.prompt_len, g.ids.end());
     GenerateOptions o;
@@ -253,7 +264,7 @@ TEST_P(Models, Generate) {
     EXPECT_TRUE(st.stopped);
     EXPECT_EQ(generate(*m, prompt, o, [](int64_t) { return false; }).size(), 1u);  // the callback ends it
   }
-  auto small = load_model(model_dir("qwen3-dense-tiny"), LoadOptions{dev(), kFloat32, 16});
+  auto small = load_model(model_dir("qwen3-dense-tiny"), opts(dev(), kFloat32, 16));
   GenerateOptions o;
   o.max_new_tokens = 100;
   GenerateStats st;
@@ -264,11 +275,11 @@ TEST_P(Models, Generate) {
 }
 
 TEST_P(Models, ContextLimitAndBadIds) {
-  auto m = load_model(model_dir("qwen3-dense-tiny"), LoadOptions{dev(), kFloat32, 8});
+  auto m = load_model(model_dir("qwen3-dense-tiny"), opts(dev(), kFloat32, 8));
   EXPECT_EQ(m->max_context(), 8);
   EXPECT_THROWS_OP(Error, "forward", m->forward(ids_tensor({1, 2, 3}, 0, 3), 6));
   EXPECT_THROWS_OP(ShapeError, "forward", m->forward(empty({0}, TensorOptions(kInt64)), 0));
-  EXPECT_THROWS_OP(DTypeError, "load", load_model(model_dir("qwen3-dense-tiny"), LoadOptions{dev(), kInt32, 8}));
+  EXPECT_THROWS_OP(DTypeError, "load", load_model(model_dir("qwen3-dense-tiny"), opts(dev(), kInt32, 8)));
 }
 
 ANVIL_INSTANTIATE_DEVICE_TESTS(Models);
@@ -280,7 +291,7 @@ TEST(ModelsCuda, DecodeGraphMatchesEager) {
   for (const std::string name : {"qwen3-moe-tiny", "qwen3-dense-tiny"}) {
     SCOPED_TRACE(name);
     const Golden& g = golden(name);
-    LoadOptions o{Device(kCUDA, 0), kBFloat16, 64};
+    LoadOptions o = opts(Device(kCUDA, 0), kBFloat16, 64);
     o.cuda_graph = false;
     auto eager = load_model(model_dir(name), o);
     o.cuda_graph = true;
@@ -357,7 +368,7 @@ TEST(ModelConfig, WrongWeightShapes) {
   cfg.replace(cfg.find("\"intermediate_size\": 128"), 24, "\"intermediate_size\": 96");
   std::ofstream(dir / "config.json") << cfg;
   try {
-    (void)load_model(dir.string(), LoadOptions{kCPU, kFloat32, 8});
+    (void)load_model(dir.string(), opts(kCPU, kFloat32, 8));
     ADD_FAILURE() << "accepted";
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("model.layers.0.mlp.gate_proj.weight has shape [128, 64], the config gives [96, 64]"),
@@ -393,7 +404,7 @@ TEST(ModelConfig, StrictFp8Loading) {
         if (t != drop) map[t] = "model.safetensors";
       std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"weight_map", map}}.dump();
     }
-    LoadOptions o{kCPU, kBFloat16, 8};
+    LoadOptions o = opts(kCPU, kBFloat16, 8);
     o.allow_unread = allow_unread;
     try {
       (void)load_model(dir.string(), o);
