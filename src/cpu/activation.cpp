@@ -24,16 +24,22 @@ HWY_BEFORE_NAMESPACE();
 namespace anvil::cpu::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// exp(a) by Highway's Exp, which covers the finite range only: past ln(FLT_MAX) the result is
+// inf; NaN stays NaN.
+template <class D, class V>
+V GuardedExp(D df, V a) {
+  const auto e = hn::IfThenElse(hn::Gt(a, hn::Set(df, 88.75f)), hn::Set(df, HUGE_VALF), hn::Exp(df, a));
+  return hn::IfThenElse(hn::IsNaN(a), a, e);
+}
+
 void SiluMulF32(const float* HWY_RESTRICT g, const float* HWY_RESTRICT u, float* HWY_RESTRICT y, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto one = hn::Set(df, 1.0f), inf = hn::Set(df, HUGE_VALF), big = hn::Set(df, 88.75f);
+  const auto one = hn::Set(df, 1.0f);
   int64_t i = 0;
   for (; i + N <= n; i += N) {
-    const auto v = hn::LoadU(df, g + i), neg = hn::Neg(v);
-    // Highway's Exp covers the finite range only: past ln(FLT_MAX) the result is inf.
-    const auto e = hn::IfThenElse(hn::Gt(neg, big), inf, hn::Exp(df, neg));
-    const auto silu = hn::Div(v, hn::Add(one, e));
+    const auto v = hn::LoadU(df, g + i);
+    const auto silu = hn::Div(v, hn::Add(one, GuardedExp(df, hn::Neg(v))));
     hn::StoreU(hn::Mul(silu, hn::LoadU(df, u + i)), df, y + i);
   }
   for (; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
@@ -43,12 +49,11 @@ void SiluMulF32(const float* HWY_RESTRICT g, const float* HWY_RESTRICT u, float*
 void ExpFamilyF32(int op, const float* HWY_RESTRICT x, float* y, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto one = hn::Set(df, 1.0f), inf = hn::Set(df, HUGE_VALF), big = hn::Set(df, 88.75f);
+  const auto one = hn::Set(df, 1.0f);
   int64_t i = 0;
   for (; i + N <= n; i += N) {
-    const auto v = hn::LoadU(df, x + i), a = op == 2 ? v : hn::Neg(v);
-    // Highway's Exp covers the finite range only: past ln(FLT_MAX) the result is inf; NaN stays NaN.
-    const auto e = hn::IfThenElse(hn::IsNaN(a), a, hn::IfThenElse(hn::Gt(a, big), inf, hn::Exp(df, a)));
+    const auto v = hn::LoadU(df, x + i);
+    const auto e = GuardedExp(df, op == 2 ? v : hn::Neg(v));
     const auto r = op == 2 ? e : hn::Div(op == 0 ? v : one, hn::Add(one, e));
     hn::StoreU(r, df, y + i);
   }
@@ -63,6 +68,10 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace anvil::cpu {
+namespace {
+constexpr int64_t kChunk = 4096;  // elements widened to float32 at a time
+}  // namespace
+
 namespace simd {
 HWY_EXPORT(SiluMulF32);
 HWY_EXPORT(ExpFamilyF32);
@@ -70,33 +79,25 @@ HWY_EXPORT(ExpFamilyF32);
 bool unary(UnaryOp op, DType t, void* out, const void* in, int64_t n) {
   const int code = op == UnaryOp::Silu ? 0 : op == UnaryOp::Sigmoid ? 1 : op == UnaryOp::Exp ? 2 : -1;
   if (code < 0 || !(t == DType::Float32 || t == DType::BFloat16 || t == DType::Float16)) return false;
-  constexpr int64_t kBlock = 4096;
   const size_t es = element_size(t);
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel if (n >= kParallelGrain)
-  {
-    std::vector<float> buf(t == DType::Float32 ? 0 : kBlock);
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t s = b * kBlock, len = std::min(kBlock, n - s);
-      const void* src = static_cast<const char*>(in) + s * static_cast<int64_t>(es);
-      void* dst = static_cast<char*>(out) + s * static_cast<int64_t>(es);
-      if (t == DType::Float32) {
-        HWY_DYNAMIC_DISPATCH(ExpFamilyF32)(code, static_cast<const float*>(src), static_cast<float*>(dst), len);
-        continue;
-      }
-      decode_f32(t, src, buf.data(), len);
-      HWY_DYNAMIC_DISPATCH(ExpFamilyF32)(code, buf.data(), buf.data(), len);
-      encode_f32(t, buf.data(), dst, len);
+  const int64_t blocks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t s = b * kChunk, len = std::min(kChunk, n - s);
+    const void* src = static_cast<const char*>(in) + s * static_cast<int64_t>(es);
+    void* dst = static_cast<char*>(out) + s * static_cast<int64_t>(es);
+    if (t == DType::Float32) {
+      HWY_DYNAMIC_DISPATCH(ExpFamilyF32)(code, static_cast<const float*>(src), static_cast<float*>(dst), len);
+      continue;
     }
+    alignas(64) float buf[kChunk];
+    decode_f32(t, src, buf, len);
+    HWY_DYNAMIC_DISPATCH(ExpFamilyF32)(code, buf, buf, len);
+    encode_f32(t, buf, dst, len);
   }
   return true;
 }
 }  // namespace simd
-
-namespace {
-constexpr int64_t kChunk = 4096;
-}  // namespace
 
 void silu_mul(const SiluMulParams& p) {
   if (p.dtype == DType::Float64) {

@@ -445,6 +445,14 @@ T* scratch(int64_t n) {
   return buf.data();
 }
 
+// The bf16 bias of `count` channels in float32 (zeros without one).
+std::vector<float> float_bias(const ConvDirectParams& p, int64_t count) {
+  std::vector<float> b(static_cast<size_t>(count), 0.f);
+  if (p.has_bias)
+    for (int64_t c = 0; c < count; ++c) b[static_cast<size_t>(c)] = static_cast<float>(static_cast<const BFloat16*>(p.bias)[c]);
+  return b;
+}
+
 // The phase images of a forward problem's input (C channels), a chunk of output rows at a time,
 // and the run every (channel, tap) reads in them.
 struct PhaseImages {
@@ -614,9 +622,7 @@ void dense_pair_forward(const ConvDirectParams& given) {
   }
   std::vector<const uint16_t*> a_rows(static_cast<size_t>(Co)), b_rows(static_cast<size_t>(kc));
   for (int64_t co = 0; co < Co; ++co) a_rows[static_cast<size_t>(co)] = A + co * kc;
-  std::vector<float> bias(static_cast<size_t>(Co), 0.f);
-  if (p.has_bias)
-    for (int64_t co = 0; co < Co; ++co) bias[static_cast<size_t>(co)] = static_cast<float>(static_cast<const BFloat16*>(p.bias)[co]);
+  const std::vector<float> bias = float_bias(p, Co);
   for (int64_t n = 0; n < p.n; ++n)
     for (int64_t r0 = 0; r0 < im.ax[0].out; r0 += im.rows) {
       const int64_t nr = std::min(im.rows, im.ax[0].out - r0);
@@ -653,8 +659,7 @@ void dense_pair_forward_channels_last(const ConvDirectParams& given) {
   const bool flip = given.pass == ConvPass::BackwardInput;
   const ConvDirectParams p = flip ? input_grad_as_forward(given) : given;
   const int64_t C = flip ? given.c_out : given.c_in, Co = flip ? given.c_in : given.c_out;
-  int64_t taps = 1;
-  for (int i = 0; i < p.spatial; ++i) taps *= p.axis[i].kernel;
+  const int64_t taps = conv_taps(p);
   // Per position besides the images: its float32 results and its K run pointers.
   PhaseImages im(p, C, Co * static_cast<int64_t>(sizeof(float)) + taps * static_cast<int64_t>(sizeof(void*)));
   const int64_t K = im.K, kc = C * K;
@@ -669,9 +674,7 @@ void dense_pair_forward_channels_last(const ConvDirectParams& given) {
         wt[static_cast<size_t>((t * C + c) * Co + co)] = flip ? w[(c * K + K - 1 - t) * Co + co] : w[(co * K + t) * C + c];
   std::vector<const uint16_t*> b_rows(static_cast<size_t>(kc)), a_rows;
   for (int64_t q = 0; q < kc; ++q) b_rows[static_cast<size_t>(q)] = wt.data() + q * Co;
-  std::vector<float> bias(static_cast<size_t>(Co), 0.f);
-  if (p.has_bias)
-    for (int64_t co = 0; co < Co; ++co) bias[static_cast<size_t>(co)] = static_cast<float>(static_cast<const BFloat16*>(p.bias)[co]);
+  const std::vector<float> bias = float_bias(p, Co);
   auto* y = static_cast<BFloat16*>(p.y);
   for (int64_t n = 0; n < p.n; ++n)
     for (int64_t r0 = 0; r0 < im.ax[0].out; r0 += im.rows) {
@@ -741,8 +744,7 @@ void dense_pair_weight_grad(const ConvDirectParams& p) {
 // own layout [Co, K, C], rounded once.
 void dense_pair_weight_grad_channels_last(const ConvDirectParams& p) {
   const int64_t C = p.c_in, Co = p.c_out;
-  int64_t taps = 1;
-  for (int i = 0; i < p.spatial; ++i) taps *= p.axis[i].kernel;
+  const int64_t taps = conv_taps(p);
   // Per position besides the images: its transposed gy and its K run pointers (twice: all, one tap's).
   PhaseImages im(p, C, Co * static_cast<int64_t>(sizeof(uint16_t)) + (taps + 1) * static_cast<int64_t>(sizeof(void*)));
   const int64_t K = im.K, kc = C * K;

@@ -278,12 +278,6 @@ namespace {
 
 constexpr int kDepthwiseMaxTaps = 32;  // the weight grad's register sums
 
-int64_t taps_of(const ConvDirectParams& p) {
-  int64_t k = 1;
-  for (int i = 0; i < p.spatial; ++i) k *= p.axis[i].kernel;
-  return k;
-}
-
 // Channels-first depthwise passes: the forward; the input grad when every stride is 1 (then it is
 // a forward conv of grad_output with the taps reversed and padding (k - 1) d - p); the weight grad
 // of up to 32 taps.
@@ -295,7 +289,7 @@ bool depthwise(const ConvDirectParams& p) {
       for (int i = 0; i < p.spatial; ++i)
         if (p.axis[i].stride != 1) return false;
       return true;
-    case ConvPass::BackwardWeight: return taps_of(p) <= kDepthwiseMaxTaps;
+    case ConvPass::BackwardWeight: return conv_taps(p) <= kDepthwiseMaxTaps;
   }
   return false;
 }
@@ -330,7 +324,7 @@ void run_depthwise_weight_grad(const ConvDirectParams& p) {
       using I = decltype(index);
       DepthwiseWgradGeo<I> g{};
       for (int i = 0; i < p.spatial; ++i) g.ax[3 - p.spatial + i] = p.axis[i];
-      g.taps = static_cast<I>(taps_of(p));
+      g.taps = static_cast<I>(conv_taps(p));
       g.channels = static_cast<I>(p.c_in);
       g.in_plane = static_cast<I>(in_plane);
       g.out_plane = static_cast<I>(out_plane);

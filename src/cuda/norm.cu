@@ -545,8 +545,9 @@ void run_segment_norm(const SegmentNorm& p, const char* name, bool batch_norm) {
   });
 }
 
-// normalize (p = 2): a block per (outer, run of kWarps... ) tile of 32 * V consecutive inner
-// positions; a lane owns V consecutive positions (one packed load per channel), the block's
+// normalize (p = 2): a block per tile of 32 * V consecutive inner positions of one outer index;
+// a lane owns V consecutive positions (one packed load per channel; V > 1 only when V divides
+// inner, so a lane's positions are all inside or all past the end), the block's
 // warps split the channels, their partial sums of squares meet in shared memory, and each warp
 // then writes its channels' quotients (the second read of x mostly hits L2). Float32 (float64)
 // compute, one rounding. The first version (a thread per position looping over every channel,
@@ -563,12 +564,11 @@ __global__ void __launch_bounds__(kL2Warps * 32) l2_normalize_kernel(const T* __
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t o = blockIdx.x / tiles, i0 = blockIdx.x % tiles * (32 * V) + lane * V;
   const int64_t base = o * c * inner + i0;
-  const bool full = i0 + V <= inner;  // V divides inner whenever V > 1, so a lane is all in or all out
   A ss[V] = {};
   if (i0 < inner) {
 #pragma unroll 4
     for (int64_t ch = warp; ch < c; ch += kL2Warps) {
-      if (V > 1 && full) {
+      if constexpr (V > 1) {
         const cuda_device::Pack<T, V> v = *reinterpret_cast<const cuda_device::Pack<T, V>*>(x + base + ch * inner);
 #pragma unroll
         for (int k = 0; k < V; ++k) ss[k] += to_compute(v.v[k]) * to_compute(v.v[k]);
@@ -592,7 +592,7 @@ __global__ void __launch_bounds__(kL2Warps * 32) l2_normalize_kernel(const T* __
   }
 #pragma unroll 4
   for (int64_t ch = warp; ch < c; ch += kL2Warps) {
-    if (V > 1 && full) {
+    if constexpr (V > 1) {
       const cuda_device::Pack<T, V> v = *reinterpret_cast<const cuda_device::Pack<T, V>*>(x + base + ch * inner);
       cuda_device::Pack<T, V> r;
 #pragma unroll

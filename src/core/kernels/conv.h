@@ -94,6 +94,13 @@ struct ConvDirectParams {
   bool has_bias = false;  // plan queries know whether there is a bias before its pointer
 };
 
+// Taps per output position (the product of the kernel extents).
+inline int64_t conv_taps(const ConvDirectParams& p) {
+  int64_t k = 1;
+  for (int i = 0; i < p.spatial; ++i) k *= p.axis[i].kernel;
+  return k;
+}
+
 // A stride-1 input grad as a forward conv: x = sum over taps t of w[t] gy[i + p - t d] is the
 // conv of gy with the taps reversed (the caller reads w[k - 1 - t]) and padding (k - 1) d - p,
 // the roles of x and y swapped. Both backends' depthwise kernels run it so.
