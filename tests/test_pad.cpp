@@ -482,4 +482,43 @@ TEST(MemoryFormatTest, ContiguityAndSuggestion) {
   EXPECT_STREQ(memory_format_name(MemoryFormat::ChannelsLast), "channels_last");
 }
 
+// torch's preserve_format and TensorIterator's output order: copies and elementwise results keep
+// a dense input's layout (values checked against the contiguous computation), reductions over a
+// channels-last input give the contiguous input's values.
+TEST(MemoryFormatTest, CopiesAndElementwiseKeepTheLayout) {
+  Tensor a = mul(sub(arange(120, TensorOptions(kFloat32)).reshape({2, 3, 4, 5}), 60.0), 0.125);
+  Tensor b = a.contiguous(MemoryFormat::ChannelsLast);
+  const Shape cl = b.strides();
+  EXPECT_TRUE(a.is_non_overlapping_and_dense());
+  EXPECT_TRUE(b.is_non_overlapping_and_dense());
+  EXPECT_TRUE(a.transpose(0, 3).is_non_overlapping_and_dense());
+  EXPECT_FALSE(a.narrow(3, 1, 3).is_non_overlapping_and_dense());
+  EXPECT_FALSE(zeros({3, 1}).expand({3, 4}).is_non_overlapping_and_dense());
+  EXPECT_EQ(b.clone().strides(), cl);
+  EXPECT_EQ(b.to(kBFloat16).strides(), cl);
+  EXPECT_EQ(b.to(kBFloat16).to(kFloat32).strides(), cl);
+  EXPECT_TRUE(b.contiguous().is_contiguous());
+  EXPECT_TRUE(a.narrow(3, 1, 3).clone().is_contiguous());  // not dense: contiguous, as torch
+  // The first full-shape operand decides, as TensorIterator's stride comparison does.
+  EXPECT_EQ(exp(b).strides(), cl);
+  EXPECT_EQ(add(b, a).strides(), cl);
+  EXPECT_TRUE(add(a, b).is_contiguous());
+  EXPECT_EQ(add(b, 1.0).strides(), cl);
+  EXPECT_EQ(mul(b, zeros({3, 1, 1})).strides(), cl);
+  EXPECT_EQ(clamp(b, -1.0, 1.0).strides(), cl);
+  EXPECT_EQ(where(gt(b, 0.0), b, 0.0).strides(), cl);
+  EXPECT_EQ(std::get<0>(frexp(b)).strides(), cl);
+  EXPECT_EQ(th::to_array(exp(b)).v, th::to_array(exp(a)).v);
+  EXPECT_EQ(th::to_array(add(b, a)).v, th::to_array(add(a, a)).v);
+  EXPECT_EQ(th::to_array(b.clone()).v, th::to_array(a).v);
+  // Reductions: the same values from either layout (these sums are exact in float32).
+  EXPECT_EQ(sum(b).item<float>(), sum(a).item<float>());
+  EXPECT_EQ(th::to_array(sum(b, {0, 2, 3})).v, th::to_array(sum(a, {0, 2, 3})).v);
+  EXPECT_EQ(th::to_array(amax(b, {1, 3})).v, th::to_array(amax(a, {1, 3})).v);
+  // Index reductions keep the logical order: ties go to the first element in it.
+  Tensor ties = zeros({1, 3, 2, 2}).contiguous(MemoryFormat::ChannelsLast);
+  EXPECT_EQ(argmax(ties).item<int64_t>(), 0);
+  EXPECT_EQ(th::to_array(argmax(ties, 1)).v, th::to_array(zeros({1, 2, 2})).v);
+}
+
 }  // namespace

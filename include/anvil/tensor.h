@@ -76,6 +76,10 @@ class ANVIL_API Tensor {
   // ambiguous strides (size-1 channels) count as Contiguous. With exact_match only the exact
   // channels-last strides count.
   MemoryFormat suggest_memory_format(bool channels_last_strides_exact_match = false) const;
+  // Every element at its own offset and the offsets one dense block (some order of the dims is
+  // contiguous), as torch's is_non_overlapping_and_dense: a contiguous, channels-last or
+  // permuted tensor, not a slice, an expansion or a strided view.
+  bool is_non_overlapping_and_dense() const;
   bool is_cpu() const { return device().is_cpu(); }
   bool is_cuda() const { return device().is_cuda(); }
   const std::shared_ptr<StorageImpl>& storage() const { return storage_; }
@@ -87,6 +91,9 @@ class ANVIL_API Tensor {
   template <typename T> T* data_ptr() const;
   void* raw_data_ptr() const;
 
+  // to() and clone() keep the layout as torch's memory_format=preserve_format does: a
+  // non-overlapping dense tensor's copy has its strides, any other tensor's copy is dense in
+  // suggest_memory_format()'s order.
   Tensor to(DType t) const;
   Tensor to(Device d) const;
   Tensor to(Device d, DType t) const;

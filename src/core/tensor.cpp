@@ -130,6 +130,20 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+bool Tensor::is_non_overlapping_and_dense() const {
+  if (is_contiguous()) return true;
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < dim(); ++d)
+    if (sizes_[d] != 1) dims.push_back(d);
+  std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return strides_[a] < strides_[b]; });
+  int64_t expected = 1;
+  for (int64_t d : dims) {
+    if (strides_[d] != expected) return false;
+    expected *= sizes_[d];
+  }
+  return true;
+}
+
 bool Tensor::is_contiguous(MemoryFormat format) const {
   switch (format) {
     case MemoryFormat::Contiguous: return is_contiguous();

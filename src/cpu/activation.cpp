@@ -42,7 +42,15 @@ void SiluMulF32(const float* HWY_RESTRICT g, const float* HWY_RESTRICT u, float*
     const auto silu = hn::Div(v, hn::Add(one, GuardedExp(df, hn::Neg(v))));
     hn::StoreU(hn::Mul(silu, hn::LoadU(df, u + i)), df, y + i);
   }
-  for (; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  if (i < n) {  // the tail through the same vector code (an element's bits do not depend on its position)
+    alignas(64) float tg[HWY_MAX_BYTES / sizeof(float)] = {}, tu[HWY_MAX_BYTES / sizeof(float)] = {};
+    std::copy(g + i, g + n, tg);
+    std::copy(u + i, u + n, tu);
+    const auto v = hn::Load(df, tg);
+    const auto silu = hn::Div(v, hn::Add(one, GuardedExp(df, hn::Neg(v))));
+    hn::Store(hn::Mul(silu, hn::Load(df, tu)), df, tg);
+    std::copy(tg, tg + (n - i), y + i);
+  }
 }
 
 // op 0: silu x / (1 + exp(-x)); 1: sigmoid 1 / (1 + exp(-x)); 2: exp(x). In place allowed.
@@ -50,16 +58,17 @@ void ExpFamilyF32(int op, const float* HWY_RESTRICT x, float* y, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const auto one = hn::Set(df, 1.0f);
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto v = hn::LoadU(df, x + i);
+  auto apply = [&](hn::Vec<decltype(df)> v) {
     const auto e = GuardedExp(df, op == 2 ? v : hn::Neg(v));
-    const auto r = op == 2 ? e : hn::Div(op == 0 ? v : one, hn::Add(one, e));
-    hn::StoreU(r, df, y + i);
-  }
-  for (; i < n; ++i) {
-    const float v = x[i];
-    y[i] = op == 2 ? std::exp(v) : (op == 0 ? v : 1.0f) / (1.0f + std::exp(-v));
+    return op == 2 ? e : hn::Div(op == 0 ? v : one, hn::Add(one, e));
+  };
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(apply(hn::LoadU(df, x + i)), df, y + i);
+  if (i < n) {  // the tail through the same vector code (an element's bits do not depend on its position)
+    alignas(64) float t[HWY_MAX_BYTES / sizeof(float)] = {};
+    std::copy(x + i, x + n, t);
+    hn::Store(apply(hn::Load(df, t)), df, t);
+    std::copy(t, t + (n - i), y + i);
   }
 }
 

@@ -168,12 +168,18 @@ void group_norm(const GroupNormParams& p) {
       float buf[kFloatChunk], ybuf[kFloatChunk];
       thread_local std::vector<float> widened;
       const float* fr = nullptr;  // the row in float32 as one array, when it is one
+      bool summed = false;        // ps holds the row's sums already
       if constexpr (std::is_same_v<T, float>) {
         fr = xr;
       } else if constexpr (!kDouble) {
         if (m <= kWholeRow) {
           widened.resize(static_cast<size_t>(m));
-          simd::decode_f32(p.dtype, xr, widened.data(), m);
+          if constexpr (std::is_same_v<T, BFloat16>) {  // widened and summed in one pass over the row
+            simd::decode_lane_sums_bf16(reinterpret_cast<const uint16_t*>(xr), m, widened.data(), ps);
+            summed = true;
+          } else {
+            simd::decode_f32(p.dtype, xr, widened.data(), m);
+          }
           fr = widened.data();
         }
       }
@@ -186,7 +192,7 @@ void group_norm(const GroupNormParams& p) {
         }
       };
       if constexpr (kDouble) add_lanes<Acc>(xr, m, ps);
-      else floats(0, m, [&](const float* f, int64_t, int64_t len) { simd::lane_sums(f, len, ps); });
+      else if (!summed) floats(0, m, [&](const float* f, int64_t, int64_t len) { simd::lane_sums(f, len, ps); });
       const double mean = m > 0 ? lane_total(ps) / static_cast<double>(m) : 0.0;
       if constexpr (kDouble) add_squared_deviation_lanes<Acc>(xr, m, mean, pq);
       else floats(0, m, [&](const float* f, int64_t, int64_t len) { simd::lane_squared_deviations(f, len, mean, pq); });
@@ -297,20 +303,37 @@ void batch_norm_train(const BatchNormParams& p) {
       }
       return;
     }
-    // Channels-last: rows of c.
+    // Channels-last: rows of c, each thread's share in blocks of rows read from memory once for
+    // the statistics: a block's column sums and its squared deviations from its own means while it
+    // is in L1, merged into the thread's running (mean, M2) per channel by Chan et al.'s pairwise
+    // update in float64; the threads' partials merged the same way in thread order (the same bits
+    // for the same thread count). Zen 5, 2 threads, [4, 64, 56, 56] bf16: the global two-pass
+    // statistics read x from memory twice (221 us with the normalising pass, torch 181).
     const int nt = omp_get_max_threads();
-    std::vector<double> ps(static_cast<size_t>(nt * c), 0.0), pq(ps);
-    std::vector<double> mean(static_cast<size_t>(c));
+    std::vector<double> pm(static_cast<size_t>(nt * c), 0.0), pq(pm);  // per thread: mean, M2
+    std::vector<int64_t> pn(static_cast<size_t>(nt), 0);                // per thread: rows merged
     const bool par = a * c >= kParallelGrain;
+    // (mean, m2) over na rows += a block of nb rows with column sums bs and deviations bq.
+    auto merge = [](double* mean, double* m2, int64_t na, const double* bs_mean, const double* bq, int64_t nb,
+                    int64_t cols) {
+      const double n = static_cast<double>(na + nb), fa = static_cast<double>(na), fb = static_cast<double>(nb);
+      for (int64_t ch = 0; ch < cols; ++ch) {
+        const double delta = bs_mean[ch] - mean[ch];
+        mean[ch] = na == 0 ? bs_mean[ch] : mean[ch] + delta * (fb / n);
+        m2[ch] = na == 0 ? bq[ch] : m2[ch] + bq[ch] + delta * delta * (fa * fb / n);
+      }
+    };
 #pragma omp parallel num_threads(nt) if (par)
     {
       const int t = omp_get_thread_num(), n_t = omp_get_num_threads();
       const int64_t r0 = a * t / n_t, r1 = a * (t + 1) / n_t;
-      // Blocks of whole rows widened to float32 (double data read in place).
-      const int64_t block_rows = std::max<int64_t>(1, kFloatChunk / c);
+      // Blocks of whole rows (up to 32 KiB of float32, within L1) widened to float32 (double data
+      // read in place; bfloat16 widened in the column sums' pass).
+      constexpr bool kBF16 = std::is_same_v<T, BFloat16>;
+      const int64_t block_rows = std::max<int64_t>(1, 4 * kFloatChunk / c);
       std::vector<float> fbuf(std::is_same_v<T, double> ? 0 : static_cast<size_t>(block_rows * c));
-      std::vector<float> ybuf(fbuf.size());
-      auto for_row_blocks = [&](auto&& f) {  // f(rows as Acc, first row, row count)
+      std::vector<float> ybuf(kBF16 ? 0 : fbuf.size());
+      auto for_row_blocks = [&](bool widen, auto&& f) {  // f(rows as Acc, first row, row count)
         for (int64_t rb = r0; rb < r1; rb += block_rows) {
           const int64_t nr = std::min(block_rows, r1 - rb);
           if constexpr (std::is_same_v<T, double>) {
@@ -318,52 +341,65 @@ void batch_norm_train(const BatchNormParams& p) {
           } else if constexpr (std::is_same_v<T, float>) {
             f(x + rb * c, rb, nr);
           } else {
-            simd::decode_f32(dtype_of<T>::value, x + rb * c, fbuf.data(), nr * c);
+            if (widen) simd::decode_f32(dtype_of<T>::value, x + rb * c, fbuf.data(), nr * c);
             f(static_cast<const float*>(fbuf.data()), rb, nr);
           }
         }
       };
-      double* s = ps.data() + static_cast<size_t>(t) * c;
-      for_row_blocks([&](const Acc* v, int64_t, int64_t nr) {
-        if constexpr (std::is_same_v<Acc, float>) {
-          simd::column_sums(v, nr, c, s);
+      double* m = pm.data() + static_cast<size_t>(t) * c;
+      double* q = pq.data() + static_cast<size_t>(t) * c;
+      std::vector<double> bs(static_cast<size_t>(c)), bq(static_cast<size_t>(c));
+      int64_t merged = 0;
+      for_row_blocks(!kBF16, [&](const Acc* v, int64_t rb, int64_t nr) {
+        std::fill(bs.begin(), bs.end(), 0.0);
+        std::fill(bq.begin(), bq.end(), 0.0);
+        if constexpr (kBF16) {
+          simd::decode_column_sums_bf16(reinterpret_cast<const uint16_t*>(x + rb * c), nr, c, fbuf.data(), bs.data());
+          for (double& e : bs) e /= static_cast<double>(nr);
+          simd::column_squared_deviations(v, nr, c, bs.data(), bq.data());
+        } else if constexpr (std::is_same_v<Acc, float>) {
+          simd::column_sums(v, nr, c, bs.data());
+          for (double& e : bs) e /= static_cast<double>(nr);
+          simd::column_squared_deviations(v, nr, c, bs.data(), bq.data());
         } else {
           for (int64_t r = 0; r < nr; ++r)
-            for (int64_t ch = 0; ch < c; ++ch) s[ch] += static_cast<double>(v[r * c + ch]);
-        }
-      });
-#pragma omp barrier
-#pragma omp single
-      for (int64_t ch = 0; ch < c; ++ch) {
-        double sum = 0;
-        for (int i = 0; i < n_t; ++i) sum += ps[static_cast<size_t>(i * c + ch)];
-        ps[static_cast<size_t>(ch)] = sum;  // thread 0's slot keeps the total
-        mean[static_cast<size_t>(ch)] = sum / static_cast<double>(count);
-      }
-      double* q = pq.data() + static_cast<size_t>(t) * c;
-      const double* mu = mean.data();
-      for_row_blocks([&](const Acc* v, int64_t, int64_t nr) {
-        if constexpr (std::is_same_v<Acc, float>) {
-          simd::column_squared_deviations(v, nr, c, mu, q);
-        } else {
+            for (int64_t ch = 0; ch < c; ++ch) bs[static_cast<size_t>(ch)] += static_cast<double>(v[r * c + ch]);
+          for (double& e : bs) e /= static_cast<double>(nr);
           for (int64_t r = 0; r < nr; ++r)
             for (int64_t ch = 0; ch < c; ++ch) {
-              const double d = static_cast<double>(v[r * c + ch]) - mu[ch];
-              q[ch] += d * d;
+              const double d = static_cast<double>(v[r * c + ch]) - bs[static_cast<size_t>(ch)];
+              bq[static_cast<size_t>(ch)] += d * d;
             }
         }
+        merge(m, q, merged, bs.data(), bq.data(), nr, c);
+        merged += nr;
       });
+      pn[static_cast<size_t>(t)] = merged;
 #pragma omp barrier
 #pragma omp single
-      for (int64_t ch = 0; ch < c; ++ch) {
-        double sq = 0;
-        for (int i = 0; i < n_t; ++i) sq += pq[static_cast<size_t>(i * c + ch)];
-        finish(ch, ps[static_cast<size_t>(ch)], sq);
-        batch_norm_channel_tail<Acc>(p, ch, mean_out[ch], var_out[ch], invstd_of(ch));
+      {
+        // Thread 0's slots take the others' partials in thread order.
+        int64_t total = pn[0];
+        for (int i = 1; i < n_t; ++i) {
+          if (pn[static_cast<size_t>(i)] == 0) continue;
+          merge(pm.data(), pq.data(), total, pm.data() + static_cast<size_t>(i) * c, pq.data() + static_cast<size_t>(i) * c,
+                pn[static_cast<size_t>(i)], c);
+          total += pn[static_cast<size_t>(i)];
+        }
+        for (int64_t ch = 0; ch < c; ++ch) {
+          mean_out[ch] = static_cast<Acc>(pm[static_cast<size_t>(ch)]);
+          var_out[ch] = static_cast<Acc>(pq[static_cast<size_t>(ch)] / static_cast<double>(count));
+          batch_norm_channel_tail<Acc>(p, ch, mean_out[ch], var_out[ch], invstd_of(ch));
+        }
       }
       std::vector<Acc> invstd(static_cast<size_t>(c));
       for (int64_t ch = 0; ch < c; ++ch) invstd[static_cast<size_t>(ch)] = invstd_of(ch);
-      for_row_blocks([&](const Acc* v, int64_t rb, int64_t nr) {
+      if constexpr (kBF16) {  // straight from x to y, widened and rounded in registers
+        for (int64_t rb = r0; rb < r1; rb += block_rows)
+          simd::normalise_columns_bf16(reinterpret_cast<const uint16_t*>(x + rb * c), std::min(block_rows, r1 - rb), c,
+                                       mean_out, invstd.data(), w, bias, reinterpret_cast<uint16_t*>(y + rb * c));
+      } else {
+      for_row_blocks(true, [&](const Acc* v, int64_t rb, int64_t nr) {
         Acc* o = std::is_same_v<T, Acc> ? reinterpret_cast<Acc*>(y + rb * c) : reinterpret_cast<Acc*>(ybuf.data());
         if constexpr (std::is_same_v<Acc, float>) {
           simd::normalise_columns(v, nr, c, mean_out, invstd.data(), w, bias, o);
@@ -373,6 +409,7 @@ void batch_norm_train(const BatchNormParams& p) {
         }
         if constexpr (!std::is_same_v<T, Acc>) store_floats(ybuf.data(), y + rb * c, nr * c);
       });
+      }
     }
   });
 }

@@ -195,13 +195,8 @@ void BinaryF32(int op, T* HWY_RESTRICT out, const T* HWY_RESTRICT a, const T* HW
     if (op == 0) r = hn::Add(x, hn::Mul(valpha, y));
     else if (op == 1) r = hn::Sub(x, hn::Mul(valpha, y));
     else r = hn::Mul(x, y);
-    if constexpr (std::is_same_v<T, float>) {
-      hn::StoreU(r, df, out + i);
-    } else {
-      alignas(64) float tmp[64];
-      hn::Store(r, df, tmp);
-      F32ToBF16(tmp, reinterpret_cast<uint16_t*>(out + i), N);
-    }
+    if constexpr (std::is_same_v<T, float>) hn::StoreU(r, df, out + i);
+    else StoreFromF32(df, r, reinterpret_cast<uint16_t*>(out + i));
   }
   for (; i < n; ++i) {
     float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
@@ -323,8 +318,11 @@ int64_t ArgmaxF32(const float* HWY_RESTRICT x, int64_t n) {
 // x[n_full + t] into lane t; each lane in index order. The vector width only decides how many
 // lanes one add covers, so every x86 target gives the same bits, and 32 lanes keep four or more
 // independent add chains in flight. Products and sums round on their own.
-template <bool kSquares>
-void LaneStats(const float* HWY_RESTRICT x, int64_t n, double mean, double* HWY_RESTRICT lanes) {
+// X: float, or uint16_t (bfloat16 bits) widened on the way, each float32 value also stored to
+// `widened` when that is not null (a row decoded and summed in one pass over it).
+template <bool kSquares, typename X = float>
+void LaneStats(const X* HWY_RESTRICT x, int64_t n, double mean, double* HWY_RESTRICT lanes,
+               float* HWY_RESTRICT widened = nullptr) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;
   constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(dd)), L = kStatLanes, K = L / N;
@@ -337,7 +335,9 @@ void LaneStats(const float* HWY_RESTRICT x, int64_t n, double mean, double* HWY_
   for (int64_t i = 0; i < nf; i += L) {
 #pragma GCC unroll 32
     for (int64_t k = 0; k < K; ++k) {
-      const auto v = hn::PromoteTo(dd, hn::LoadU(df, x + i + k * N));
+      const auto f = LoadF32(df, x + i + k * N);
+      if (widened) hn::StoreU(f, df, widened + i + k * N);
+      const auto v = hn::PromoteTo(dd, f);
       if constexpr (kSquares) {
         const auto d = hn::Sub(v, vm);
         acc[k] = hn::Add(acc[k], hn::Mul(d, d));
@@ -349,24 +349,33 @@ void LaneStats(const float* HWY_RESTRICT x, int64_t n, double mean, double* HWY_
 #pragma GCC unroll 32
   for (int64_t k = 0; k < K; ++k) hn::StoreU(acc[k], dd, lanes + k * N);
   for (int64_t i = nf; i < n; ++i) {
-    const double v = static_cast<double>(x[i]);
+    const float f = ToF32(x[i]);
+    if (widened) widened[i] = f;
+    const double v = static_cast<double>(f);
     const double d = v - mean;
     lanes[i - nf] += kSquares ? d * d : v;
   }
 }
 void LaneSums(const float* x, int64_t n, double* lanes) { LaneStats<false>(x, n, 0.0, lanes); }
+void DecodeLaneSumsBF16(const uint16_t* x, int64_t n, float* widened, double* lanes) {
+  LaneStats<false>(x, n, 0.0, lanes, widened);
+}
 void LaneSquaredDeviations(const float* x, int64_t n, double mean, double* lanes) { LaneStats<true>(x, n, mean, lanes); }
 
 // Per column j < c of rows x [rows, c]: s[j] += x[r, j] (kSquares: (x[r, j] - mu[j])^2), rows in
-// order; up to 8 vectors of columns at a time, so that their add chains overlap.
-template <bool kSquares>
-void ColumnStats(const float* HWY_RESTRICT x, int64_t rows, int64_t c, const double* HWY_RESTRICT mu,
-                 double* HWY_RESTRICT s) {
+// order; up to 8 vectors of columns at a time, so that their add chains overlap. X: float, or
+// uint16_t (bfloat16 bits) widened on the way, each value also stored to `widened` [rows, c] when
+// that is not null (a block decoded and summed in one pass over it).
+template <bool kSquares, typename X = float>
+void ColumnStats(const X* HWY_RESTRICT x, int64_t rows, int64_t c, const double* HWY_RESTRICT mu,
+                 double* HWY_RESTRICT s, float* HWY_RESTRICT widened = nullptr) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;
   constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(dd)), G = 8;
-  auto term = [&](const float* at, const double* m) {
-    const auto v = hn::PromoteTo(dd, hn::LoadU(df, at));
+  auto term = [&](int64_t at, const double* m) {
+    const auto f = LoadF32(df, x + at);
+    if (widened) hn::StoreU(f, df, widened + at);
+    const auto v = hn::PromoteTo(dd, f);
     if constexpr (kSquares) {
       const auto d = hn::Sub(v, hn::LoadU(dd, m));
       return hn::Mul(d, d);
@@ -381,19 +390,21 @@ void ColumnStats(const float* HWY_RESTRICT x, int64_t rows, int64_t c, const dou
     for (int64_t g = 0; g < G; ++g) acc[g] = hn::LoadU(dd, s + j + g * N);
     for (int64_t r = 0; r < rows; ++r) {
 #pragma GCC unroll 8
-      for (int64_t g = 0; g < G; ++g) acc[g] = hn::Add(acc[g], term(x + r * c + j + g * N, mu + j + g * N));
+      for (int64_t g = 0; g < G; ++g) acc[g] = hn::Add(acc[g], term(r * c + j + g * N, mu + j + g * N));
     }
 #pragma GCC unroll 8
     for (int64_t g = 0; g < G; ++g) hn::StoreU(acc[g], dd, s + j + g * N);
   }
   for (; j + N <= c; j += N) {
     auto acc = hn::LoadU(dd, s + j);
-    for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, term(x + r * c + j, mu + j));
+    for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, term(r * c + j, mu + j));
     hn::StoreU(acc, dd, s + j);
   }
   for (; j < c; ++j)
     for (int64_t r = 0; r < rows; ++r) {
-      const double v = static_cast<double>(x[r * c + j]);
+      const float f = ToF32(x[r * c + j]);
+      if (widened) widened[r * c + j] = f;
+      const double v = static_cast<double>(f);
       if constexpr (kSquares) {
         const double d = v - mu[j];
         s[j] += d * d;
@@ -403,35 +414,48 @@ void ColumnStats(const float* HWY_RESTRICT x, int64_t rows, int64_t c, const dou
     }
 }
 void ColumnSums(const float* x, int64_t rows, int64_t c, double* s) { ColumnStats<false>(x, rows, c, nullptr, s); }
+void DecodeColumnSumsBF16(const uint16_t* x, int64_t rows, int64_t c, float* widened, double* s) {
+  ColumnStats<false>(x, rows, c, nullptr, s, widened);
+}
 void ColumnSquaredDeviations(const float* x, int64_t rows, int64_t c, const double* mu, double* q) {
   ColumnStats<true>(x, rows, c, mu, q);
 }
 
 // y = ((x - mean) * invstd) * w + b, each step rounded; w / b null: that step skipped. Columns:
-// per-column parameters over rows [rows, c]; Scalar: one set over n values.
-void NormaliseColumns(const float* HWY_RESTRICT x, int64_t rows, int64_t c, const float* HWY_RESTRICT mean,
-                      const float* HWY_RESTRICT invstd, const float* HWY_RESTRICT w, const float* HWY_RESTRICT b,
-                      float* HWY_RESTRICT y) {
+// per-column parameters over rows [rows, c]; Scalar: one set over n values. X / Out: float, or
+// uint16_t for bfloat16 bits (widened as loaded, rounded as stored).
+template <typename X, typename Out>
+void NormaliseColumnsTo(const X* HWY_RESTRICT x, int64_t rows, int64_t c, const float* HWY_RESTRICT mean,
+                        const float* HWY_RESTRICT invstd, const float* HWY_RESTRICT w, const float* HWY_RESTRICT b,
+                        Out* HWY_RESTRICT y) {
+  // Row by row (x streams from memory in order), the parameters reloaded from L1 per vector.
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  int64_t j = 0;
-  for (; j + N <= c; j += N) {
-    const auto m = hn::LoadU(df, mean + j), is = hn::LoadU(df, invstd + j);
-    const auto wv = w ? hn::LoadU(df, w + j) : hn::Set(df, 1.0f), bv = b ? hn::LoadU(df, b + j) : hn::Zero(df);
-    for (int64_t r = 0; r < rows; ++r) {
-      auto v = hn::Mul(hn::Sub(hn::LoadU(df, x + r * c + j), m), is);
-      if (w) v = hn::Mul(v, wv);
-      if (b) v = hn::Add(v, bv);
-      hn::StoreU(v, df, y + r * c + j);
+  const int64_t cv = c / N * N;
+  for (int64_t r = 0; r < rows; ++r) {
+    const X* xr = x + r * c;
+    Out* yr = y + r * c;
+    for (int64_t j = 0; j < cv; j += N) {
+      auto v = hn::Mul(hn::Sub(LoadF32(df, xr + j), hn::LoadU(df, mean + j)), hn::LoadU(df, invstd + j));
+      if (w) v = hn::Mul(v, hn::LoadU(df, w + j));
+      if (b) v = hn::Add(v, hn::LoadU(df, b + j));
+      StoreFromF32(df, v, yr + j);
     }
-  }
-  for (; j < c; ++j)
-    for (int64_t r = 0; r < rows; ++r) {
-      float v = (x[r * c + j] - mean[j]) * invstd[j];
+    for (int64_t j = cv; j < c; ++j) {
+      float v = (ToF32(xr[j]) - mean[j]) * invstd[j];
       if (w) v = v * w[j];
       if (b) v = v + b[j];
-      y[r * c + j] = v;
+      yr[j] = FromF32<Out>(v);
     }
+  }
+}
+void NormaliseColumns(const float* x, int64_t rows, int64_t c, const float* mean, const float* invstd, const float* w,
+                      const float* b, float* y) {
+  NormaliseColumnsTo(x, rows, c, mean, invstd, w, b, y);
+}
+void NormaliseColumnsBF16(const uint16_t* x, int64_t rows, int64_t c, const float* mean, const float* invstd,
+                          const float* w, const float* b, uint16_t* y) {
+  NormaliseColumnsTo(x, rows, c, mean, invstd, w, b, y);
 }
 // y = ((x - mean) * invstd) * w + b over n values with one set of parameters; Out float, or
 // uint16_t for bfloat16 bits rounded as they are stored (no float32 round trip through memory).
@@ -773,10 +797,13 @@ HWY_EXPORT(GemmPanel);
 HWY_EXPORT(SumBF16);
 HWY_EXPORT(ArgmaxF32);
 HWY_EXPORT(LaneSums);
+HWY_EXPORT(DecodeLaneSumsBF16);
 HWY_EXPORT(LaneSquaredDeviations);
 HWY_EXPORT(ColumnSums);
+HWY_EXPORT(DecodeColumnSumsBF16);
 HWY_EXPORT(ColumnSquaredDeviations);
 HWY_EXPORT(NormaliseColumns);
+HWY_EXPORT(NormaliseColumnsBF16);
 HWY_EXPORT(NormaliseScalar);
 HWY_EXPORT(Axpy);
 HWY_EXPORT(BandedRows);
@@ -898,6 +925,9 @@ bool sum(DType t, const void* in, int64_t n, double* out) {
 int64_t argmax_f32(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(ArgmaxF32)(x, n); }
 
 void lane_sums(const float* x, int64_t n, double* lanes) { HWY_DYNAMIC_DISPATCH(LaneSums)(x, n, lanes); }
+void decode_lane_sums_bf16(const uint16_t* x, int64_t n, float* widened, double* lanes) {
+  HWY_DYNAMIC_DISPATCH(DecodeLaneSumsBF16)(x, n, widened, lanes);
+}
 void lane_squared_deviations(const float* x, int64_t n, double mean, double* lanes) {
   HWY_DYNAMIC_DISPATCH(LaneSquaredDeviations)(x, n, mean, lanes);
 }
@@ -908,6 +938,13 @@ void column_squared_deviations(const float* x, int64_t rows, int64_t c, const do
 void normalise_columns(const float* x, int64_t rows, int64_t c, const float* mean, const float* invstd, const float* w,
                        const float* b, float* y) {
   HWY_DYNAMIC_DISPATCH(NormaliseColumns)(x, rows, c, mean, invstd, w, b, y);
+}
+void normalise_columns_bf16(const uint16_t* x, int64_t rows, int64_t c, const float* mean, const float* invstd,
+                            const float* w, const float* b, uint16_t* y) {
+  HWY_DYNAMIC_DISPATCH(NormaliseColumnsBF16)(x, rows, c, mean, invstd, w, b, y);
+}
+void decode_column_sums_bf16(const uint16_t* x, int64_t rows, int64_t c, float* widened, double* s) {
+  HWY_DYNAMIC_DISPATCH(DecodeColumnSumsBF16)(x, rows, c, widened, s);
 }
 void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b, float* y) {
   HWY_DYNAMIC_DISPATCH(NormaliseScalar)(x, n, mean, invstd, w, b, y);

@@ -44,13 +44,21 @@ void encode_f32(DType to, const float* in, void* dst, int64_t n);
 // rows [rows, c] in order.
 constexpr int kStatLanes = 32;
 void lane_sums(const float* x, int64_t n, double* lanes);
+// lane_sums of bfloat16 bits x widened to float32, the widened values stored to `widened` in the
+// same pass (the same bits as decode_f32 then lane_sums).
+void decode_lane_sums_bf16(const uint16_t* x, int64_t n, float* widened, double* lanes);
 void lane_squared_deviations(const float* x, int64_t n, double mean, double* lanes);
 void column_sums(const float* x, int64_t rows, int64_t c, double* s);
 void column_squared_deviations(const float* x, int64_t rows, int64_t c, const double* mu, double* q);
+// column_sums of bfloat16 bits widened to float32, stored to `widened` [rows, c] in the same pass.
+void decode_column_sums_bf16(const uint16_t* x, int64_t rows, int64_t c, float* widened, double* s);
 // y = ((x - mean) * invstd) * w + b in float32, each step rounded, w / b null: skipped; per
 // column of [rows, c] or with one set of parameters over n values.
 void normalise_columns(const float* x, int64_t rows, int64_t c, const float* mean, const float* invstd, const float* w,
                        const float* b, float* y);
+// normalise_columns from and to bfloat16 bits (widened as loaded, rounded as encode_f32 rounds).
+void normalise_columns_bf16(const uint16_t* x, int64_t rows, int64_t c, const float* mean, const float* invstd,
+                            const float* w, const float* b, uint16_t* y);
 void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b, float* y);
 // normalise_scalar rounded to bfloat16 bits as it is stored (encode_f32's rounding).
 void normalise_scalar_bf16(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b,

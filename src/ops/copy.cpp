@@ -56,9 +56,18 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
+namespace {
+// An uninitialised tensor shaped as x with options o, laid out as torch's preserve_format lays
+// out a copy: x's strides when x is non-overlapping and dense, else suggest_memory_format's.
+Tensor empty_preserving(const Tensor& x, TensorOptions o) {
+  if (x.is_non_overlapping_and_dense() && !x.is_contiguous()) return empty_strided(x.sizes(), x.strides(), o);
+  return empty(x.sizes(), o, x.suggest_memory_format());
+}
+}  // namespace
+
 Tensor Tensor::to(DType t) const {
   if (t == dtype_) return *this;
-  Tensor out = empty(sizes_, TensorOptions(t).device(device()));
+  Tensor out = empty_preserving(*this, TensorOptions(t).device(device()));
   out.copy_(*this);
   return out;
 }
@@ -67,14 +76,16 @@ Tensor Tensor::to(Device d) const { return to(d, dtype_); }
 
 Tensor Tensor::to(Device d, DType t) const {
   if (d == device() && t == dtype_) return *this;
-  Tensor out = empty(sizes_, TensorOptions(t).device(d));
+  Tensor out = empty_preserving(*this, TensorOptions(t).device(d));
   out.copy_(*this);
   return out;
 }
 
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
-  return clone();
+  Tensor out = empty(sizes_, TensorOptions(dtype_).device(device()));
+  out.copy_(*this);
+  return out;
 }
 
 Tensor Tensor::contiguous(MemoryFormat format) const {
@@ -85,7 +96,7 @@ Tensor Tensor::contiguous(MemoryFormat format) const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = empty(sizes_, TensorOptions(dtype_).device(device()));
+  Tensor out = empty_preserving(*this, TensorOptions(dtype_).device(device()));
   out.copy_(*this);
   return out;
 }

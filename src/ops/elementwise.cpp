@@ -103,7 +103,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, DType common, const
   ANVIL_CHECK(!(op == BinaryOp::Pow && compute == kBool), DTypeError, name, " not implemented for 'bool'");
   Shape shape = broadcast_for(name, a.sizes(), b.sizes());
   Tensor ac = a.to(compute), bc = b.to(compute);
-  Tensor out = empty(shape, TensorOptions(compare ? kBool : compute).device(a.device()));
+  Tensor out = empty_elementwise(shape, TensorOptions(compare ? kBool : compute).device(a.device()), {&a, &b});
   if (out.numel() == 0) return out;
   ElementwiseParams p = make_elementwise(name, out, {&ac, &bc});
   p.dtype = compute;
@@ -139,7 +139,7 @@ Tensor unary(const char* name, UnaryOp op, const Tensor& x) {
   if (transcendental && is_integral(t, true)) t = kFloat32;  // integers promote to the default float dtype
   if (op == UnaryOp::LogicalNot) {
     dispatch_arith_types(t, name, [](auto) {});
-    Tensor out = empty(x.sizes(), TensorOptions(kBool).device(x.device()));
+    Tensor out = empty_elementwise(x.sizes(), TensorOptions(kBool).device(x.device()), {&x});
     if (out.numel() == 0) return out;
     // logical_not(x) == (x == 0)
     Tensor zero = wrap(0, t, x.device());
@@ -160,7 +160,7 @@ Tensor unary(const char* name, UnaryOp op, const Tensor& x) {
     dispatch_arith_types(t, name, [](auto) {});
   }
   Tensor xc = x.to(t);
-  Tensor out = empty(x.sizes(), TensorOptions(t).device(x.device()));
+  Tensor out = empty_elementwise(x.sizes(), TensorOptions(t).device(x.device()), {&x});
   if (out.numel() == 0) return out;
   ElementwiseParams p = make_elementwise(name, out, {&xc});
   p.dtype = t;
@@ -241,7 +241,7 @@ Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor* b, const Sc
     shape = broadcast_for("[where]", shape, b->sizes());
   }
   Tensor ac = a.to(t);
-  Tensor out = empty(shape, TensorOptions(t).device(a.device()));
+  Tensor out = empty_elementwise(shape, TensorOptions(t).device(a.device()), {&cond, &a});
   if (out.numel() == 0) return out;
   ElementwiseParams p;
   if (b) {
@@ -271,7 +271,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
   DType t = finish(s);
   dispatch_real_types(t, "[clamp]", [](auto) {});
   Tensor xc = x.to(t);
-  Tensor out = empty(x.sizes(), TensorOptions(t).device(x.device()));
+  Tensor out = empty_elementwise(x.sizes(), TensorOptions(t).device(x.device()), {&x});
   if (out.numel() == 0) return out;
   ElementwiseParams p = make_elementwise("[clamp]", out, {&xc});
   p.dtype = t;
@@ -320,8 +320,8 @@ std::tuple<Tensor, Tensor> frexp(const Tensor& x) {
   ANVIL_CHECK(is_floating_point(x.dtype()), DTypeError, name,
               " torch.frexp() only supports floating-point dtypes, got ", dtype_name(x.dtype()));
   dispatch_float_types(x.dtype(), name, [](auto) {});
-  Tensor mantissa = empty(x.sizes(), TensorOptions(x.dtype()).device(x.device()));
-  Tensor exponent = empty(x.sizes(), TensorOptions(kInt32).device(x.device()));
+  Tensor mantissa = empty_elementwise(x.sizes(), TensorOptions(x.dtype()).device(x.device()), {&x});
+  Tensor exponent = empty_elementwise(x.sizes(), TensorOptions(kInt32).device(x.device()), {&x});
   if (x.numel() == 0) return {mantissa, exponent};
   ElementwiseParams p = make_elementwise(name, mantissa, {&exponent, &x});
   p.dtype = x.dtype();

@@ -1,5 +1,7 @@
 #include "ops/iter.h"
 
+#include <algorithm>
+
 #include "core/util.h"
 
 namespace anvil {
@@ -11,6 +13,15 @@ ScalarArg to_scalar_arg(const Scalar& s) {
   a.im = c.imag();
   a.i = s.is_floating_point() || s.is_complex() ? s.to_int64() : static_cast<int64_t>(s.to_uint64());
   return a;
+}
+
+Tensor empty_elementwise(const Shape& shape, TensorOptions opts, std::initializer_list<const Tensor*> ins) {
+  for (const Tensor* t : ins) {
+    if (t->sizes() != shape) continue;
+    if (!t->is_contiguous() && t->is_non_overlapping_and_dense()) return empty_strided(shape, t->strides(), opts);
+    break;
+  }
+  return empty(shape, opts);
 }
 
 ElementwiseParams make_elementwise(const char* op, const Tensor& out, std::initializer_list<const Tensor*> ins) {
@@ -36,10 +47,18 @@ ElementwiseParams make_elementwise(const char* op, const Tensor& out, std::initi
   }
   if (ins.size() == 0) p.dtype = out.dtype();
 
+  // Walk the dims in the output's memory order (its strides descending, as TensorIterator
+  // reorders them): an elementwise result does not depend on the order, and a channels-last
+  // output with channels-last inputs then merges into one dense run like a contiguous one.
+  int order[kMaxDims];
+  int n_order = 0;
+  for (int d = 0; d < ndim; ++d)
+    if (shape[d] != 1) order[n_order++] = d;
+  std::stable_sort(order, order + n_order, [&](int a, int b) { return strides[0][a] > strides[0][b]; });
   // Drop size-1 dims, then merge dim d into the running dim when contiguous in every slot.
   int nd = 0;
-  for (int d = 0; d < ndim; ++d) {
-    if (shape[d] == 1) continue;
+  for (int i = 0; i < n_order; ++i) {
+    const int d = order[i];
     if (nd > 0) {
       bool mergeable = true;
       for (int s = 0; s < p.nargs; ++s)

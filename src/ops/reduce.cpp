@@ -80,11 +80,21 @@ Reduced reduce(ReduceOp op, const Tensor& x_in, const Shape& dims_in, bool keepd
   p.out_dtype = out_dtype;
   p.correction = correction;
   Shape out_shape;
+  // The reduced dims in the input's memory order (strides descending, as TensorIterator orders
+  // them), so that a channels-last or permuted input reduces over dense runs; not for the ops
+  // that return an index, whose ties go to the first element in logical order.
+  std::vector<int64_t> red_dims;
+  for (int64_t d = 0; d < nd; ++d)
+    if (reduced[d]) red_dims.push_back(d);
+  if (!want_index)
+    std::stable_sort(red_dims.begin(), red_dims.end(), [&](int64_t a, int64_t b) { return x.stride(a) > x.stride(b); });
+  for (int64_t d : red_dims) {
+    push_dim(p.red_ndim, p.red_sizes, p.red_strides, x.size(d), x.stride(d));
+    p.n_red *= x.size(d);
+  }
   for (int64_t d = 0; d < nd; ++d) {
     if (reduced[d]) {
       if (keepdim) out_shape.push_back(1);
-      push_dim(p.red_ndim, p.red_sizes, p.red_strides, x.size(d), x.stride(d));
-      p.n_red *= x.size(d);
     } else {
       out_shape.push_back(x.size(d));
       push_dim(p.out_ndim, p.out_sizes, p.out_strides, x.size(d), x.stride(d));
