@@ -165,6 +165,28 @@ void group_norm(const GroupNormParams& p) {
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = x + r * m;
       double ps[kLanes] = {}, pq[kLanes] = {};
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        // bfloat16: three passes over the row's bits (in L2 after the first), each widening as it
+        // loads: half the bytes of a float32 copy of the row per pass. The same bits as the
+        // float32 path: the same lanes, the same order.
+        const uint16_t* xb = reinterpret_cast<const uint16_t*>(xr);
+        simd::decode_lane_sums_bf16(xb, m, nullptr, ps);
+        const double mean = m > 0 ? lane_total(ps) / static_cast<double>(m) : 0.0;
+        simd::lane_squared_deviations(xb, m, mean, pq);
+        const float mean_f = static_cast<float>(mean);
+        const float var_f = static_cast<float>(m > 0 ? lane_total(pq) / static_cast<double>(m) : 0.0);
+        const float rstd_f = 1.0f / std::sqrt(var_f + static_cast<float>(p.eps));
+        static_cast<T*>(p.mean)[r] = T(mean_f);
+        static_cast<T*>(p.rstd)[r] = T(rstd_f);
+        const int64_t c0 = r % p.group * cg;
+        for (int64_t ch = 0; ch < cg; ++ch) {
+          const float* wp = p.weight ? static_cast<const float*>(p.weight) + c0 + ch : nullptr;
+          const float* bp = p.bias ? static_cast<const float*>(p.bias) + c0 + ch : nullptr;
+          simd::normalise_scalar_bf16(xb + ch * p.hxw, p.hxw, mean_f, rstd_f, wp, bp,
+                                      reinterpret_cast<uint16_t*>(y + r * m + ch * p.hxw));
+        }
+        continue;
+      }
       float buf[kFloatChunk], ybuf[kFloatChunk];
       thread_local std::vector<float> widened;
       const float* fr = nullptr;  // the row in float32 as one array, when it is one

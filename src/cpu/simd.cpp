@@ -459,8 +459,8 @@ void NormaliseColumnsBF16(const uint16_t* x, int64_t rows, int64_t c, const floa
 }
 // y = ((x - mean) * invstd) * w + b over n values with one set of parameters; Out float, or
 // uint16_t for bfloat16 bits rounded as they are stored (no float32 round trip through memory).
-template <typename Out>
-void NormaliseScalarTo(const float* HWY_RESTRICT x, int64_t n, float mean, float invstd, const float* w, const float* b,
+template <typename Out, typename X = float>
+void NormaliseScalarTo(const X* HWY_RESTRICT x, int64_t n, float mean, float invstd, const float* w, const float* b,
                        Out* HWY_RESTRICT y) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -468,13 +468,13 @@ void NormaliseScalarTo(const float* HWY_RESTRICT x, int64_t n, float mean, float
   const auto wv = hn::Set(df, w ? *w : 1.0f), bv = hn::Set(df, b ? *b : 0.0f);
   int64_t i = 0;
   for (; i + N <= n; i += N) {
-    auto v = hn::Mul(hn::Sub(hn::LoadU(df, x + i), m), is);
+    auto v = hn::Mul(hn::Sub(LoadF32(df, x + i), m), is);
     if (w) v = hn::Mul(v, wv);
     if (b) v = hn::Add(v, bv);
     StoreFromF32(df, v, y + i);
   }
   for (; i < n; ++i) {
-    float v = (x[i] - mean) * invstd;
+    float v = (ToF32(x[i]) - mean) * invstd;
     if (w) v = v * *w;
     if (b) v = v + *b;
     y[i] = FromF32<Out>(v);
@@ -486,6 +486,13 @@ void NormaliseScalar(const float* x, int64_t n, float mean, float invstd, const 
 void NormaliseScalarBF16(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b,
                          uint16_t* y) {
   NormaliseScalarTo(x, n, mean, invstd, w, b, y);
+}
+void NormaliseScalarBF16ToBF16(const uint16_t* x, int64_t n, float mean, float invstd, const float* w, const float* b,
+                               uint16_t* y) {
+  NormaliseScalarTo(x, n, mean, invstd, w, b, y);
+}
+void LaneSquaredDeviationsBF16(const uint16_t* x, int64_t n, double mean, double* lanes) {
+  LaneStats<true>(x, n, mean, lanes);
 }
 
 // y[i] += a * x[i], the product and the sum each rounded (no fused multiply-add).
@@ -816,6 +823,8 @@ HWY_EXPORT(BlockSumsBF16);
 HWY_EXPORT(MulAddWindowF32);
 HWY_EXPORT(MulAddWindowBF16);
 HWY_EXPORT(NormaliseScalarBF16);
+HWY_EXPORT(NormaliseScalarBF16ToBF16);
+HWY_EXPORT(LaneSquaredDeviationsBF16);
 
 namespace {
 // Splits a contiguous range over the OpenMP team in cache-friendly chunks.
@@ -998,6 +1007,13 @@ bool mul_add_taps(DType dtype, const float* const* w, const void* const* x, int6
 void normalise_scalar_bf16(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b,
                            uint16_t* y) {
   HWY_DYNAMIC_DISPATCH(NormaliseScalarBF16)(x, n, mean, invstd, w, b, y);
+}
+void normalise_scalar_bf16(const uint16_t* x, int64_t n, float mean, float invstd, const float* w, const float* b,
+                           uint16_t* y) {
+  HWY_DYNAMIC_DISPATCH(NormaliseScalarBF16ToBF16)(x, n, mean, invstd, w, b, y);
+}
+void lane_squared_deviations(const uint16_t* x, int64_t n, double mean, double* lanes) {
+  HWY_DYNAMIC_DISPATCH(LaneSquaredDeviationsBF16)(x, n, mean, lanes);
 }
 
 int64_t gemm_panel_width() { return HWY_DYNAMIC_DISPATCH(PanelWidth)(); }

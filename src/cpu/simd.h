@@ -48,6 +48,8 @@ void lane_sums(const float* x, int64_t n, double* lanes);
 // same pass (the same bits as decode_f32 then lane_sums).
 void decode_lane_sums_bf16(const uint16_t* x, int64_t n, float* widened, double* lanes);
 void lane_squared_deviations(const float* x, int64_t n, double mean, double* lanes);
+// The same over bfloat16 bits, widened as they are loaded.
+void lane_squared_deviations(const uint16_t* x, int64_t n, double mean, double* lanes);
 void column_sums(const float* x, int64_t rows, int64_t c, double* s);
 void column_squared_deviations(const float* x, int64_t rows, int64_t c, const double* mu, double* q);
 // column_sums of bfloat16 bits widened to float32, stored to `widened` [rows, c] in the same pass.
@@ -62,6 +64,9 @@ void normalise_columns_bf16(const uint16_t* x, int64_t rows, int64_t c, const fl
 void normalise_scalar(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b, float* y);
 // normalise_scalar rounded to bfloat16 bits as it is stored (encode_f32's rounding).
 void normalise_scalar_bf16(const float* x, int64_t n, float mean, float invstd, const float* w, const float* b,
+                           uint16_t* y);
+// The same from bfloat16 bits x (widened as loaded).
+void normalise_scalar_bf16(const uint16_t* x, int64_t n, float mean, float invstd, const float* w, const float* b,
                            uint16_t* y);
 // y[i] += a * x[i] over n values, the product and the sum each rounded (the scalar loop's bits).
 void axpy(float a, const float* x, float* y, int64_t n);
