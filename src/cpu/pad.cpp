@@ -257,6 +257,10 @@ void pad_backward_gather(const PadParams& p) {
         const int64_t len = (mid.hi - mid.lo) * b;
         rows_in.clear();
         for (int64_t o : offs) rows_in.push_back(grad_out + o + (ld.before + mid.lo) * b);
+        if (len > 0 && rows_in.size() == 1) {  // one source row: its bits (a constant pad's backward is a slice)
+          std::memcpy(gi + mid.lo * b, rows_in[0], static_cast<size_t>(len) * sizeof(T));
+          continue;
+        }
         if (len > 0 && !simd::sum_rows(p.dtype, reinterpret_cast<const void* const*>(rows_in.data()),
                                        static_cast<int64_t>(rows_in.size()), gi + mid.lo * b, len))
           for (int64_t e = 0; e < len; ++e) {
