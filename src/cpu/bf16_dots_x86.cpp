@@ -274,7 +274,7 @@ ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* const* a, int64_t segs, 
   const __mmask16 m0 = w >= 16 ? __mmask16(0xffff) : __mmask16((1u << w) - 1);
   const __mmask16 m1 = w >= 32 ? __mmask16(0xffff) : w <= 16 ? __mmask16(0) : __mmask16((1u << (w - 16)) - 1);
   __m512 acc[MR][2];
-  const uint16_t* row[MR];
+  const uint16_t* row[MR] = {};  // set per segment (segs >= 1); the braces quiet GCC's maybe-uninitialized
   for (int r = 0; r < MR; ++r) {
     acc[r][0] = accumulate ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
     acc[r][1] = accumulate ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();

@@ -99,16 +99,18 @@ Desc desc(int64_t n, int64_t c, const std::vector<int64_t>& spatial, bool channe
 
 std::atomic<bool> g_fft_winograd{false};
 
+// The plan cache's key: every field the plan depends on as raw int64 words (no decimal text: one
+// allocation per lookup, and no operator+ chains, which GCC 12's -Wrestrict misreads).
 std::string key_of(const ConvDirectParams& p, int device, int64_t workspace_limit, bool fft_winograd) {
-  std::string k = std::string(fft_winograd ? "fw," : "") + std::to_string(static_cast<int>(p.pass)) + "," + std::to_string(static_cast<int>(p.dtype)) + "," +
-                  std::to_string(p.spatial) + "," + std::to_string(p.n) + "," + std::to_string(p.c_in) + "," +
-                  std::to_string(p.c_out) + "," + std::to_string(p.groups) + "," + (p.channels_last ? "cl" : "cf") + "," +
-                  std::to_string(device) + "," + std::to_string(workspace_limit) + (p.has_bias ? ",bias" : "");
+  int64_t v[12 + 6 * 3] = {fft_winograd ? 1 : 0, static_cast<int64_t>(p.pass), static_cast<int64_t>(p.dtype),
+                           p.spatial, p.n, p.c_in, p.c_out, p.groups, p.channels_last ? 1 : 0, device,
+                           workspace_limit, p.has_bias ? 1 : 0};  // 3 axes at most (ConvDirectParams::axis)
+  int n = 12;
   for (int i = 0; i < p.spatial; ++i) {
     const ConvAxis& a = p.axis[i];
-    for (int64_t v : {a.in, a.out, a.kernel, a.stride, a.pad, a.dilation}) k += "," + std::to_string(v);
+    for (int64_t x : {a.in, a.out, a.kernel, a.stride, a.pad, a.dilation}) v[n++] = x;
   }
-  return k;
+  return std::string(reinterpret_cast<const char*>(v), static_cast<size_t>(n) * sizeof(int64_t));
 }
 
 Plan build(cudnnHandle_t handle, const ConvDirectParams& p, int64_t workspace_limit, bool fft_winograd) {
