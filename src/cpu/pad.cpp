@@ -99,9 +99,25 @@ void pad_forward(const PadParams& p) {
       edge_j.push_back(j);
       edge_k.push_back(pad_source(p.mode, ld, j));
     }
+  // Fill value bytes all equal (zero, the usual constant): runs of filled rows go to memset.
+  bool byte_fill = true;
+  for (size_t i = 1; i < sizeof(U); ++i)
+    byte_fill = byte_fill && reinterpret_cast<const unsigned char*>(&fill)[i] == reinterpret_cast<const unsigned char*>(&fill)[0];
+  auto fill_run = [&](U* o, int64_t count) {
+    if (byte_fill) std::memset(o, reinterpret_cast<const unsigned char*>(&fill)[0], static_cast<size_t>(count) * sizeof(U));
+    else std::fill_n(o, count, fill);
+  };
   auto ext = [&](int d) { return p.dims[d].out; };
   for_row_ranges(rows, p.out_numel, [&](int64_t r0, int64_t r1) {
     Odometer od(nd, r0, ext);
+    // Consecutive filled dense rows (a padded frame or channel: whole blocks of rows) are filled
+    // as one run when the next row needs its input or does not follow on.
+    U* run_start = nullptr;
+    int64_t run_len = 0;
+    auto flush = [&] {
+      if (run_len > 0) fill_run(run_start, run_len);
+      run_len = 0;
+    };
     for (int64_t r = r0; r < r1; ++r, od.next(ext)) {
       int64_t in_off = 0, out_off = 0;
       bool inside = true;
@@ -113,11 +129,16 @@ void pad_forward(const PadParams& p) {
       }
       U* o = out + out_off;
       if (!inside) {
-        if (s_out == b) std::fill_n(o, n * b, fill);
-        else
+        if (s_out == b) {
+          if (run_len > 0 && run_start + run_len != o) flush();
+          if (run_len == 0) run_start = o;
+          run_len += n * b;
+        } else {
           for (int64_t j = 0; j < n; ++j) std::fill_n(o + j * s_out, b, fill);
+        }
         continue;
       }
+      flush();
       const U* x = in + in_off;
       auto put = [&](int64_t j, int64_t k) {
         if (k < 0) std::fill_n(o + j * s_out, b, fill);
@@ -131,6 +152,7 @@ void pad_forward(const PadParams& p) {
         for (int64_t j = 0; j < n; ++j) put(j, pad_source(p.mode, ld, j));
       }
     }
+    flush();
   });
 }
 
