@@ -45,9 +45,8 @@ HWY_INLINE void StoreFromF32(DF df, hn::Vec<DF> v, X* HWY_RESTRICT p) {
     hn::StoreU(v, df, p);
   } else {
     const hn::RebindToUnsigned<DF> du;
-    const hn::RebindToSigned<DF> di;
     const hn::Rebind<uint16_t, decltype(du)> d16;
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(du, hn::BitCast(du, v)))), d16, p);
+    hn::StoreU(hn::TruncateTo(d16, RoundToBF16Bits(du, hn::BitCast(du, v))), d16, p);  // the bits fit 16: truncate (one shuffle)
   }
 }
 template <typename X>
@@ -428,10 +427,39 @@ template <typename X, typename Out>
 void NormaliseColumnsTo(const X* HWY_RESTRICT x, int64_t rows, int64_t c, const float* HWY_RESTRICT mean,
                         const float* HWY_RESTRICT invstd, const float* HWY_RESTRICT w, const float* HWY_RESTRICT b,
                         Out* HWY_RESTRICT y) {
-  // Row by row (x streams from memory in order), the parameters reloaded from L1 per vector.
+  // Row by row (x streams from memory in order), the parameters reloaded from L1 per vector, or
+  // held in registers when a row is 1-4 whole vectors (ResNet / VAE channel counts per vector
+  // width). Reloading them cost 13 cycles per vector on Zen 5 (loads behind the stores to y).
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t cv = c / N * N;
+  if (c == cv && c <= 4 * N) {
+    using V = hn::Vec<decltype(df)>;
+    V vm[4], vi[4], vw[4], vb[4];
+    const int64_t k = c / N;
+    for (int64_t q = 0; q < 4; ++q) {
+      const int64_t j = q < k ? q * N : 0;
+      vm[q] = hn::LoadU(df, mean + j);
+      vi[q] = hn::LoadU(df, invstd + j);
+      vw[q] = w ? hn::LoadU(df, w + j) : hn::Set(df, 1.0f);
+      vb[q] = b ? hn::LoadU(df, b + j) : hn::Zero(df);
+    }
+    auto one = [&](const X* xr, Out* yr, int q) {
+      auto v = hn::Mul(hn::Sub(LoadF32(df, xr + q * N), vm[q]), vi[q]);
+      if (w) v = hn::Mul(v, vw[q]);
+      if (b) v = hn::Add(v, vb[q]);
+      StoreFromF32(df, v, yr + q * N);
+    };
+    for (int64_t r = 0; r < rows; ++r) {
+      const X* xr = x + r * c;
+      Out* yr = y + r * c;
+      one(xr, yr, 0);
+      if (k > 1) one(xr, yr, 1);
+      if (k > 2) one(xr, yr, 2);
+      if (k > 3) one(xr, yr, 3);
+    }
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const X* xr = x + r * c;
     Out* yr = y + r * c;
