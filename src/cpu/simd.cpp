@@ -22,7 +22,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // bfloat16 bits (in 32-bit lanes) of float32 bits: round to nearest even, NaN -> 0x7FC0.
 template <class DU>
 HWY_INLINE hn::Vec<DU> RoundToBF16Bits(DU du, hn::Vec<DU> u) {
-  const auto is_nan = hn::Gt(hn::And(u, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u));
+  const hn::RebindToFloat<DU> df;
+  const auto is_nan = hn::RebindMask(du, hn::IsNaN(hn::BitCast(df, u)));  // one unordered compare
   const auto bias = hn::Add(hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)), hn::Set(du, 0x7FFFu));
   return hn::IfThenElse(is_nan, hn::Set(du, 0x7FC0u), hn::ShiftRight<16>(hn::Add(u, bias)));
 }
