@@ -499,6 +499,11 @@ TEST(MemoryFormatTest, CopiesAndElementwiseKeepTheLayout) {
   EXPECT_EQ(b.to(kBFloat16).to(kFloat32).strides(), cl);
   EXPECT_TRUE(b.contiguous().is_contiguous());
   EXPECT_TRUE(a.narrow(3, 1, 3).clone().is_contiguous());  // not dense: contiguous, as torch
+  EXPECT_EQ(empty_like(b).strides(), cl);
+  EXPECT_EQ(zeros_like(b).strides(), cl);
+  EXPECT_EQ(th::to_array(full_like(b, 2.5)).v, th::to_array(full({2, 3, 4, 5}, 2.5)).v);
+  EXPECT_TRUE(empty_like(b, MemoryFormat::Contiguous).is_contiguous());
+  EXPECT_TRUE(ones_like(a.narrow(3, 1, 3)).is_contiguous());
   // The first full-shape operand decides, as TensorIterator's stride comparison does.
   EXPECT_EQ(exp(b).strides(), cl);
   EXPECT_EQ(add(b, a).strides(), cl);

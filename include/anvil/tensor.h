@@ -157,6 +157,8 @@ ANVIL_API Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorO
 ANVIL_API Tensor zeros(const Shape& sizes, TensorOptions opts = {});
 ANVIL_API Tensor ones(const Shape& sizes, TensorOptions opts = {});
 ANVIL_API Tensor full(const Shape& sizes, const Scalar& value, TensorOptions opts = {});
+// The *_like factories lay their result out as t (torch's memory_format=preserve_format): t's
+// strides when t is non-overlapping and dense, else dense in t.suggest_memory_format()'s order.
 ANVIL_API Tensor empty_like(const Tensor& t);
 ANVIL_API Tensor empty_like(const Tensor& t, MemoryFormat format);
 ANVIL_API Tensor zeros_like(const Tensor& t);

@@ -56,15 +56,6 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
-namespace {
-// An uninitialised tensor shaped as x with options o, laid out as torch's preserve_format lays
-// out a copy: x's strides when x is non-overlapping and dense, else suggest_memory_format's.
-Tensor empty_preserving(const Tensor& x, TensorOptions o) {
-  if (x.is_non_overlapping_and_dense() && !x.is_contiguous()) return empty_strided(x.sizes(), x.strides(), o);
-  return empty(x.sizes(), o, x.suggest_memory_format());
-}
-}  // namespace
-
 Tensor Tensor::to(DType t) const {
   if (t == dtype_) return *this;
   Tensor out = empty_preserving(*this, TensorOptions(t).device(device()));

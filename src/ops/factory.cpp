@@ -49,13 +49,18 @@ Tensor full(const Shape& sizes, const Scalar& value, TensorOptions opts) {
 }
 Tensor zeros(const Shape& sizes, TensorOptions opts) { return full(sizes, 0, opts); }
 Tensor ones(const Shape& sizes, TensorOptions opts) { return full(sizes, 1, opts); }
-Tensor empty_like(const Tensor& t) { return empty(t.sizes(), TensorOptions(t.dtype()).device(t.device())); }
+// The *_like factories keep t's layout (torch's default memory_format=preserve_format).
+Tensor empty_like(const Tensor& t) { return empty_preserving(t, TensorOptions(t.dtype()).device(t.device())); }
 Tensor empty_like(const Tensor& t, MemoryFormat format) {
   return empty(t.sizes(), TensorOptions(t.dtype()).device(t.device()), format);
 }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), TensorOptions(t.dtype()).device(t.device())); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions(t.dtype()).device(t.device())); }
-Tensor full_like(const Tensor& t, const Scalar& v) { return full(t.sizes(), v, TensorOptions(t.dtype()).device(t.device())); }
+Tensor zeros_like(const Tensor& t) { return full_like(t, 0); }
+Tensor ones_like(const Tensor& t) { return full_like(t, 1); }
+Tensor full_like(const Tensor& t, const Scalar& v) {
+  Tensor out = empty_like(t);
+  out.fill_(v);
+  return out;
+}
 
 Tensor scalar_tensor(const Scalar& value, TensorOptions opts) { return full({}, value, opts); }
 

@@ -15,6 +15,11 @@ ScalarArg to_scalar_arg(const Scalar& s) {
   return a;
 }
 
+Tensor empty_preserving(const Tensor& x, TensorOptions o) {
+  if (x.is_non_overlapping_and_dense() && !x.is_contiguous()) return empty_strided(x.sizes(), x.strides(), o);
+  return empty(x.sizes(), o, x.suggest_memory_format());
+}
+
 Tensor empty_elementwise(const Shape& shape, TensorOptions opts, std::initializer_list<const Tensor*> ins) {
   for (const Tensor* t : ins) {
     if (t->sizes() != shape) continue;
