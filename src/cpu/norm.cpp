@@ -170,7 +170,7 @@ void group_norm(const GroupNormParams& p) {
         // loads: half the bytes of a float32 copy of the row per pass. The same bits as the
         // float32 path: the same lanes, the same order.
         const uint16_t* xb = reinterpret_cast<const uint16_t*>(xr);
-        simd::decode_lane_sums_bf16(xb, m, nullptr, ps);
+        simd::lane_sums(xb, m, ps);
         const double mean = m > 0 ? lane_total(ps) / static_cast<double>(m) : 0.0;
         simd::lane_squared_deviations(xb, m, mean, pq);
         const float mean_f = static_cast<float>(mean);
@@ -190,18 +190,12 @@ void group_norm(const GroupNormParams& p) {
       float buf[kFloatChunk], ybuf[kFloatChunk];
       thread_local std::vector<float> widened;
       const float* fr = nullptr;  // the row in float32 as one array, when it is one
-      bool summed = false;        // ps holds the row's sums already
       if constexpr (std::is_same_v<T, float>) {
         fr = xr;
       } else if constexpr (!kDouble) {
         if (m <= kWholeRow) {
           widened.resize(static_cast<size_t>(m));
-          if constexpr (std::is_same_v<T, BFloat16>) {  // widened and summed in one pass over the row
-            simd::decode_lane_sums_bf16(reinterpret_cast<const uint16_t*>(xr), m, widened.data(), ps);
-            summed = true;
-          } else {
-            simd::decode_f32(p.dtype, xr, widened.data(), m);
-          }
+          simd::decode_f32(p.dtype, xr, widened.data(), m);
           fr = widened.data();
         }
       }
@@ -214,7 +208,7 @@ void group_norm(const GroupNormParams& p) {
         }
       };
       if constexpr (kDouble) add_lanes<Acc>(xr, m, ps);
-      else if (!summed) floats(0, m, [&](const float* f, int64_t, int64_t len) { simd::lane_sums(f, len, ps); });
+      else floats(0, m, [&](const float* f, int64_t, int64_t len) { simd::lane_sums(f, len, ps); });
       const double mean = m > 0 ? lane_total(ps) / static_cast<double>(m) : 0.0;
       if constexpr (kDouble) add_squared_deviation_lanes<Acc>(xr, m, mean, pq);
       else floats(0, m, [&](const float* f, int64_t, int64_t len) { simd::lane_squared_deviations(f, len, mean, pq); });
@@ -375,12 +369,11 @@ void batch_norm_train(const BatchNormParams& p) {
       for_row_blocks(!kBF16, [&](const Acc* v, int64_t rb, int64_t nr) {
         std::fill(bs.begin(), bs.end(), 0.0);
         std::fill(bq.begin(), bq.end(), 0.0);
-        if constexpr (kBF16) {
-          simd::decode_column_sums_bf16(reinterpret_cast<const uint16_t*>(x + rb * c), nr, c, fbuf.data(), bs.data());
-          for (double& e : bs) e /= static_cast<double>(nr);
-          simd::column_squared_deviations(v, nr, c, bs.data(), bq.data());
-        } else if constexpr (std::is_same_v<Acc, float>) {
-          simd::column_sums(v, nr, c, bs.data());
+        if constexpr (std::is_same_v<Acc, float>) {
+          if constexpr (kBF16)  // widened into fbuf (v) as it is summed
+            simd::decode_column_sums_bf16(reinterpret_cast<const uint16_t*>(x + rb * c), nr, c, fbuf.data(), bs.data());
+          else
+            simd::column_sums(v, nr, c, bs.data());
           for (double& e : bs) e /= static_cast<double>(nr);
           simd::column_squared_deviations(v, nr, c, bs.data(), bq.data());
         } else {

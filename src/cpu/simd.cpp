@@ -318,11 +318,9 @@ int64_t ArgmaxF32(const float* HWY_RESTRICT x, int64_t n) {
 // x[n_full + t] into lane t; each lane in index order. The vector width only decides how many
 // lanes one add covers, so every x86 target gives the same bits, and 32 lanes keep four or more
 // independent add chains in flight. Products and sums round on their own.
-// X: float, or uint16_t (bfloat16 bits) widened on the way, each float32 value also stored to
-// `widened` when that is not null (a row decoded and summed in one pass over it).
+// X: float, or uint16_t (bfloat16 bits) widened as loaded.
 template <bool kSquares, typename X = float>
-void LaneStats(const X* HWY_RESTRICT x, int64_t n, double mean, double* HWY_RESTRICT lanes,
-               float* HWY_RESTRICT widened = nullptr) {
+void LaneStats(const X* HWY_RESTRICT x, int64_t n, double mean, double* HWY_RESTRICT lanes) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;
   constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(dd)), L = kStatLanes, K = L / N;
@@ -335,9 +333,7 @@ void LaneStats(const X* HWY_RESTRICT x, int64_t n, double mean, double* HWY_REST
   for (int64_t i = 0; i < nf; i += L) {
 #pragma GCC unroll 32
     for (int64_t k = 0; k < K; ++k) {
-      const auto f = LoadF32(df, x + i + k * N);
-      if (widened) hn::StoreU(f, df, widened + i + k * N);
-      const auto v = hn::PromoteTo(dd, f);
+      const auto v = hn::PromoteTo(dd, LoadF32(df, x + i + k * N));
       if constexpr (kSquares) {
         const auto d = hn::Sub(v, vm);
         acc[k] = hn::Add(acc[k], hn::Mul(d, d));
@@ -349,17 +345,13 @@ void LaneStats(const X* HWY_RESTRICT x, int64_t n, double mean, double* HWY_REST
 #pragma GCC unroll 32
   for (int64_t k = 0; k < K; ++k) hn::StoreU(acc[k], dd, lanes + k * N);
   for (int64_t i = nf; i < n; ++i) {
-    const float f = ToF32(x[i]);
-    if (widened) widened[i] = f;
-    const double v = static_cast<double>(f);
+    const double v = static_cast<double>(ToF32(x[i]));
     const double d = v - mean;
     lanes[i - nf] += kSquares ? d * d : v;
   }
 }
 void LaneSums(const float* x, int64_t n, double* lanes) { LaneStats<false>(x, n, 0.0, lanes); }
-void DecodeLaneSumsBF16(const uint16_t* x, int64_t n, float* widened, double* lanes) {
-  LaneStats<false>(x, n, 0.0, lanes, widened);
-}
+void LaneSumsBF16(const uint16_t* x, int64_t n, double* lanes) { LaneStats<false>(x, n, 0.0, lanes); }
 void LaneSquaredDeviations(const float* x, int64_t n, double mean, double* lanes) { LaneStats<true>(x, n, mean, lanes); }
 
 // Per column j < c of rows x [rows, c]: s[j] += x[r, j] (kSquares: (x[r, j] - mu[j])^2), rows in
@@ -833,7 +825,7 @@ HWY_EXPORT(GemmPanel);
 HWY_EXPORT(SumBF16);
 HWY_EXPORT(ArgmaxF32);
 HWY_EXPORT(LaneSums);
-HWY_EXPORT(DecodeLaneSumsBF16);
+HWY_EXPORT(LaneSumsBF16);
 HWY_EXPORT(LaneSquaredDeviations);
 HWY_EXPORT(ColumnSums);
 HWY_EXPORT(DecodeColumnSumsBF16);
@@ -963,9 +955,7 @@ bool sum(DType t, const void* in, int64_t n, double* out) {
 int64_t argmax_f32(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(ArgmaxF32)(x, n); }
 
 void lane_sums(const float* x, int64_t n, double* lanes) { HWY_DYNAMIC_DISPATCH(LaneSums)(x, n, lanes); }
-void decode_lane_sums_bf16(const uint16_t* x, int64_t n, float* widened, double* lanes) {
-  HWY_DYNAMIC_DISPATCH(DecodeLaneSumsBF16)(x, n, widened, lanes);
-}
+void lane_sums(const uint16_t* x, int64_t n, double* lanes) { HWY_DYNAMIC_DISPATCH(LaneSumsBF16)(x, n, lanes); }
 void lane_squared_deviations(const float* x, int64_t n, double mean, double* lanes) {
   HWY_DYNAMIC_DISPATCH(LaneSquaredDeviations)(x, n, mean, lanes);
 }

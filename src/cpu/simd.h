@@ -44,9 +44,8 @@ void encode_f32(DType to, const float* in, void* dst, int64_t n);
 // rows [rows, c] in order.
 constexpr int kStatLanes = 32;
 void lane_sums(const float* x, int64_t n, double* lanes);
-// lane_sums of bfloat16 bits x widened to float32, the widened values stored to `widened` in the
-// same pass (the same bits as decode_f32 then lane_sums).
-void decode_lane_sums_bf16(const uint16_t* x, int64_t n, float* widened, double* lanes);
+// The same over bfloat16 bits, widened as they are loaded (decode_f32 then lane_sums' bits).
+void lane_sums(const uint16_t* x, int64_t n, double* lanes);
 void lane_squared_deviations(const float* x, int64_t n, double mean, double* lanes);
 // The same over bfloat16 bits, widened as they are loaded.
 void lane_squared_deviations(const uint16_t* x, int64_t n, double mean, double* lanes);
