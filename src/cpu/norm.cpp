@@ -95,8 +95,8 @@ void rms_norm(const RmsNormParams& p) {
   else rms_norm_rows<double, float>(p);
 }
 
-// Row statistics in float64 over fixed lanes (simd::kStatLanes, shared with the SIMD kernels that
-// take the float32 data): independent chains (one chain of dependent double adds ran 4x slower),
+// Row statistics in float64 over fixed lanes (simd::kStatLanes; float64 data only, the others
+// take simd::lane_sums): independent chains (one chain of dependent double adds ran 4x slower),
 // summed in the same order every run.
 constexpr int kLanes = simd::kStatLanes;
 template <typename Acc, typename T>
@@ -126,9 +126,10 @@ inline double lane_total(const double (&lanes)[kLanes]) {
 }
 
 // Low-precision data in float32 chunks: f(chunk, offset, length) over [0, n) of x, the chunk a
-// SIMD-widened copy (float32 data is read in place). Chunks are multiples of kLanes long, so lane
+// SIMD-widened copy (float32 data is read in place). Chunks are whole statistics blocks, so lane
 // sums over them equal those over the whole range. float64 data does not come here.
 constexpr int64_t kFloatChunk = 2048;
+static_assert(kFloatChunk % (simd::kStatLanes * simd::kStatBlock) == 0, "chunks must be whole statistics blocks");
 template <typename T, typename F>
 void for_float_chunks(const T* x, int64_t n, float* buf, F&& f) {
   for (int64_t off = 0; off < n; off += kFloatChunk) {

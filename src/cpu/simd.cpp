@@ -313,97 +313,118 @@ int64_t ArgmaxF32(const float* HWY_RESTRICT x, int64_t n) {
   return 0;
 }
 
-// ---- normalisation statistics in float64 (cpu/norm.cpp), bit-identical to its scalar loops.
-// kStatLanes fixed lanes: lane l sums x[i] for i % kStatLanes == l over whole groups, the tail
-// x[n_full + t] into lane t; each lane in index order. The vector width only decides how many
-// lanes one add covers, so every x86 target gives the same bits, and 32 lanes keep four or more
-// independent add chains in flight. Products and sums round on their own.
+// ---- normalisation statistics (cpu/norm.cpp; simd.h says what they compute).
+// The vector width only decides how many lanes one add covers: every x86 target gives the same
+// bits. (Float64 for every term cost two conversions and twice the adds per 16 elements:
+// group_norm bf16 [1, 128, 64, 64] 111 -> 72 us, 2 threads.)
 // X: float, or uint16_t (bfloat16 bits) widened as loaded.
 template <bool kSquares, typename X = float>
 void LaneStats(const X* HWY_RESTRICT x, int64_t n, double mean, double* HWY_RESTRICT lanes) {
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;
-  constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(dd)), L = kStatLanes, K = L / N;
+  const hn::ScalableTag<float> df;
+  constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(df)), L = kStatLanes, K = L / N;
   static_assert(L % N == 0, "the lanes must split into whole vectors");
   const int64_t nf = n / L * L;
-  const auto vm = hn::Set(dd, mean);
-  decltype(hn::Zero(dd)) acc[K];
+  const float mean_f = static_cast<float>(mean);
+  const auto vm = hn::Set(df, mean_f);
+  for (int64_t b0 = 0; b0 < nf; b0 += L * kStatBlock) {
+    const int64_t b1 = std::min(nf, b0 + L * kStatBlock);
+    decltype(hn::Zero(df)) acc[K];
 #pragma GCC unroll 32
-  for (int64_t k = 0; k < K; ++k) acc[k] = hn::LoadU(dd, lanes + k * N);
-  for (int64_t i = 0; i < nf; i += L) {
+    for (int64_t k = 0; k < K; ++k) acc[k] = hn::Zero(df);
+    for (int64_t i = b0; i < b1; i += L) {
 #pragma GCC unroll 32
-    for (int64_t k = 0; k < K; ++k) {
-      const auto v = hn::PromoteTo(dd, LoadF32(df, x + i + k * N));
-      if constexpr (kSquares) {
-        const auto d = hn::Sub(v, vm);
-        acc[k] = hn::Add(acc[k], hn::Mul(d, d));
-      } else {
-        acc[k] = hn::Add(acc[k], v);
+      for (int64_t k = 0; k < K; ++k) {
+        const auto v = LoadF32(df, x + i + k * N);
+        if constexpr (kSquares) {
+          const auto d = hn::Sub(v, vm);
+          acc[k] = hn::Add(acc[k], hn::Mul(d, d));
+        } else {
+          acc[k] = hn::Add(acc[k], v);
+        }
       }
     }
-  }
+    float block[L];
 #pragma GCC unroll 32
-  for (int64_t k = 0; k < K; ++k) hn::StoreU(acc[k], dd, lanes + k * N);
+    for (int64_t k = 0; k < K; ++k) hn::StoreU(acc[k], df, block + k * N);
+    for (int64_t l = 0; l < L; ++l) lanes[l] += static_cast<double>(block[l]);
+  }
   for (int64_t i = nf; i < n; ++i) {
-    const double v = static_cast<double>(ToF32(x[i]));
-    const double d = v - mean;
-    lanes[i - nf] += kSquares ? d * d : v;
+    const float v = ToF32(x[i]);
+    const float d = v - mean_f;
+    lanes[i - nf] += static_cast<double>(kSquares ? d * d : v);
   }
 }
 void LaneSums(const float* x, int64_t n, double* lanes) { LaneStats<false>(x, n, 0.0, lanes); }
 void LaneSumsBF16(const uint16_t* x, int64_t n, double* lanes) { LaneStats<false>(x, n, 0.0, lanes); }
 void LaneSquaredDeviations(const float* x, int64_t n, double mean, double* lanes) { LaneStats<true>(x, n, mean, lanes); }
 
-// Per column j < c of rows x [rows, c]: s[j] += x[r, j] (kSquares: (x[r, j] - mu[j])^2), rows in
-// order; up to 8 vectors of columns at a time, so that their add chains overlap. X: float, or
-// uint16_t (bfloat16 bits) widened on the way, each value also stored to `widened` [rows, c] when
-// that is not null (a block decoded and summed in one pass over it).
+// Per column j < c of rows x [rows, c]: s[j] += x[r, j] (kSquares: (x[r, j] - float(mu[j]))^2),
+// rows in order, in float32 within blocks of kStatBlock rows, each block's partial then added to
+// s[j] in float64 (simd.h); up to 8 vectors of columns at a time, so that their add chains
+// overlap. X: float, or uint16_t (bfloat16 bits) widened on the way, each value also stored to
+// `widened` [rows, c] when that is not null (a block decoded and summed in one pass over it).
 template <bool kSquares, typename X = float>
 void ColumnStats(const X* HWY_RESTRICT x, int64_t rows, int64_t c, const double* HWY_RESTRICT mu,
                  double* HWY_RESTRICT s, float* HWY_RESTRICT widened = nullptr) {
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;
-  constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(dd)), G = 8;
-  auto term = [&](int64_t at, const double* m) {
+  const hn::ScalableTag<float> df;
+  constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(df)), G = 8;
+  float muf[G * N], part[G * N];
+  auto term = [&](int64_t at, const float* m) {
     const auto f = LoadF32(df, x + at);
     if (widened) hn::StoreU(f, df, widened + at);
-    const auto v = hn::PromoteTo(dd, f);
     if constexpr (kSquares) {
-      const auto d = hn::Sub(v, hn::LoadU(dd, m));
+      const auto d = hn::Sub(f, hn::LoadU(df, m));
       return hn::Mul(d, d);
     } else {
-      return v;
+      return f;
+    }
+  };
+  // Columns [j, j + width) through `step(acc, row, column offset)` per block of rows.
+  auto columns = [&](int64_t j, int64_t width, auto&& block) {
+    if constexpr (kSquares)
+      for (int64_t l = 0; l < width; ++l) muf[l] = static_cast<float>(mu[j + l]);
+    for (int64_t r0 = 0; r0 < rows; r0 += kStatBlock) {
+      block(std::min(rows, r0 + kStatBlock), r0);
+      for (int64_t l = 0; l < width; ++l) s[j + l] += static_cast<double>(part[l]);
     }
   };
   int64_t j = 0;
   for (; j + G * N <= c; j += G * N) {
-    decltype(hn::Zero(dd)) acc[G];
+    columns(j, G * N, [&](int64_t r1, int64_t r0) {
+      decltype(hn::Zero(df)) acc[G];
 #pragma GCC unroll 8
-    for (int64_t g = 0; g < G; ++g) acc[g] = hn::LoadU(dd, s + j + g * N);
-    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t g = 0; g < G; ++g) acc[g] = hn::Zero(df);
+      for (int64_t r = r0; r < r1; ++r) {
 #pragma GCC unroll 8
-      for (int64_t g = 0; g < G; ++g) acc[g] = hn::Add(acc[g], term(r * c + j + g * N, mu + j + g * N));
-    }
+        for (int64_t g = 0; g < G; ++g) acc[g] = hn::Add(acc[g], term(r * c + j + g * N, muf + g * N));
+      }
 #pragma GCC unroll 8
-    for (int64_t g = 0; g < G; ++g) hn::StoreU(acc[g], dd, s + j + g * N);
+      for (int64_t g = 0; g < G; ++g) hn::StoreU(acc[g], df, part + g * N);
+    });
   }
   for (; j + N <= c; j += N) {
-    auto acc = hn::LoadU(dd, s + j);
-    for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, term(r * c + j, mu + j));
-    hn::StoreU(acc, dd, s + j);
+    columns(j, N, [&](int64_t r1, int64_t r0) {
+      auto acc = hn::Zero(df);
+      for (int64_t r = r0; r < r1; ++r) acc = hn::Add(acc, term(r * c + j, muf));
+      hn::StoreU(acc, df, part);
+    });
   }
-  for (; j < c; ++j)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float f = ToF32(x[r * c + j]);
-      if (widened) widened[r * c + j] = f;
-      const double v = static_cast<double>(f);
-      if constexpr (kSquares) {
-        const double d = v - mu[j];
-        s[j] += d * d;
-      } else {
-        s[j] += v;
+  for (; j < c; ++j) {
+    columns(j, 1, [&](int64_t r1, int64_t r0) {
+      float acc = 0.0f;
+      for (int64_t r = r0; r < r1; ++r) {
+        const float f = ToF32(x[r * c + j]);
+        if (widened) widened[r * c + j] = f;
+        if constexpr (kSquares) {
+          const float d = f - muf[0];
+          acc += d * d;
+        } else {
+          acc += f;
+        }
       }
-    }
+      part[0] = acc;
+    });
+  }
 }
 void ColumnSums(const float* x, int64_t rows, int64_t c, double* s) { ColumnStats<false>(x, rows, c, nullptr, s); }
 void DecodeColumnSumsBF16(const uint16_t* x, int64_t rows, int64_t c, float* widened, double* s) {

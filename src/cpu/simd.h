@@ -37,12 +37,18 @@ float row_max(const float* x, int64_t n);
 // is stored after its input is loaded).
 float exp_sum(const float* x, float* e, int64_t n, float m);
 void encode_f32(DType to, const float* in, void* dst, int64_t n);
-// Normalisation statistics in float64 of float32 data (cpu/norm.cpp), each product and sum
-// rounded on its own. Lanes: lanes[kStatLanes], lane l adding x[i] (or (x[i] - mean)^2) for
-// i % kStatLanes == l over whole groups and the tail x[n_full + t] into lane t, in index order
-// (the same bits on every x86 target). Columns: s[j] += x[r, j] (or (x[r, j] - mu[j])^2) over
-// rows [rows, c] in order.
+// Normalisation statistics of float32 data (cpu/norm.cpp), each product and sum rounded on its
+// own, the same bits on every x86 target. Lanes: lanes[kStatLanes] in float64, lane l adding
+// x[i] (or (x[i] - mean)^2) for i % kStatLanes == l over whole groups and the tail x[n_full + t]
+// into lane t, in index order; within each block of kStatBlock whole groups a lane sums in
+// float32 (the deviation from float(mean)), then adds that partial to its float64 total. A block
+// partial's error is at most kStatBlock float32 roundings of its terms' magnitudes; float64
+// sums the blocks. A call starts a block, so calls over consecutive chunks whose lengths are
+// multiples of kStatLanes * kStatBlock give the bits of one call over their range.
+// Columns: s[j] += x[r, j] (or (x[r, j] - mu[j])^2) over rows [rows, c] in order, in the same
+// float32 blocks of kStatBlock rows added to the float64 s[j].
 constexpr int kStatLanes = 32;
+constexpr int64_t kStatBlock = 64;
 void lane_sums(const float* x, int64_t n, double* lanes);
 // The same over bfloat16 bits, widened as they are loaded (decode_f32 then lane_sums' bits).
 void lane_sums(const uint16_t* x, int64_t n, double* lanes);
