@@ -148,9 +148,10 @@ void store_floats(const float* v, T* out, int64_t n) {
   if constexpr (!std::is_same_v<T, float>) simd::encode_f32(dtype_of<T>::value, v, out, n);
 }
 
-// group_norm forward, a (n, group) row per task: the statistics in float64 over the row (two
-// passes), y in float32 (float64 for float64) in the composition's order, one rounding (Zen 5,
-// 2 threads, [1, 128, 64, 64] bf16 in 32 groups: 1.66 ms as the composition's seven passes).
+// group_norm forward, a (n, group) row per task: the statistics over the row in two passes
+// (simd::lane_sums' float32 blocks summed in float64; float64 data in float64 throughout), y in
+// float32 (float64 for float64) in the composition's order, one rounding (Zen 5, 2 threads,
+// [1, 128, 64, 64] bf16 in 32 groups: 1.66 ms as the composition's seven passes).
 FusedPlan group_norm_plan(const GroupNormParams&) { return FusedPlan::Fused; }
 
 void group_norm(const GroupNormParams& p) {

@@ -379,18 +379,19 @@ void ColumnStats(const X* HWY_RESTRICT x, int64_t rows, int64_t c, const double*
       return f;
     }
   };
-  // Columns [j, j + width) through `step(acc, row, column offset)` per block of rows.
+  // Columns [j, j + width): block(r0, r1) leaves the float32 sums of rows [r0, r1) in part[0,
+  // width), added here to s in float64, one block of kStatBlock rows at a time.
   auto columns = [&](int64_t j, int64_t width, auto&& block) {
     if constexpr (kSquares)
       for (int64_t l = 0; l < width; ++l) muf[l] = static_cast<float>(mu[j + l]);
     for (int64_t r0 = 0; r0 < rows; r0 += kStatBlock) {
-      block(std::min(rows, r0 + kStatBlock), r0);
+      block(r0, std::min(rows, r0 + kStatBlock));
       for (int64_t l = 0; l < width; ++l) s[j + l] += static_cast<double>(part[l]);
     }
   };
   int64_t j = 0;
   for (; j + G * N <= c; j += G * N) {
-    columns(j, G * N, [&](int64_t r1, int64_t r0) {
+    columns(j, G * N, [&](int64_t r0, int64_t r1) {
       decltype(hn::Zero(df)) acc[G];
 #pragma GCC unroll 8
       for (int64_t g = 0; g < G; ++g) acc[g] = hn::Zero(df);
@@ -403,14 +404,14 @@ void ColumnStats(const X* HWY_RESTRICT x, int64_t rows, int64_t c, const double*
     });
   }
   for (; j + N <= c; j += N) {
-    columns(j, N, [&](int64_t r1, int64_t r0) {
+    columns(j, N, [&](int64_t r0, int64_t r1) {
       auto acc = hn::Zero(df);
       for (int64_t r = r0; r < r1; ++r) acc = hn::Add(acc, term(r * c + j, muf));
       hn::StoreU(acc, df, part);
     });
   }
   for (; j < c; ++j) {
-    columns(j, 1, [&](int64_t r1, int64_t r0) {
+    columns(j, 1, [&](int64_t r0, int64_t r1) {
       float acc = 0.0f;
       for (int64_t r = r0; r < r1; ++r) {
         const float f = ToF32(x[r * c + j]);

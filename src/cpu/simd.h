@@ -45,8 +45,8 @@ void encode_f32(DType to, const float* in, void* dst, int64_t n);
 // partial's error is at most kStatBlock float32 roundings of its terms' magnitudes; float64
 // sums the blocks. A call starts a block, so calls over consecutive chunks whose lengths are
 // multiples of kStatLanes * kStatBlock give the bits of one call over their range.
-// Columns: s[j] += x[r, j] (or (x[r, j] - mu[j])^2) over rows [rows, c] in order, in the same
-// float32 blocks of kStatBlock rows added to the float64 s[j].
+// Columns: s[j] += x[r, j] (or (x[r, j] - float(mu[j]))^2) over rows [rows, c] in order, in
+// float32 blocks of kStatBlock rows, each added to the float64 s[j].
 constexpr int kStatLanes = 32;
 constexpr int64_t kStatBlock = 64;
 void lane_sums(const float* x, int64_t n, double* lanes);
