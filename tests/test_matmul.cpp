@@ -24,6 +24,8 @@ const std::vector<MatCase>& mat_cases() {
       {"matmul", {2, 1, 7, 33}, {3, 33, 5}}, {"matmul", {4, 7, 33}, {33, 5}}, {"matmul", {7, 33}, {4, 33, 5}},
       {"matmul", {33}, {2, 33, 5}},     {"matmul", {2, 3, 33}, {33}},    {"matmul", {1, 65}, {65, 1}},
       {"matmul", {2, 1, 1, 4096}, {1, 3, 4096, 2}},
+      // float32 / float64 C of >= 256 rows: split by rows over the threads (cpu bmm), odd counts.
+      {"mm", {300, 70}, {70, 100}},     {"bmm", {2, 261, 40}, {2, 40, 200}},
   };
   return v;
 }
