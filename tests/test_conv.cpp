@@ -269,6 +269,10 @@ TEST_P(Conv, ShiftedGemms) {
       {{1, 3, 34, 32}, {3, 4, 3, 3}, {1}, {1}, {1}, {0}, 1, true, true},
       {{1, 4, 6, 40, 9}, {4, 3, 3, 2, 3}, {1}, {1, 0, 2}, {2, 1, 1}, {0}, 1, true, true},
       {{1, 37, 12, 90}, {20, 37, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
+      // Channels-last weight grads with more than one 32-column panel of output channels: every
+      // tap in one GEMM (64 input channels) and a GEMM per tap (5).
+      {{1, 64, 9, 11}, {40, 64, 3, 3}, {1}, {1}, {1}, {0}, 1, false, false},
+      {{1, 5, 10, 12}, {36, 5, 3, 3}, {1}, {1}, {1}, {0}, 1, false, false},
   };
   for (int64_t limit : {int64_t{0}, int64_t{4096}})
     for (const Case& c : cases)

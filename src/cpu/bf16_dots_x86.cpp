@@ -249,8 +249,10 @@ void dots_m(const W& dec, const Tables* tab, const uint8_t* w, int64_t stride_w,
 // A's row by the same pair of 16 columns and adds both products into float32.
 constexpr int64_t kNr = kPairPanel;
 
-// Packs columns [j0, j0 + w) of B's k rows (row q at rows[q]) into bp (zeros past w and past k).
-ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* const* rows, int64_t k, int64_t j0, int64_t w, uint16_t* bp) {
+// Packs columns [j0, j0 + w) of B's k rows into bp (zeros past w and past k); row q's columns
+// start at rows[q * segs + s] + j0, s the panel's segment (j0 then counts from its start).
+ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* const* rows, int64_t segs, int64_t s, int64_t k, int64_t j0,
+                                       int64_t w, uint16_t* bp) {
   alignas(64) static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
                                                   8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   alignas(64) static const uint16_t hi_idx[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
@@ -258,8 +260,9 @@ ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* const* rows, int64_t k, i
   const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
   const __mmask32 mask = w >= 32 ? ~__mmask32{0} : (__mmask32{1} << w) - 1;
   for (int64_t q = 0; q < (k + 1) / 2; ++q) {
-    const __m512i r0 = _mm512_maskz_loadu_epi16(mask, rows[2 * q] + j0);
-    const __m512i r1 = 2 * q + 1 < k ? _mm512_maskz_loadu_epi16(mask, rows[2 * q + 1] + j0) : _mm512_setzero_si512();
+    const __m512i r0 = _mm512_maskz_loadu_epi16(mask, rows[2 * q * segs + s] + j0);
+    const __m512i r1 =
+        2 * q + 1 < k ? _mm512_maskz_loadu_epi16(mask, rows[(2 * q + 1) * segs + s] + j0) : _mm512_setzero_si512();
     _mm512_storeu_si512(bp + q * kNr * 2, _mm512_permutex2var_epi16(r0, lo, r1));
     _mm512_storeu_si512(bp + q * kNr * 2 + 32, _mm512_permutex2var_epi16(r0, hi, r1));
   }
@@ -267,8 +270,10 @@ ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* const* rows, int64_t k, i
 
 // C[i0 .. i0 + MR, panel] = A's rows x the packed panel, over all k (pairs), stored to c (ldc)
 // for the panel's first w columns, or added to it when `accumulate`. Row r is segs runs of
-// k / segs elements, a[r * segs + s] (one run of k when segs is 1; an even run length otherwise).
-template <int MR>
+// k / segs elements, a[r * segs + s] (one run of k when segs is 1; an even run length otherwise),
+// its pair q at a[r * segs + s] + Step q: Step 2 for plain rows, 2 kNr for rows of A packed in
+// pairs as B is (pack_pairs; zero-padded to whole pairs, segs 1).
+template <int MR, int Step>
 ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* const* a, int64_t segs, const uint16_t* bp, int64_t k, float* c,
                                         int64_t ldc, int64_t w, bool accumulate) {
   const __mmask16 m0 = w >= 16 ? __mmask16(0xffff) : __mmask16((1u << w) - 1);
@@ -288,7 +293,7 @@ ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* const* a, int64_t segs, 
       const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bs + q * kNr * 2 + 32);
       for (int r = 0; r < MR; ++r) {
         int32_t pair;
-        std::memcpy(&pair, row[r] + 2 * q, sizeof pair);
+        std::memcpy(&pair, row[r] + Step * q, sizeof pair);
         const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
         acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
         acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
@@ -300,7 +305,9 @@ ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* const* a, int64_t segs, 
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2 + 32);
     for (int r = 0; r < MR; ++r) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(row[r][2 * q]));
+      int32_t pair = static_cast<int32_t>(row[r][Step * q]);
+      if constexpr (Step != 2) std::memcpy(&pair, row[r] + Step * q, sizeof pair);  // packed: (a, 0) stored
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
     }
@@ -311,19 +318,20 @@ ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* const* a, int64_t segs, 
   }
 }
 
+template <int Step>
 ANVIL_TARGET_VBMI_BF16 void pair_rows(const uint16_t* const* a, int64_t segs, const uint16_t* bp, int64_t m, int64_t k,
                                       float* c, int64_t ldc, int64_t w, bool accumulate) {
   constexpr int kMr = 8;
   int64_t i = 0;
-  for (; i + kMr <= m; i += kMr) pair_kernel<kMr>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate);
+  for (; i + kMr <= m; i += kMr) pair_kernel<kMr, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate);
   switch (m - i) {
-    case 1: pair_kernel<1>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 2: pair_kernel<2>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 3: pair_kernel<3>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 4: pair_kernel<4>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 5: pair_kernel<5>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 6: pair_kernel<6>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 7: pair_kernel<7>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 1: pair_kernel<1, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 2: pair_kernel<2, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 3: pair_kernel<3, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 4: pair_kernel<4, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 5: pair_kernel<5, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 6: pair_kernel<6, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
+    case 7: pair_kernel<7, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
     default: break;
   }
 }
@@ -335,7 +343,30 @@ bool bf16_pair_gemm(const PairGemm& g) {
   const int64_t segs = g.a_segments;
   ANVIL_CHECK(segs == 1 || (segs > 1 && g.k % segs == 0 && g.k / segs % 2 == 0), Error,
               "[bf16_pair_gemm] A's rows must split into runs of an even length, got k ", g.k, " in ", segs, " runs");
+  const int64_t b_segs = g.b_segments, b_len = g.n / std::max<int64_t>(b_segs, 1);
+  ANVIL_CHECK(b_segs == 1 || (b_segs > 1 && g.n % b_segs == 0 && b_len % kNr == 0), Error,
+              "[bf16_pair_gemm] B's rows must split into runs of a multiple of ", kNr, " columns, got n ", g.n, " in ",
+              b_segs, " runs");
+  ANVIL_CHECK(!g.a_k_major || segs == 1, Error, "[bf16_pair_gemm] A given by its k rows takes no runs, got ", segs);
   const int64_t m = g.m, n = g.n, k = g.k, panels = (n + kNr - 1) / kNr;
+  // A given by its k rows: packed in pairs as B's panels are (all of A, once per call, parallel
+  // over panels of kNr rows), row r's pairs then kNr pairs apart.
+  const int64_t a_panels = g.a_k_major ? (m + kNr - 1) / kNr : 0, a_panel = (k + 1) / 2 * kNr * 2;
+  thread_local std::vector<uint16_t> ap;
+  thread_local std::vector<const uint16_t*> ap_rows;
+  const uint16_t* const* a_rows = g.a_rows;
+  if (g.a_k_major) {
+    if (ap.size() < static_cast<size_t>(a_panels * a_panel)) ap.resize(static_cast<size_t>(a_panels * a_panel));
+    ap_rows.resize(static_cast<size_t>(m));
+    for (int64_t r = 0; r < m; ++r) ap_rows[static_cast<size_t>(r)] = ap.data() + r / kNr * a_panel + r % kNr * 2;
+    a_rows = ap_rows.data();
+  }
+  uint16_t* const ap_data = ap.data();
+  auto rows = [&](const uint16_t* const* a, const uint16_t* bp, int64_t rows_m, float* c, int64_t ldc, int64_t w,
+                  bool accumulate) {
+    if (g.a_k_major) pair_rows<2 * kNr>(a, 1, bp, rows_m, k, c, ldc, w, accumulate);
+    else pair_rows<2>(a, segs, bp, rows_m, k, c, ldc, w, accumulate);
+  };
   // Into c: with fewer panels than threads, each panel's rows split too (at multiples of 8; each
   // part packs the panel itself). Through emit: whole panels.
   const int64_t threads = omp_get_max_threads();
@@ -343,20 +374,26 @@ bool bf16_pair_gemm(const PairGemm& g) {
   thread_local std::vector<float> tile;  // per thread, through emit: [m, kNr]
 #pragma omp parallel if (m * n * k >= (int64_t{1} << 18))
   {
-    std::vector<uint16_t> bp(static_cast<size_t>((k + 1) / 2 * kNr * 2));
+    // The packed panel, kept per thread between calls: a fresh one (215 KiB for a channels-last
+    // ResNet weight grad's k of 3362) came back from malloc as new pages, faulted in every call.
+    thread_local std::vector<uint16_t> bp;
+    if (bp.size() < static_cast<size_t>((k + 1) / 2 * kNr * 2)) bp.resize(static_cast<size_t>((k + 1) / 2 * kNr * 2));
+#pragma omp for schedule(static)
+    for (int64_t pa = 0; pa < a_panels; ++pa)
+      pack_pairs(g.a_rows, 1, 0, k, pa * kNr, std::min(kNr, m - pa * kNr), ap_data + pa * a_panel);
 #pragma omp for schedule(static)
     for (int64_t task = 0; task < panels * parts; ++task) {
       const int64_t pnl = task / parts, part = task % parts;
       const int64_t j0 = pnl * kNr, w = std::min(kNr, n - j0);
       const int64_t i0 = (m + 7) / 8 * part / parts * 8, i1 = std::min(m, (m + 7) / 8 * (part + 1) / parts * 8);
       if (i1 <= i0) continue;
-      pack_pairs(g.b_rows, k, j0, w, bp.data());
+      pack_pairs(g.b_rows, b_segs, j0 / b_len, k, j0 % b_len, w, bp.data());
       if (g.c) {
-        pair_rows(g.a_rows + i0 * segs, segs, bp.data(), i1 - i0, k, g.c + i0 * g.ldc + j0, g.ldc, w, g.accumulate);
+        rows(a_rows + i0 * segs, bp.data(), i1 - i0, g.c + i0 * g.ldc + j0, g.ldc, w, g.accumulate);
         continue;
       }
       if (tile.size() < static_cast<size_t>(m * kNr)) tile.resize(static_cast<size_t>(m * kNr));
-      pair_rows(g.a_rows, segs, bp.data(), m, k, tile.data(), kNr, w, false);
+      rows(a_rows, bp.data(), m, tile.data(), kNr, w, false);
       g.emit(j0, w, tile.data());
     }
   }

@@ -162,6 +162,12 @@ struct PairGemm {
   // at a_rows[i * a_segments + s]: an implicit GEMM whose A rows are gathered (a channels-last
   // convolution's taps, each C contiguous channels).
   int64_t a_segments = 1;
+  // B's row q as b_segments runs of n / b_segments columns (a multiple of kPairPanel), at
+  // b_rows[q * b_segments + s]: a channels-last convolution's weight grad, every tap in one call.
+  int64_t b_segments = 1;
+  // A given by its k rows instead: a_rows[q] points to the m contiguous elements of A's column q
+  // (A^T's row q; a_segments 1): a channels-last weight grad's output gradient, untransposed.
+  bool a_k_major = false;
 };
 bool bf16_pair_gemm(const PairGemm& g);
 // C = A[m, k] B[k, n] in float32 for bfloat16 A and B of any strides (elements) on AMX tiles
