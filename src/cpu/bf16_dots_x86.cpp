@@ -340,6 +340,7 @@ ANVIL_TARGET_VBMI_BF16 void pair_rows(const uint16_t* const* a, int64_t segs, co
 
 bool bf16_pair_gemm(const PairGemm& g) {
   if (!bf16_dots_supported() || g.m < 1 || g.n < 1 || g.k < 1) return false;
+  ANVIL_CHECK(!g.rows_done || g.c, Error, "[bf16_pair_gemm] rows_done needs C in c");
   const int64_t segs = g.a_segments;
   ANVIL_CHECK(segs == 1 || (segs > 1 && g.k % segs == 0 && g.k / segs % 2 == 0), Error,
               "[bf16_pair_gemm] A's rows must split into runs of an even length, got k ", g.k, " in ", segs, " runs");
@@ -371,13 +372,40 @@ bool bf16_pair_gemm(const PairGemm& g) {
   // part packs the panel itself). Through emit: whole panels.
   const int64_t threads = omp_get_max_threads();
   const int64_t parts = g.c && panels < threads ? std::min((threads + panels - 1) / panels, (m + 7) / 8) : 1;
+  const int64_t panel_elems = (k + 1) / 2 * kNr * 2;
+  if (g.rows_done) {
+    // Row blocks: each thread packs every panel of B once and takes blocks of kRowBlock rows,
+    // each block's panels one after another, then hands the block's rows to rows_done while they
+    // are in cache. (Panels over all m rows wrote a channels-last conv's whole float32 result
+    // before its rounding pass read it back: 800 KB per image of [4, 64, 56, 56].)
+    constexpr int64_t kRowBlock = 64;
+    const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel if (m * n * k >= (int64_t{1} << 18))
+    {
+      thread_local std::vector<uint16_t> bp_all;
+      if (bp_all.size() < static_cast<size_t>(panels * panel_elems))
+        bp_all.resize(static_cast<size_t>(panels * panel_elems));
+      for (int64_t pnl = 0; pnl < panels; ++pnl)
+        pack_pairs(g.b_rows, b_segs, pnl * kNr / b_len, k, pnl * kNr % b_len, std::min(kNr, n - pnl * kNr),
+                   bp_all.data() + pnl * panel_elems);
+#pragma omp for schedule(static)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t i0 = blk * kRowBlock, rows_m = std::min(kRowBlock, m - i0);
+        for (int64_t pnl = 0; pnl < panels; ++pnl)
+          rows(a_rows + i0 * segs, bp_all.data() + pnl * panel_elems, rows_m, g.c + i0 * g.ldc + pnl * kNr, g.ldc,
+               std::min(kNr, n - pnl * kNr), g.accumulate);
+        g.rows_done(i0, rows_m);
+      }
+    }
+    return true;
+  }
   thread_local std::vector<float> tile;  // per thread, through emit: [m, kNr]
 #pragma omp parallel if (m * n * k >= (int64_t{1} << 18))
   {
     // The packed panel, kept per thread between calls: a fresh one (215 KiB for a channels-last
     // ResNet weight grad's k of 3362) came back from malloc as new pages, faulted in every call.
     thread_local std::vector<uint16_t> bp;
-    if (bp.size() < static_cast<size_t>((k + 1) / 2 * kNr * 2)) bp.resize(static_cast<size_t>((k + 1) / 2 * kNr * 2));
+    if (bp.size() < static_cast<size_t>(panel_elems)) bp.resize(static_cast<size_t>(panel_elems));
 #pragma omp for schedule(static)
     for (int64_t pa = 0; pa < a_panels; ++pa)
       pack_pairs(g.a_rows, 1, 0, k, pa * kNr, std::min(kNr, m - pa * kNr), ap_data + pa * a_panel);

@@ -717,16 +717,15 @@ void dense_pair_forward_channels_last(const ConvDirectParams& given) {
       const int64_t nr = std::min(tr.rows, tr.ax[0].out - r0);
       const int64_t M = tr.fill(static_cast<const uint16_t*>(p.x), n, r0, nr, a_rows);
       float* acc = scratch<float, 1>(M * Co);
-      simd::bf16_pair_gemm({.a_rows = a_rows, .b_rows = b_rows.data(), .m = M, .n = Co, .k = kc, .c = acc,
-                            .ldc = Co, .accumulate = false, .emit = {}, .a_segments = K});
       BFloat16* y_chunk = y + (n * out_plane + r0 * tr.plane) * Co;
-#pragma omp parallel for schedule(static) if (M * Co >= kParallelGrain)
-      for (int64_t m = 0; m < M; ++m) {
-        float* v = acc + m * Co;
+      auto round_rows = [&](int64_t m0, int64_t count) {  // (+ bias) into y, a block of rows at a time
         if (p.has_bias)
-          for (int64_t co = 0; co < Co; ++co) v[co] += bias[static_cast<size_t>(co)];
-        simd::encode_f32(kBFloat16, v, y_chunk + m * Co, Co);
-      }
+          for (int64_t m = m0; m < m0 + count; ++m)
+            for (int64_t co = 0; co < Co; ++co) acc[m * Co + co] += bias[static_cast<size_t>(co)];
+        simd::encode_f32(kBFloat16, acc + m0 * Co, y_chunk + m0 * Co, count * Co);
+      };
+      simd::bf16_pair_gemm({.a_rows = a_rows, .b_rows = b_rows.data(), .m = M, .n = Co, .k = kc, .c = acc,
+                            .ldc = Co, .accumulate = false, .emit = {}, .a_segments = K, .rows_done = round_rows});
     }
 }
 

@@ -168,6 +168,10 @@ struct PairGemm {
   // A given by its k rows instead: a_rows[q] points to the m contiguous elements of A's column q
   // (A^T's row q; a_segments 1): a channels-last weight grad's output gradient, untransposed.
   bool a_k_major = false;
+  // With c: rows in blocks instead of panels over all rows (for B of a few panels and many rows),
+  // rows_done(i0, count) called on the computing thread, inside the OpenMP region, once C's rows
+  // [i0, i0 + count) are complete (the caller rounds them while they are in cache).
+  std::function<void(int64_t, int64_t)> rows_done{};
 };
 bool bf16_pair_gemm(const PairGemm& g);
 // C = A[m, k] B[k, n] in float32 for bfloat16 A and B of any strides (elements) on AMX tiles
