@@ -9,6 +9,7 @@
 // with these instructions, hence intrinsics behind a run-time CPU check; callers fall back to
 // the Highway core.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -336,6 +337,39 @@ ANVIL_TARGET_VBMI_BF16 void pair_rows(const uint16_t* const* a, int64_t segs, co
   }
 }
 
+// One 32 x 32 tile of 16-bit elements: dst[c * dst_stride + r] = src[r * src_stride + c] for r <
+// rows, c < cols (both <= 32). Five stages swap the off-diagonal b x b blocks of every 2b x 2b
+// block (b = 16 .. 1), two vpermt2w per row pair each.
+ANVIL_TARGET_VBMI_BF16 void transpose_tile_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst,
+                                               int64_t dst_stride, int rows, int cols) {
+  alignas(64) static const auto idx = [] {
+    std::array<std::array<uint16_t, 64>, 5> t{};  // per stage: the low rows' indices, the high rows'
+    for (int s = 0; s < 5; ++s) {
+      const int b = 16 >> s;
+      for (int c = 0; c < 32; ++c) {
+        t[s][c] = static_cast<uint16_t>(c & b ? 32 + c - b : c);
+        t[s][32 + c] = static_cast<uint16_t>(c & b ? 32 + c : c + b);
+      }
+    }
+    return t;
+  }();
+  const __mmask32 col_mask = cols >= 32 ? ~__mmask32{0} : (__mmask32{1} << cols) - 1;
+  __m512i r[32];
+  for (int i = 0; i < 32; ++i) r[i] = i < rows ? _mm512_maskz_loadu_epi16(col_mask, src + i * src_stride) : _mm512_setzero_si512();
+  for (int s = 0; s < 5; ++s) {
+    const int b = 16 >> s;
+    const __m512i lo = _mm512_load_si512(idx[s].data()), hi = _mm512_load_si512(idx[s].data() + 32);
+    for (int i = 0; i < 32; ++i)
+      if (!(i & b)) {
+        const __m512i a = r[i], c = r[i + b];
+        r[i] = _mm512_permutex2var_epi16(a, lo, c);
+        r[i + b] = _mm512_permutex2var_epi16(a, hi, c);
+      }
+  }
+  const __mmask32 row_mask = rows >= 32 ? ~__mmask32{0} : (__mmask32{1} << rows) - 1;
+  for (int c = 0; c < cols; ++c) _mm512_mask_storeu_epi16(dst + c * dst_stride, row_mask, r[c]);
+}
+
 }  // namespace
 
 bool bf16_pair_gemm(const PairGemm& g) {
@@ -428,6 +462,16 @@ bool bf16_pair_gemm(const PairGemm& g) {
   return true;
 }
 
+bool transpose_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride, int64_t rows,
+                   int64_t cols) {
+  if (!bf16_dots_supported()) return false;
+  for (int64_t r0 = 0; r0 < rows; r0 += 32)
+    for (int64_t c0 = 0; c0 < cols; c0 += 32)
+      transpose_tile_u16(src + r0 * src_stride + c0, src_stride, dst + c0 * dst_stride + r0, dst_stride,
+                         static_cast<int>(std::min<int64_t>(32, rows - r0)), static_cast<int>(std::min<int64_t>(32, cols - c0)));
+  return true;
+}
+
 bool bf16_dots_supported() {
   static const bool supported = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16");
   return supported;
@@ -470,6 +514,7 @@ bool bf16_dots(DType, const void*, int64_t, const float*, int64_t, int64_t, floa
 }
 bool bf16_dots_supported() { return false; }
 bool bf16_pair_gemm(const PairGemm&) { return false; }
+bool transpose_u16(const uint16_t*, int64_t, uint16_t*, int64_t, int64_t, int64_t) { return false; }
 bool bf16_dots_packed(const void*, int64_t, const uint16_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t,
                       int64_t, int64_t) {
   return false;

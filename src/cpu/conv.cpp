@@ -603,11 +603,17 @@ struct TapRuns {
     rows = std::clamp<int64_t>(conv_workspace_limit(Device(kCPU)) / row_bytes, 1, ax[0].out);
   }
 
-  // Points runs[m K + t] for batch element n's output rows [r0, r0 + nr) into x [N, in..., C];
-  // returns M, the chunk's positions.
-  int64_t fill(const uint16_t* x, int64_t n, int64_t r0, int64_t nr, const uint16_t** runs) const {
+  // The input rows along axis 0 that output rows [r0, r0 + nr) read: [lo, hi).
+  std::pair<int64_t, int64_t> input_rows(int64_t r0, int64_t nr) const {
+    const ConvAxis& a = ax[0];
+    const int64_t lo = r0 * a.stride - a.pad, hi = (r0 + nr - 1) * a.stride + (a.kernel - 1) * a.dilation - a.pad + 1;
+    return {std::clamp<int64_t>(lo, 0, a.in), std::clamp<int64_t>(hi, 0, a.in)};
+  }
+
+  // Points runs[m K + t] for output rows [r0, r0 + nr) into one batch element's input [in..., C]
+  // whose rows along axis 0 start at row `lo` at xn; returns M, the chunk's positions.
+  int64_t fill(const uint16_t* xn, int64_t lo, int64_t r0, int64_t nr, const uint16_t** runs) const {
     const ConvAxis &a0 = ax[0], &a1 = ax[1], &a2 = ax[2];
-    const uint16_t* xn = x + n * a0.in * a1.in * a2.in * C;
     // The input index of output o's tap t along axis a, or -1 in the padding.
     auto at = [](const ConvAxis& a, int64_t o, int64_t t) {
       const int64_t i = o * a.stride + t * a.dilation - a.pad;
@@ -622,7 +628,7 @@ struct TapRuns {
         for (int64_t t1 = 0; t1 < a1.kernel; ++t1) {
           const int64_t i1 = i0 < 0 ? -1 : at(a1, o1, t1);
           const int64_t t = (t0 * a1.kernel + t1) * a2.kernel;
-          const uint16_t* row = i1 < 0 ? nullptr : xn + (i0 * a1.in + i1) * a2.in * C;
+          const uint16_t* row = i1 < 0 ? nullptr : xn + ((i0 - lo) * a1.in + i1) * a2.in * C;
           for (int64_t t2 = 0; t2 < a2.kernel; ++t2)
             for (int64_t o2 = 0; o2 < a2.out; ++o2) {
               const int64_t i2 = o2 * a2.stride + t2 * a2.dilation - a2.pad;
@@ -687,42 +693,74 @@ void dense_pair_forward(const ConvDirectParams& given) {
     }
 }
 
-// Channels-last forward: y [M, Co] = A [M, K C] W^T, A's row m the K runs of C channels its taps
-// read (a segmented pair GEMM), W [Co, K, C] (the channels-last weight) as B [K C, Co]; float32
-// results in the thread's scratch, rounded (+ bias) into y's rows at the real positions. No
-// layout conversions (they cost 1.3 of 4.6 ms in the SD decoder conv [1, 128, 64, 64] k3, Zen 5:
-// 3.36 ms now, channels-first 3.41). The stride-1 input grad runs as the adjoint's forward.
-void dense_pair_forward_channels_last(const ConvDirectParams& given) {
+// Forward by positions: y [M, Co] = A [M, K C] W^T, A's row m the K runs of C channels its taps
+// read (a segmented pair GEMM over TapRuns), W [Co, K, C] as B [K C, Co]; float32 results in the
+// thread's scratch, rounded (+ bias) into y a block of rows at a time. No layout conversions for
+// channels-last tensors (they cost 1.3 of 4.6 ms in the SD decoder conv [1, 128, 64, 64] k3, Zen
+// 5). A channels-first input is transposed into channels-last slabs a chunk of rows at a time and
+// y's blocks are stored transposed: with few output channels the channels-first GEMM repacked its
+// B panel (the input's runs) for every Co rows of A (FLUX VAE [1, 32, 512, 512] 3x3 bf16, 2
+// threads: 22.9 ms that way, 45 % of it packing). The stride-1 input grad runs as the adjoint's
+// forward.
+void dense_pair_forward_rows(const ConvDirectParams& given) {
   const bool flip = given.pass == ConvPass::BackwardInput;
   const ConvDirectParams p = flip ? input_grad_as_forward(given) : given;
   const int64_t C = flip ? given.c_out : given.c_in, Co = flip ? given.c_in : given.c_out;
-  const TapRuns tr(p, C, Co * static_cast<int64_t>(sizeof(float)));  // per position: its float32 results
+  const bool cf = !p.channels_last;
+  // Per position besides the run pointers: its float32 results (and a channels-first input's slab:
+  // about C elements per input position, stride positions per output position along axis 0).
+  const TapRuns tr(p, C, Co * static_cast<int64_t>(sizeof(float)) + (cf ? C * 2 * p.axis[0].stride : 0));
   const int64_t K = tr.K, kc = C * K;
+  const ConvAxis &a0 = tr.ax[0], &a1 = tr.ax[1], &a2 = tr.ax[2];
+  const int64_t in_row = a1.in * a2.in, in_plane = a0.in * in_row;
   const auto* w = static_cast<const uint16_t*>(p.w);
-  // B [K C, Co], row t C + c. The adjoint's: the given weight [C, K, Co] (its [c_out, K, c_in])
+  // B [K C, Co], row t C + c, from the weight in x's layout ([Co, K, C] channels-last, [Co, C, K]
+  // channels-first). The adjoint's: the given weight ([C, K, Co] / [C, Co, K], its c_out first)
   // with the taps reversed.
   std::vector<uint16_t> wt(static_cast<size_t>(kc * Co));
   for (int64_t co = 0; co < Co; ++co)
     for (int64_t t = 0; t < K; ++t)
-      for (int64_t c = 0; c < C; ++c)
-        wt[static_cast<size_t>((t * C + c) * Co + co)] = flip ? w[(c * K + K - 1 - t) * Co + co] : w[(co * K + t) * C + c];
+      for (int64_t c = 0; c < C; ++c) {
+        const int64_t src = flip ? (cf ? (c * Co + co) * K + K - 1 - t : (c * K + K - 1 - t) * Co + co)
+                                 : (cf ? (co * C + c) * K + t : (co * K + t) * C + c);
+        wt[static_cast<size_t>((t * C + c) * Co + co)] = w[src];
+      }
   std::vector<const uint16_t*> b_rows(static_cast<size_t>(kc));
   for (int64_t q = 0; q < kc; ++q) b_rows[static_cast<size_t>(q)] = wt.data() + q * Co;
   const std::vector<float> bias = float_bias(p, Co);
+  const auto* x = static_cast<const uint16_t*>(p.x);
   auto* y = static_cast<BFloat16*>(p.y);
-  const int64_t out_plane = tr.ax[0].out * tr.plane;
+  const int64_t out_plane = a0.out * tr.plane;
   const uint16_t** a_rows = scratch<const uint16_t*, 3>(tr.rows * tr.plane * K);
   for (int64_t n = 0; n < p.n; ++n)
-    for (int64_t r0 = 0; r0 < tr.ax[0].out; r0 += tr.rows) {
-      const int64_t nr = std::min(tr.rows, tr.ax[0].out - r0);
-      const int64_t M = tr.fill(static_cast<const uint16_t*>(p.x), n, r0, nr, a_rows);
+    for (int64_t r0 = 0; r0 < a0.out; r0 += tr.rows) {
+      const int64_t nr = std::min(tr.rows, a0.out - r0);
+      const uint16_t* xn = x + n * in_plane * C;
+      int64_t lo = 0;
+      if (cf) {  // the rows this chunk reads, [C, rows, in_row] -> [rows, in_row, C]
+        const auto [r_lo, r_hi] = tr.input_rows(r0, nr);
+        const int64_t P = (r_hi - r_lo) * in_row;
+        uint16_t* slab = scratch<uint16_t, 4>(std::max<int64_t>(P, 1) * C);
+        const uint16_t* src = xn + r_lo * in_row;
+        constexpr int64_t kBlock = 256;  // positions per task
+#pragma omp parallel for schedule(static) if (P * C >= kParallelGrain)
+        for (int64_t p0 = 0; p0 < P; p0 += kBlock)
+          simd::transpose_u16(src + p0, in_plane, slab + p0 * C, C, C, std::min(kBlock, P - p0));
+        xn = slab;
+        lo = r_lo;
+      }
+      const int64_t M = tr.fill(xn, lo, r0, nr, a_rows);
       float* acc = scratch<float, 1>(M * Co);
-      BFloat16* y_chunk = y + (n * out_plane + r0 * tr.plane) * Co;
       auto round_rows = [&](int64_t m0, int64_t count) {  // (+ bias) into y, a block of rows at a time
         if (p.has_bias)
           for (int64_t m = m0; m < m0 + count; ++m)
             for (int64_t co = 0; co < Co; ++co) acc[m * Co + co] += bias[static_cast<size_t>(co)];
-        simd::encode_f32(kBFloat16, acc + m0 * Co, y_chunk + m0 * Co, count * Co);
+        if (!cf) return simd::encode_f32(kBFloat16, acc + m0 * Co, y + (n * out_plane + r0 * tr.plane + m0) * Co, count * Co);
+        thread_local std::vector<uint16_t> block;  // the rows rounded, [count, Co], then stored transposed
+        block.resize(static_cast<size_t>(count * Co));
+        simd::encode_f32(kBFloat16, acc + m0 * Co, block.data(), count * Co);
+        simd::transpose_u16(block.data(), Co, reinterpret_cast<uint16_t*>(y) + n * Co * out_plane + r0 * tr.plane + m0,
+                            out_plane, count, Co);
       };
       simd::bf16_pair_gemm({.a_rows = a_rows, .b_rows = b_rows.data(), .m = M, .n = Co, .k = kc, .c = acc,
                             .ldc = Co, .accumulate = false, .emit = {}, .a_segments = K, .rows_done = round_rows});
@@ -788,7 +826,8 @@ void dense_pair_weight_grad_channels_last(const ConvDirectParams& p) {
   for (int64_t n = 0; n < p.n; ++n)
     for (int64_t r0 = 0; r0 < tr.ax[0].out; r0 += tr.rows) {
       const int64_t nr = std::min(tr.rows, tr.ax[0].out - r0);
-      const int64_t M = tr.fill(static_cast<const uint16_t*>(p.x), n, r0, nr, runs);
+      const int64_t M = tr.fill(static_cast<const uint16_t*>(p.x) + n * tr.ax[0].in * tr.ax[1].in * tr.ax[2].in * C, 0,
+                                r0, nr, runs);
       const uint16_t* gy_chunk = gy + (n * out_plane + r0 * tr.plane) * Co;
       gy_rows.resize(static_cast<size_t>(M));
       for (int64_t m = 0; m < M; ++m) gy_rows[static_cast<size_t>(m)] = gy_chunk + m * Co;
@@ -828,6 +867,19 @@ bool depthwise_direct(const ConvDirectParams& p) {
   return false;
 }
 
+// Channels-first 2-d / 3-d forwards (and stride-1 input grads) that run by positions through
+// channels-last slabs (dense_pair_forward_rows): 32 or 64 output channels, where the channels-first
+// GEMM packs a B panel per 4 or 8 blocks of A rows, and the position GEMM's panels are full. Zen
+// 5, 2 threads, bf16 3x3 by bench-ops in one run: FLUX VAE [1, 32, 512, 512] 24.6 -> 17.5 ms; Wan
+// [1, 32, 4, 92, 162] 4.7 / 4.9 ms either way; kept channels-first: the FLUX conv_out's 3 output
+// channels (6.4 -> 15.3 ms by positions), SD [1, 128, 64, 64] (3.1 / 3.0), FLUX [1, 128, 128, 128]
+// (12.3 / 12.9) and Whisper's 1-d conv (3.4 / 3.8).
+bool rows_first(const ConvDirectParams& p) {
+  const bool forward = p.pass == ConvPass::Forward;
+  const int64_t c = forward ? p.c_in : p.c_out, co = forward ? p.c_out : p.c_in;  // as the forward it runs
+  return p.pass != ConvPass::BackwardWeight && p.spatial >= 2 && c % 2 == 0 && (co == 32 || co == 64);
+}
+
 FusedPlan conv_direct_plan(const ConvDirectParams& p) {
   return depthwise_direct(p) || dense_pair_direct(p) ? FusedPlan::Fused : FusedPlan::Composed;
 }
@@ -835,8 +887,8 @@ FusedPlan conv_direct_plan(const ConvDirectParams& p) {
 void conv_direct(const ConvDirectParams& given) {
   if (dense_pair_direct(given))
     return given.pass == ConvPass::BackwardWeight ? dense_pair_weight_grad(given)
-           : given.channels_last                  ? dense_pair_forward_channels_last(given)
-                                                  : dense_pair_forward(given);
+           : given.channels_last || rows_first(given) ? dense_pair_forward_rows(given)
+                                                        : dense_pair_forward(given);
   ANVIL_CHECK(depthwise_direct(given), DeviceError,
               "[conv] the CPU runs only depthwise and (AVX512-BF16) bfloat16 stride-1 convolutions directly");
   const bool flip = given.pass == ConvPass::BackwardInput;

@@ -174,6 +174,11 @@ struct PairGemm {
   std::function<void(int64_t, int64_t)> rows_done{};
 };
 bool bf16_pair_gemm(const PairGemm& g);
+// dst[c * dst_stride + r] = src[r * src_stride + c] for 16-bit elements, r < rows, c < cols, in 32
+// x 32 tiles of AVX-512 permutes (cpu/bf16_dots_x86.cpp); false (nothing written) on CPUs
+// without the AVX512-BF16 / VBMI pair (bf16_dots_supported).
+bool transpose_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride, int64_t rows,
+                   int64_t cols);
 // C = A[m, k] B[k, n] in float32 for bfloat16 A and B of any strides (elements) on AMX tiles
 // (cpu/bf16_gemm_x86.cpp), OpenMP-parallel; C comes out by blocks of rows: emit(i0, rows, c)
 // with c [rows, n] dense, called outside any parallel region. false where the CPU or the OS
