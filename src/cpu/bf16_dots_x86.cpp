@@ -397,6 +397,9 @@ bool bf16_pair_gemm(const PairGemm& g) {
     a_rows = ap_rows.data();
   }
   uint16_t* const ap_data = ap.data();
+  auto pack_a = [&](int64_t pa) {
+    pack_pairs(g.a_rows, 1, 0, k, pa * kNr, std::min(kNr, m - pa * kNr), ap_data + pa * a_panel);
+  };
   auto rows = [&](const uint16_t* const* a, const uint16_t* bp, int64_t rows_m, float* c, int64_t ldc, int64_t w,
                   bool accumulate) {
     if (g.a_k_major) pair_rows<2 * kNr>(a, 1, bp, rows_m, k, c, ldc, w, accumulate);
@@ -423,6 +426,8 @@ bool bf16_pair_gemm(const PairGemm& g) {
         pack_pairs(g.b_rows, b_segs, pnl * kNr / b_len, k, pnl * kNr % b_len, std::min(kNr, n - pnl * kNr),
                    bp_all.data() + pnl * panel_elems);
 #pragma omp for schedule(static)
+      for (int64_t pa = 0; pa < a_panels; ++pa) pack_a(pa);
+#pragma omp for schedule(static)
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t i0 = blk * kRowBlock, rows_m = std::min(kRowBlock, m - i0);
         for (int64_t pnl = 0; pnl < panels; ++pnl)
@@ -441,8 +446,7 @@ bool bf16_pair_gemm(const PairGemm& g) {
     thread_local std::vector<uint16_t> bp;
     if (bp.size() < static_cast<size_t>(panel_elems)) bp.resize(static_cast<size_t>(panel_elems));
 #pragma omp for schedule(static)
-    for (int64_t pa = 0; pa < a_panels; ++pa)
-      pack_pairs(g.a_rows, 1, 0, k, pa * kNr, std::min(kNr, m - pa * kNr), ap_data + pa * a_panel);
+    for (int64_t pa = 0; pa < a_panels; ++pa) pack_a(pa);
 #pragma omp for schedule(static)
     for (int64_t task = 0; task < panels * parts; ++task) {
       const int64_t pnl = task / parts, part = task % parts;
