@@ -273,8 +273,9 @@ TEST_P(Conv, ShiftedGemms) {
       // tap in one GEMM (64 input channels) and a GEMM per tap (5).
       {{1, 64, 9, 11}, {40, 64, 3, 3}, {1}, {1}, {1}, {0}, 1, false, false},
       {{1, 5, 10, 12}, {36, 5, 3, 3}, {1}, {1}, {1}, {0}, 1, false, false},
-      // Channels-first bf16 with 32 / 64 output channels runs by positions through channels-last
-      // slabs: forwards (strided too), 3-d, and an input grad (its forward's 32 output channels).
+      // Channels-first 2-d bf16 with 32 / 64 output channels runs by positions through
+      // channels-last slabs: forwards (strided too) and an input grad (its forward's 32 output
+      // channels); the 3-d one stays channels-first (and runs by positions channels-last).
       {{2, 6, 10, 70}, {32, 6, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
       {{1, 4, 13, 34}, {64, 4, 3, 3}, {2}, {1}, {1}, {0}, 1, false, false},
       {{1, 2, 5, 9, 12}, {32, 2, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},

@@ -867,17 +867,18 @@ bool depthwise_direct(const ConvDirectParams& p) {
   return false;
 }
 
-// Channels-first 2-d / 3-d forwards (and stride-1 input grads) that run by positions through
+// Channels-first 2-d forwards (and stride-1 input grads) that run by positions through
 // channels-last slabs (dense_pair_forward_rows): 32 or 64 output channels, where the channels-first
 // GEMM packs a B panel per 4 or 8 blocks of A rows, and the position GEMM's panels are full. Zen
-// 5, 2 threads, bf16 3x3 by bench-ops in one run: FLUX VAE [1, 32, 512, 512] 24.6 -> 17.5 ms; Wan
-// [1, 32, 4, 92, 162] 4.7 / 4.9 ms either way; kept channels-first: the FLUX conv_out's 3 output
-// channels (6.4 -> 15.3 ms by positions), SD [1, 128, 64, 64] (3.1 / 3.0), FLUX [1, 128, 128, 128]
-// (12.3 / 12.9) and Whisper's 1-d conv (3.4 / 3.8).
+// 5, 2 threads, bf16 3x3 by bench-ops in one run: FLUX VAE [1, 32, 512, 512] 24.6 -> 17.5 ms; kept
+// channels-first: the Wan conv3d [1, 32, 4, 92, 162] (4.7 / 4.9 ms, drivers alternated 4.72-4.94
+// / 4.96-5.17), the FLUX conv_out's 3 output channels (6.4 -> 15.3 ms by positions), SD
+// [1, 128, 64, 64] (3.1 / 3.0), FLUX [1, 128, 128, 128] (12.3 / 12.9) and Whisper's 1-d conv
+// (3.4 / 3.8).
 bool rows_first(const ConvDirectParams& p) {
   const bool forward = p.pass == ConvPass::Forward;
   const int64_t c = forward ? p.c_in : p.c_out, co = forward ? p.c_out : p.c_in;  // as the forward it runs
-  return p.pass != ConvPass::BackwardWeight && p.spatial >= 2 && c % 2 == 0 && (co == 32 || co == 64);
+  return p.pass != ConvPass::BackwardWeight && p.spatial == 2 && c % 2 == 0 && (co == 32 || co == 64);
 }
 
 FusedPlan conv_direct_plan(const ConvDirectParams& p) {
