@@ -306,8 +306,9 @@ ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* const* a, int64_t segs, 
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2 + 32);
     for (int r = 0; r < MR; ++r) {
-      int32_t pair = static_cast<int32_t>(row[r][Step * q]);
-      if constexpr (Step != 2) std::memcpy(&pair, row[r] + Step * q, sizeof pair);  // packed: (a, 0) stored
+      int32_t pair;  // plain rows end on a lone element; packed ones hold (a, 0)
+      if constexpr (Step == 2) pair = static_cast<int32_t>(row[r][2 * q]);
+      else std::memcpy(&pair, row[r] + Step * q, sizeof pair);
       const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
@@ -384,21 +385,22 @@ bool bf16_pair_gemm(const PairGemm& g) {
               b_segs, " runs");
   ANVIL_CHECK(!g.a_k_major || segs == 1, Error, "[bf16_pair_gemm] A given by its k rows takes no runs, got ", segs);
   const int64_t m = g.m, n = g.n, k = g.k, panels = (n + kNr - 1) / kNr;
+  const int64_t panel_elems = (k + 1) / 2 * kNr * 2;  // one packed panel of kNr columns (or A rows)
   // A given by its k rows: packed in pairs as B's panels are (all of A, once per call, parallel
   // over panels of kNr rows), row r's pairs then kNr pairs apart.
-  const int64_t a_panels = g.a_k_major ? (m + kNr - 1) / kNr : 0, a_panel = (k + 1) / 2 * kNr * 2;
+  const int64_t a_panels = g.a_k_major ? (m + kNr - 1) / kNr : 0;
   thread_local std::vector<uint16_t> ap;
   thread_local std::vector<const uint16_t*> ap_rows;
   const uint16_t* const* a_rows = g.a_rows;
   if (g.a_k_major) {
-    if (ap.size() < static_cast<size_t>(a_panels * a_panel)) ap.resize(static_cast<size_t>(a_panels * a_panel));
+    if (ap.size() < static_cast<size_t>(a_panels * panel_elems)) ap.resize(static_cast<size_t>(a_panels * panel_elems));
     ap_rows.resize(static_cast<size_t>(m));
-    for (int64_t r = 0; r < m; ++r) ap_rows[static_cast<size_t>(r)] = ap.data() + r / kNr * a_panel + r % kNr * 2;
+    for (int64_t r = 0; r < m; ++r) ap_rows[static_cast<size_t>(r)] = ap.data() + r / kNr * panel_elems + r % kNr * 2;
     a_rows = ap_rows.data();
   }
   uint16_t* const ap_data = ap.data();
   auto pack_a = [&](int64_t pa) {
-    pack_pairs(g.a_rows, 1, 0, k, pa * kNr, std::min(kNr, m - pa * kNr), ap_data + pa * a_panel);
+    pack_pairs(g.a_rows, 1, 0, k, pa * kNr, std::min(kNr, m - pa * kNr), ap_data + pa * panel_elems);
   };
   auto rows = [&](const uint16_t* const* a, const uint16_t* bp, int64_t rows_m, float* c, int64_t ldc, int64_t w,
                   bool accumulate) {
@@ -409,7 +411,6 @@ bool bf16_pair_gemm(const PairGemm& g) {
   // part packs the panel itself). Through emit: whole panels.
   const int64_t threads = omp_get_max_threads();
   const int64_t parts = g.c && panels < threads ? std::min((threads + panels - 1) / panels, (m + 7) / 8) : 1;
-  const int64_t panel_elems = (k + 1) / 2 * kNr * 2;
   if (g.rows_done) {
     // Row blocks: each thread packs every panel of B once and takes blocks of kRowBlock rows,
     // each block's panels one after another, then hands the block's rows to rows_done while they

@@ -419,12 +419,15 @@ void depthwise_weight_grad_kernel(const ConvDirectParams& p, const T* x, const T
 // bias) while still in cache. The input grad (every stride 1) runs as the forward of the
 // adjoint kernel.
 
+// The channels each tap's run holds in the forward a pass runs as: c_in, or for the input grad
+// (the adjoint's forward over grad_output) c_out.
+int64_t tap_channels(const ConvDirectParams& p) { return p.pass == ConvPass::Forward ? p.c_in : p.c_out; }
+
 bool dense_pair_direct(const ConvDirectParams& p) {
   if (p.dtype != kBFloat16 || p.groups != 1 || !simd::bf16_dots_supported()) return false;
   // Channels-last: the forward and the stride-1 input grad when the channel runs of their taps
-  // pair up (an even count of the channels read: c_in, or grad_output's c_out); the weight grad.
-  if (p.channels_last && p.pass != ConvPass::BackwardWeight && (p.pass == ConvPass::Forward ? p.c_in : p.c_out) % 2 != 0)
-    return false;
+  // pair up (an even count of the channels read); the weight grad.
+  if (p.channels_last && p.pass != ConvPass::BackwardWeight && tap_channels(p) % 2 != 0) return false;
   bool pointwise = true;  // read as a plain GEMM operand by the caller, no padding needed
   for (int i = 0; i < p.spatial; ++i) {
     const ConvAxis& a = p.axis[i];
@@ -603,6 +606,9 @@ struct TapRuns {
     rows = std::clamp<int64_t>(conv_workspace_limit(Device(kCPU)) / row_bytes, 1, ax[0].out);
   }
 
+  // Input positions per batch element.
+  int64_t input_plane() const { return ax[0].in * ax[1].in * ax[2].in; }
+
   // The input rows along axis 0 that output rows [r0, r0 + nr) read: [lo, hi).
   std::pair<int64_t, int64_t> input_rows(int64_t r0, int64_t nr) const {
     const ConvAxis& a = ax[0];
@@ -712,7 +718,7 @@ void dense_pair_forward_rows(const ConvDirectParams& given) {
   const TapRuns tr(p, C, Co * static_cast<int64_t>(sizeof(float)) + (cf ? C * 2 * p.axis[0].stride : 0));
   const int64_t K = tr.K, kc = C * K;
   const ConvAxis &a0 = tr.ax[0], &a1 = tr.ax[1], &a2 = tr.ax[2];
-  const int64_t in_row = a1.in * a2.in, in_plane = a0.in * in_row;
+  const int64_t in_row = a1.in * a2.in, in_plane = tr.input_plane();
   const auto* w = static_cast<const uint16_t*>(p.w);
   // B [K C, Co], row t C + c, from the weight in x's layout ([Co, K, C] channels-last, [Co, C, K]
   // channels-first). The adjoint's: the given weight ([C, K, Co] / [C, Co, K], its c_out first)
@@ -815,7 +821,9 @@ void dense_pair_weight_grad(const ConvDirectParams& p) {
 // measured 3.36-3.44 ms; one GEMM for all taps 3.17-3.23; gy by its rows 2.91.
 void dense_pair_weight_grad_channels_last(const ConvDirectParams& p) {
   const int64_t C = p.c_in, Co = p.c_out;
-  const TapRuns tr(p, C, static_cast<int64_t>(sizeof(void*)));  // per position: its gy row pointer
+  // Per position besides its run pointers: its gy row pointer (the per-tap GEMMs' one more
+  // pointer, tap_rows, is left out of the bound).
+  const TapRuns tr(p, C, static_cast<int64_t>(sizeof(void*)));
   const int64_t K = tr.K, kc = C * K;
   const int64_t out_plane = tr.ax[0].out * tr.plane;
   const auto* gy = static_cast<const uint16_t*>(p.y);
@@ -826,8 +834,7 @@ void dense_pair_weight_grad_channels_last(const ConvDirectParams& p) {
   for (int64_t n = 0; n < p.n; ++n)
     for (int64_t r0 = 0; r0 < tr.ax[0].out; r0 += tr.rows) {
       const int64_t nr = std::min(tr.rows, tr.ax[0].out - r0);
-      const int64_t M = tr.fill(static_cast<const uint16_t*>(p.x) + n * tr.ax[0].in * tr.ax[1].in * tr.ax[2].in * C, 0,
-                                r0, nr, runs);
+      const int64_t M = tr.fill(static_cast<const uint16_t*>(p.x) + n * tr.input_plane() * C, 0, r0, nr, runs);
       const uint16_t* gy_chunk = gy + (n * out_plane + r0 * tr.plane) * Co;
       gy_rows.resize(static_cast<size_t>(M));
       for (int64_t m = 0; m < M; ++m) gy_rows[static_cast<size_t>(m)] = gy_chunk + m * Co;
@@ -876,9 +883,8 @@ bool depthwise_direct(const ConvDirectParams& p) {
 // [1, 128, 64, 64] (3.1 / 3.0), FLUX [1, 128, 128, 128] (12.3 / 12.9) and Whisper's 1-d conv
 // (3.4 / 3.8).
 bool rows_first(const ConvDirectParams& p) {
-  const bool forward = p.pass == ConvPass::Forward;
-  const int64_t c = forward ? p.c_in : p.c_out, co = forward ? p.c_out : p.c_in;  // as the forward it runs
-  return p.pass != ConvPass::BackwardWeight && p.spatial == 2 && c % 2 == 0 && (co == 32 || co == 64);
+  const int64_t co = p.pass == ConvPass::Forward ? p.c_out : p.c_in;  // the output channels of the forward it runs
+  return p.pass != ConvPass::BackwardWeight && p.spatial == 2 && tap_channels(p) % 2 == 0 && (co == 32 || co == 64);
 }
 
 FusedPlan conv_direct_plan(const ConvDirectParams& p) {

@@ -162,7 +162,8 @@ void pad_forward(const PadParams& p) {
           // Element rows with a few edge outputs (a conv's pad): the edge sources are read first,
           // touching both ends of the input row before the copy (Zen 5, bf16 reflect
           // [1, 16, 128, 128], one thread: 31 -> 26 us; reading them after the copy stalled on
-          // those loads, and software prefetch of later rows did not help).
+          // those loads, and software prefetch of later rows did not help). A fixed array: the
+          // edge values in a per-thread vector, any count, measured 3-10 % slower here.
           U v[kMaxEdges];
           const size_t ne = edge_j.size();
           for (size_t e = 0; e < ne; ++e) v[e] = edge_k[e] < 0 ? fill : x[edge_k[e]];
