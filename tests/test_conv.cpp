@@ -198,7 +198,8 @@ TEST_P(Conv, Table) {
 }
 
 // Which plan runs: the CPU composes, except its own bf16 implicit-GEMM kernel (channels-first,
-// one group, not pointwise; AVX512-BF16 CPUs) and depthwise kernel; CUDA runs
+// one group, not pointwise; AVX512-BF16 CPUs), its float32 one (channels-last; AVX-512 CPUs) and
+// depthwise kernel; CUDA runs
 // cuDNN where this build has it and libcudnn loads, unless turned off; the plan cache keeps at
 // most its capacity.
 TEST_P(Conv, Plans) {
@@ -216,6 +217,15 @@ TEST_P(Conv, Plans) {
                              {1}, {1}, false, {0}, 1),
             want);
   EXPECT_EQ(convolution_plan(x.to(kFloat32), w.to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
+  // float32 channels-last, one group, not pointwise: the CPU's FMA implicit GEMM (AVX-512 CPUs).
+  const FusedPlan cpu_f32 = cpu_has_avx512() ? FusedPlan::Fused : FusedPlan::Composed;
+  const Tensor xf = x.to(kFloat32).contiguous(MemoryFormat::ChannelsLast), wf = w.to(kFloat32);
+  EXPECT_EQ(convolution_plan(xf, wf, {1}, {1}, {1}, false, {0}, 1), dev().is_cpu() ? cpu_f32 : want);
+  EXPECT_EQ(convolution_plan(xf, wf, {2}, {1}, {1}, false, {0}, 1), dev().is_cpu() ? cpu_f32 : want);
+  EXPECT_EQ(convolution_plan(xf, ones({16, 8, 1, 1}, TensorOptions(kFloat32).device(dev())), {1}, {0}, {1}, false, {0}, 1),
+            want);
+  EXPECT_EQ(convolution_plan(xf, ones({16, 4, 3, 3}, TensorOptions(kFloat32).device(dev())), {1}, {1}, {1}, false, {0}, 2),
+            want);
   // cuDNN needs 16-byte aligned tensors: an input one element into its buffer is composed.
   const Tensor shifted = ones({2 * 8 * 12 * 12 + 1}, o).narrow(0, 1, 2 * 8 * 12 * 12).view({2, 8, 12, 12});
   EXPECT_EQ(convolution_plan(shifted, w, {1}, {1}, {1}, false, {0}, 1), dev().is_cpu() ? cpu_bf16 : FusedPlan::Composed);

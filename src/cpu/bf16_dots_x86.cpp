@@ -15,9 +15,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <omp.h>
-
-#include "anvil/error.h"
 #include "anvil/numeric.h"
 #include "cpu/simd.h"
 
@@ -245,99 +242,6 @@ void dots_m(const W& dec, const Tables* tab, const uint8_t* w, int64_t stride_w,
   }
 }
 
-// The pair-product GEMM: B's columns in panels of kNr, its rows in pairs interleaved (pair q of
-// column j at bp[(q * kNr + j) * 2 + {0, 1}]), so one vdpbf16ps multiplies a broadcast pair of
-// A's row by the same pair of 16 columns and adds both products into float32.
-constexpr int64_t kNr = kPairPanel;
-
-// Packs columns [j0, j0 + w) of B's k rows into bp (zeros past w and past k); row q's columns
-// start at rows[q * segs + s] + j0, s the panel's segment (j0 then counts from its start).
-ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* const* rows, int64_t segs, int64_t s, int64_t k, int64_t j0,
-                                       int64_t w, uint16_t* bp) {
-  alignas(64) static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                                  8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static const uint16_t hi_idx[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-                                                  24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
-  const __mmask32 mask = w >= 32 ? ~__mmask32{0} : (__mmask32{1} << w) - 1;
-  for (int64_t q = 0; q < (k + 1) / 2; ++q) {
-    const __m512i r0 = _mm512_maskz_loadu_epi16(mask, rows[2 * q * segs + s] + j0);
-    const __m512i r1 =
-        2 * q + 1 < k ? _mm512_maskz_loadu_epi16(mask, rows[(2 * q + 1) * segs + s] + j0) : _mm512_setzero_si512();
-    _mm512_storeu_si512(bp + q * kNr * 2, _mm512_permutex2var_epi16(r0, lo, r1));
-    _mm512_storeu_si512(bp + q * kNr * 2 + 32, _mm512_permutex2var_epi16(r0, hi, r1));
-  }
-}
-
-// C[i0 .. i0 + MR, panel] = A's rows x the packed panel, over all k (pairs), stored to c (ldc)
-// for the panel's first w columns, or added to it when `accumulate`. Row r is segs runs of
-// k / segs elements, a[r * segs + s] (one run of k when segs is 1; an even run length otherwise),
-// its pair q at a[r * segs + s] + Step q: Step 2 for plain rows, 2 kNr for rows of A packed in
-// pairs as B is (pack_pairs; zero-padded to whole pairs, segs 1).
-template <int MR, int Step>
-ANVIL_TARGET_VBMI_BF16 void pair_kernel(const uint16_t* const* a, int64_t segs, const uint16_t* bp, int64_t k, float* c,
-                                        int64_t ldc, int64_t w, bool accumulate) {
-  const __mmask16 m0 = w >= 16 ? __mmask16(0xffff) : __mmask16((1u << w) - 1);
-  const __mmask16 m1 = w >= 32 ? __mmask16(0xffff) : w <= 16 ? __mmask16(0) : __mmask16((1u << (w - 16)) - 1);
-  __m512 acc[MR][2];
-  const uint16_t* row[MR] = {};  // set per segment (segs >= 1); the braces quiet GCC's maybe-uninitialized
-  for (int r = 0; r < MR; ++r) {
-    acc[r][0] = accumulate ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
-    acc[r][1] = accumulate ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
-  }
-  const int64_t pairs = k / 2, seg_pairs = segs == 1 ? pairs : k / segs / 2;
-  for (int64_t s = 0; s < segs; ++s) {
-    for (int r = 0; r < MR; ++r) row[r] = a[r * segs + s];
-    const uint16_t* bs = bp + s * seg_pairs * kNr * 2;
-    for (int64_t q = 0; q < seg_pairs; ++q) {
-      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bs + q * kNr * 2);
-      const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bs + q * kNr * 2 + 32);
-      for (int r = 0; r < MR; ++r) {
-        int32_t pair;
-        std::memcpy(&pair, row[r] + Step * q, sizeof pair);
-        const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
-        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
-      }
-    }
-  }
-  if (k % 2) {  // the last row of B pairs with zeros: A's odd element pairs with a zero of its own
-    const int64_t q = pairs;
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * kNr * 2 + 32);
-    for (int r = 0; r < MR; ++r) {
-      int32_t pair;  // plain rows end on a lone element; packed ones hold (a, 0)
-      if constexpr (Step == 2) pair = static_cast<int32_t>(row[r][2 * q]);
-      else std::memcpy(&pair, row[r] + Step * q, sizeof pair);
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    _mm512_mask_storeu_ps(c + r * ldc, m0, acc[r][0]);
-    _mm512_mask_storeu_ps(c + r * ldc + 16, m1, acc[r][1]);
-  }
-}
-
-template <int Step>
-ANVIL_TARGET_VBMI_BF16 void pair_rows(const uint16_t* const* a, int64_t segs, const uint16_t* bp, int64_t m, int64_t k,
-                                      float* c, int64_t ldc, int64_t w, bool accumulate) {
-  constexpr int kMr = 8;
-  int64_t i = 0;
-  for (; i + kMr <= m; i += kMr) pair_kernel<kMr, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate);
-  switch (m - i) {
-    case 1: pair_kernel<1, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 2: pair_kernel<2, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 3: pair_kernel<3, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 4: pair_kernel<4, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 5: pair_kernel<5, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 6: pair_kernel<6, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    case 7: pair_kernel<7, Step>(a + i * segs, segs, bp, k, c + i * ldc, ldc, w, accumulate); break;
-    default: break;
-  }
-}
-
 // One 32 x 32 tile of 16-bit elements: dst[c * dst_stride + r] = src[r * src_stride + c] for r <
 // rows, c < cols (both <= 32). Five stages swap the off-diagonal b x b blocks of every 2b x 2b
 // block (b = 16 .. 1), two vpermt2w per row pair each.
@@ -372,102 +276,6 @@ ANVIL_TARGET_VBMI_BF16 void transpose_tile_u16(const uint16_t* src, int64_t src_
 }
 
 }  // namespace
-
-bool bf16_pair_gemm(const PairGemm& g) {
-  if (!bf16_dots_supported() || g.m < 1 || g.n < 1 || g.k < 1) return false;
-  ANVIL_CHECK(!g.rows_done || g.c, Error, "[bf16_pair_gemm] rows_done needs C in c");
-  const int64_t segs = g.a_segments;
-  ANVIL_CHECK(segs == 1 || (segs > 1 && g.k % segs == 0 && g.k / segs % 2 == 0), Error,
-              "[bf16_pair_gemm] A's rows must split into runs of an even length, got k ", g.k, " in ", segs, " runs");
-  const int64_t b_segs = g.b_segments, b_len = g.n / std::max<int64_t>(b_segs, 1);
-  ANVIL_CHECK(b_segs == 1 || (b_segs > 1 && g.n % b_segs == 0 && b_len % kNr == 0), Error,
-              "[bf16_pair_gemm] B's rows must split into runs of a multiple of ", kNr, " columns, got n ", g.n, " in ",
-              b_segs, " runs");
-  ANVIL_CHECK(!g.a_k_major || segs == 1, Error, "[bf16_pair_gemm] A given by its k rows takes no runs, got ", segs);
-  const int64_t m = g.m, n = g.n, k = g.k, panels = (n + kNr - 1) / kNr;
-  const int64_t panel_elems = (k + 1) / 2 * kNr * 2;  // one packed panel of kNr columns (or A rows)
-  // A given by its k rows: packed in pairs as B's panels are (all of A, once per call, parallel
-  // over panels of kNr rows), row r's pairs then kNr pairs apart.
-  const int64_t a_panels = g.a_k_major ? (m + kNr - 1) / kNr : 0;
-  thread_local std::vector<uint16_t> ap;
-  thread_local std::vector<const uint16_t*> ap_rows;
-  const uint16_t* const* a_rows = g.a_rows;
-  if (g.a_k_major) {
-    if (ap.size() < static_cast<size_t>(a_panels * panel_elems)) ap.resize(static_cast<size_t>(a_panels * panel_elems));
-    ap_rows.resize(static_cast<size_t>(m));
-    for (int64_t r = 0; r < m; ++r) ap_rows[static_cast<size_t>(r)] = ap.data() + r / kNr * panel_elems + r % kNr * 2;
-    a_rows = ap_rows.data();
-  }
-  uint16_t* const ap_data = ap.data();
-  auto pack_a = [&](int64_t pa) {
-    pack_pairs(g.a_rows, 1, 0, k, pa * kNr, std::min(kNr, m - pa * kNr), ap_data + pa * panel_elems);
-  };
-  auto rows = [&](const uint16_t* const* a, const uint16_t* bp, int64_t rows_m, float* c, int64_t ldc, int64_t w,
-                  bool accumulate) {
-    if (g.a_k_major) pair_rows<2 * kNr>(a, 1, bp, rows_m, k, c, ldc, w, accumulate);
-    else pair_rows<2>(a, segs, bp, rows_m, k, c, ldc, w, accumulate);
-  };
-  // Into c: with fewer panels than threads, each panel's rows split too (at multiples of 8; each
-  // part packs the panel itself). Through emit: whole panels.
-  const int64_t threads = omp_get_max_threads();
-  const int64_t parts = g.c && panels < threads ? std::min((threads + panels - 1) / panels, (m + 7) / 8) : 1;
-  if (g.rows_done) {
-    // Row blocks: each thread packs every panel of B once and takes blocks of kRowBlock rows,
-    // each block's panels one after another, then hands the block's rows to rows_done while they
-    // are in cache. (Panels over all m rows wrote a channels-last conv's whole float32 result
-    // before its rounding pass read it back: 800 KB per image of [4, 64, 56, 56].)
-    constexpr int64_t kRowBlock = 64;
-#pragma omp parallel if (m * n * k >= (int64_t{1} << 18))
-    {
-      thread_local std::vector<uint16_t> bp_all;
-      if (bp_all.size() < static_cast<size_t>(panels * panel_elems))
-        bp_all.resize(static_cast<size_t>(panels * panel_elems));
-      for (int64_t pnl = 0; pnl < panels; ++pnl)
-        pack_pairs(g.b_rows, b_segs, pnl * kNr / b_len, k, pnl * kNr % b_len, std::min(kNr, n - pnl * kNr),
-                   bp_all.data() + pnl * panel_elems);
-#pragma omp for schedule(static)
-      for (int64_t pa = 0; pa < a_panels; ++pa) pack_a(pa);
-      // Each thread its own share of rows (multiples of 8), in blocks: blocks dealt out whole left
-      // one thread a block more than the other (25 vs 24 blocks of 64 rows for 3136 positions).
-      const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num(), groups = (m + 7) / 8;
-      const int64_t r_begin = std::min(m, groups * t / nt * 8), r_end = std::min(m, groups * (t + 1) / nt * 8);
-      for (int64_t i0 = r_begin; i0 < r_end; i0 += kRowBlock) {
-        const int64_t rows_m = std::min(kRowBlock, r_end - i0);
-        for (int64_t pnl = 0; pnl < panels; ++pnl)
-          rows(a_rows + i0 * segs, bp_all.data() + pnl * panel_elems, rows_m, g.c + i0 * g.ldc + pnl * kNr, g.ldc,
-               std::min(kNr, n - pnl * kNr), g.accumulate);
-        g.rows_done(i0, rows_m);
-      }
-    }
-    return true;
-  }
-  thread_local std::vector<float> tile;  // per thread, through emit: [m, kNr]
-#pragma omp parallel if (m * n * k >= (int64_t{1} << 18))
-  {
-    // The packed panel, kept per thread between calls: a fresh one (215 KiB for a channels-last
-    // ResNet weight grad's k of 3362) came back from malloc as new pages, faulted in every call.
-    thread_local std::vector<uint16_t> bp;
-    if (bp.size() < static_cast<size_t>(panel_elems)) bp.resize(static_cast<size_t>(panel_elems));
-#pragma omp for schedule(static)
-    for (int64_t pa = 0; pa < a_panels; ++pa) pack_a(pa);
-#pragma omp for schedule(static)
-    for (int64_t task = 0; task < panels * parts; ++task) {
-      const int64_t pnl = task / parts, part = task % parts;
-      const int64_t j0 = pnl * kNr, w = std::min(kNr, n - j0);
-      const int64_t i0 = (m + 7) / 8 * part / parts * 8, i1 = std::min(m, (m + 7) / 8 * (part + 1) / parts * 8);
-      if (i1 <= i0) continue;
-      pack_pairs(g.b_rows, b_segs, j0 / b_len, k, j0 % b_len, w, bp.data());
-      if (g.c) {
-        rows(a_rows + i0 * segs, bp.data(), i1 - i0, g.c + i0 * g.ldc + j0, g.ldc, w, g.accumulate);
-        continue;
-      }
-      if (tile.size() < static_cast<size_t>(m * kNr)) tile.resize(static_cast<size_t>(m * kNr));
-      rows(a_rows, bp.data(), m, tile.data(), kNr, w, false);
-      g.emit(j0, w, tile.data());
-    }
-  }
-  return true;
-}
 
 bool transpose_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride, int64_t rows,
                    int64_t cols) {
@@ -520,7 +328,6 @@ bool bf16_dots(DType, const void*, int64_t, const float*, int64_t, int64_t, floa
   return false;
 }
 bool bf16_dots_supported() { return false; }
-bool bf16_pair_gemm(const PairGemm&) { return false; }
 bool transpose_u16(const uint16_t*, int64_t, uint16_t*, int64_t, int64_t, int64_t) { return false; }
 bool bf16_dots_packed(const void*, int64_t, const uint16_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t,
                       int64_t, int64_t) {

@@ -423,11 +423,10 @@ void depthwise_weight_grad_kernel(const ConvDirectParams& p, const T* x, const T
 // (the adjoint's forward over grad_output) c_out.
 int64_t tap_channels(const ConvDirectParams& p) { return p.pass == ConvPass::Forward ? p.c_in : p.c_out; }
 
-bool dense_pair_direct(const ConvDirectParams& p) {
-  if (p.dtype != kBFloat16 || p.groups != 1 || !simd::bf16_dots_supported()) return false;
-  // Channels-last: the forward and the stride-1 input grad when the channel runs of their taps
-  // pair up (an even count of the channels read); the weight grad.
-  if (p.channels_last && p.pass != ConvPass::BackwardWeight && tap_channels(p) % 2 != 0) return false;
+// The geometry the implicit GEMMs take: any stride forward and weight grad, the input grad with
+// every stride 1 and pad at most (k - 1) x dilation (the adjoint's forward); not pointwise (a
+// plain GEMM operand for the caller).
+bool implicit_gemm_axes(const ConvDirectParams& p) {
   bool pointwise = true;  // read as a plain GEMM operand by the caller, no padding needed
   for (int i = 0; i < p.spatial; ++i) {
     const ConvAxis& a = p.axis[i];
@@ -436,6 +435,24 @@ bool dense_pair_direct(const ConvDirectParams& p) {
     pointwise &= a.kernel == 1 && a.pad == 0 && a.stride == 1;
   }
   return !pointwise;
+}
+
+bool dense_pair_direct(const ConvDirectParams& p) {
+  if (p.dtype != kBFloat16 || p.groups != 1 || !simd::bf16_dots_supported()) return false;
+  // Channels-last: the forward and the stride-1 input grad when the channel runs of their taps
+  // pair up (an even count of the channels read); the weight grad.
+  if (p.channels_last && p.pass != ConvPass::BackwardWeight && tap_channels(p) % 2 != 0) return false;
+  return implicit_gemm_axes(p);
+}
+
+// float32 channels-last convolutions of one group: the position GEMMs of the bfloat16 ones
+// (dense_forward_rows, dense_weight_grad_channels_last) with fused multiply-adds. Intel Xeon VM
+// with AVX-512 (2026-12-05), 2 threads, [4, 64, 56, 56] 3x3: OpenBLAS's shifted GEMMs (one per
+// tap) took 4.5 / 4.5 / 8.5 ms (forward / input grad / weight grad), these 3.1 / 3.1 / 3.8, where
+// PyTorch's oneDNN takes 2.7 / 2.7 / 2.7 (docs/PERFORMANCE.md, session 29).
+bool dense_f32_direct(const ConvDirectParams& p) {
+  if (p.dtype != kFloat32 || p.groups != 1 || !p.channels_last || !simd::f32_row_gemm_supported()) return false;
+  return implicit_gemm_axes(p);
 }
 
 // The calling thread's scratch buffer `slot` of at least n elements, kept between calls: a fresh
@@ -448,13 +465,19 @@ T* scratch(int64_t n) {
   return buf.data();
 }
 
-// The bf16 bias of `count` channels in float32 (zeros without one).
+// The bias (bfloat16 or float32) of `count` channels in float32 (zeros without one).
 std::vector<float> float_bias(const ConvDirectParams& p, int64_t count) {
   std::vector<float> b(static_cast<size_t>(count), 0.f);
   if (p.has_bias)
-    for (int64_t c = 0; c < count; ++c) b[static_cast<size_t>(c)] = static_cast<float>(static_cast<const BFloat16*>(p.bias)[c]);
+    for (int64_t c = 0; c < count; ++c)
+      b[static_cast<size_t>(c)] = p.dtype == kFloat32 ? static_cast<const float*>(p.bias)[c]
+                                                      : static_cast<float>(static_cast<const BFloat16*>(p.bias)[c]);
   return b;
 }
+
+// The GEMM of an element type: bfloat16 bits by pair products, float32 by fused multiply-adds.
+bool row_gemm(const simd::RowGemm<uint16_t>& g) { return simd::bf16_pair_gemm(g); }
+bool row_gemm(const simd::RowGemm<float>& g) { return simd::f32_row_gemm(g); }
 
 // The phase images of a channels-first forward problem's input (C channels), a chunk of output
 // rows at a time, and the run every (channel, tap) reads in them.
@@ -585,10 +608,11 @@ struct PhaseImages {
 // position, or padding: runs[m K + t] points at them, or at C zeros. (Phase images copied the
 // input into a zero-padded buffer first and computed the junk positions between their rows:
 // bf16 [4, 64, 56, 56] 3x3 input grad, Zen 5, 2 threads, 2.62-2.74 ms that way, 2.45 this way.)
+template <typename T>
 struct TapRuns {
   ConvAxis ax[3];
   int64_t C = 0, K = 0, plane = 0, rows = 0;  // plane: positions per row of axis 0
-  std::vector<uint16_t> zeros;
+  std::vector<T> zeros;
 
   // per_position: the bytes the caller keeps per output position of a chunk besides the K run
   // pointers, counted in the chunk's bound (conv_workspace_limit) too.
@@ -618,7 +642,7 @@ struct TapRuns {
 
   // Points runs[m K + t] for output rows [r0, r0 + nr) into one batch element's input [in..., C]
   // whose rows along axis 0 start at row `lo` at xn; returns M, the chunk's positions.
-  int64_t fill(const uint16_t* xn, int64_t lo, int64_t r0, int64_t nr, const uint16_t** runs) const {
+  int64_t fill(const T* xn, int64_t lo, int64_t r0, int64_t nr, const T** runs) const {
     const ConvAxis &a0 = ax[0], &a1 = ax[1], &a2 = ax[2];
     // The input index of output o's tap t along axis a, or -1 in the padding.
     auto at = [](const ConvAxis& a, int64_t o, int64_t t) {
@@ -628,13 +652,13 @@ struct TapRuns {
 #pragma omp parallel for schedule(static) if (nr * plane * K >= kParallelGrain)
     for (int64_t r = 0; r < nr * a1.out; ++r) {  // one row (o0, o1) of positions along axis 2
       const int64_t o0 = r0 + r / a1.out, o1 = r % a1.out;
-      const uint16_t** out = runs + r * a2.out * K;
+      const T** out = runs + r * a2.out * K;
       for (int64_t t0 = 0; t0 < a0.kernel; ++t0) {
         const int64_t i0 = at(a0, o0, t0);
         for (int64_t t1 = 0; t1 < a1.kernel; ++t1) {
           const int64_t i1 = i0 < 0 ? -1 : at(a1, o1, t1);
           const int64_t t = (t0 * a1.kernel + t1) * a2.kernel;
-          const uint16_t* row = i1 < 0 ? nullptr : xn + ((i0 - lo) * a1.in + i1) * a2.in * C;
+          const T* row = i1 < 0 ? nullptr : xn + ((i0 - lo) * a1.in + i1) * a2.in * C;
           for (int64_t t2 = 0; t2 < a2.kernel; ++t2)
             for (int64_t o2 = 0; o2 < a2.out; ++o2) {
               const int64_t i2 = o2 * a2.stride + t2 * a2.dilation - a2.pad;
@@ -708,22 +732,25 @@ void dense_pair_forward(const ConvDirectParams& given) {
 // B panel (the input's runs) for every Co rows of A (FLUX VAE [1, 32, 512, 512] 3x3 bf16, 2
 // threads: 22.9 ms that way, 45 % of it packing). The stride-1 input grad runs as the adjoint's
 // forward.
-void dense_pair_forward_rows(const ConvDirectParams& given) {
+template <typename T>
+void dense_forward_rows(const ConvDirectParams& given) {
+  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;  // else float32, channels-last only
   const bool flip = given.pass == ConvPass::BackwardInput;
   const ConvDirectParams p = flip ? input_grad_as_forward(given) : given;
   const int64_t C = flip ? given.c_out : given.c_in, Co = flip ? given.c_in : given.c_out;
   const bool cf = !p.channels_last;
-  // Per position besides the run pointers: its float32 results (and a channels-first input's slab:
-  // about C elements per input position, stride positions per output position along axis 0).
-  const TapRuns tr(p, C, Co * static_cast<int64_t>(sizeof(float)) + (cf ? C * 2 * p.axis[0].stride : 0));
+  // Per position besides the run pointers: bfloat16's float32 results (and a channels-first
+  // input's slab: about C elements per input position, stride positions per output position along
+  // axis 0); float32 results go straight to y.
+  const TapRuns<T> tr(p, C, kBf16 ? Co * static_cast<int64_t>(sizeof(float)) + (cf ? C * 2 * p.axis[0].stride : 0) : 0);
   const int64_t K = tr.K, kc = C * K;
   const ConvAxis &a0 = tr.ax[0], &a1 = tr.ax[1], &a2 = tr.ax[2];
   const int64_t in_row = a1.in * a2.in, in_plane = tr.input_plane();
-  const auto* w = static_cast<const uint16_t*>(p.w);
+  const auto* w = static_cast<const T*>(p.w);
   // B [K C, Co], row t C + c, from the weight in x's layout ([Co, K, C] channels-last, [Co, C, K]
   // channels-first). The adjoint's: the given weight ([C, K, Co] / [C, Co, K], its c_out first)
   // with the taps reversed.
-  std::vector<uint16_t> wt(static_cast<size_t>(kc * Co));
+  std::vector<T> wt(static_cast<size_t>(kc * Co));
   for (int64_t co = 0; co < Co; ++co)
     for (int64_t t = 0; t < K; ++t)
       for (int64_t c = 0; c < C; ++c) {
@@ -731,55 +758,61 @@ void dense_pair_forward_rows(const ConvDirectParams& given) {
                                  : (cf ? (co * C + c) * K + t : (co * K + t) * C + c);
         wt[static_cast<size_t>((t * C + c) * Co + co)] = w[src];
       }
-  std::vector<const uint16_t*> b_rows(static_cast<size_t>(kc));
+  std::vector<const T*> b_rows(static_cast<size_t>(kc));
   for (int64_t q = 0; q < kc; ++q) b_rows[static_cast<size_t>(q)] = wt.data() + q * Co;
   const std::vector<float> bias = float_bias(p, Co);
-  const auto* x = static_cast<const uint16_t*>(p.x);
-  auto* y = static_cast<BFloat16*>(p.y);
+  const auto* x = static_cast<const T*>(p.x);
+  T* y = static_cast<T*>(p.y);
   const int64_t out_plane = a0.out * tr.plane;
-  const uint16_t** a_rows = scratch<const uint16_t*, 3>(tr.rows * tr.plane * K);
+  const T** a_rows = scratch<const T*, 3>(tr.rows * tr.plane * K);
   for (int64_t n = 0; n < p.n; ++n)
     for (int64_t r0 = 0; r0 < a0.out; r0 += tr.rows) {
       const int64_t nr = std::min(tr.rows, a0.out - r0);
-      const uint16_t* xn = x + n * in_plane * C;
+      const T* xn = x + n * in_plane * C;
       int64_t lo = 0;
-      if (cf) {  // the rows this chunk reads, [C, rows, in_row] -> [rows, in_row, C]
-        const auto [r_lo, r_hi] = tr.input_rows(r0, nr);
-        const int64_t P = (r_hi - r_lo) * in_row;
-        uint16_t* slab = scratch<uint16_t, 4>(std::max<int64_t>(P, 1) * C);
-        const uint16_t* src = xn + r_lo * in_row;
-        constexpr int64_t kBlock = 256;  // positions per task
+      if constexpr (kBf16)
+        if (cf) {  // the rows this chunk reads, [C, rows, in_row] -> [rows, in_row, C]
+          const auto [r_lo, r_hi] = tr.input_rows(r0, nr);
+          const int64_t P = (r_hi - r_lo) * in_row;
+          uint16_t* slab = scratch<uint16_t, 4>(std::max<int64_t>(P, 1) * C);
+          const uint16_t* src = xn + r_lo * in_row;
+          constexpr int64_t kBlock = 256;  // positions per task
 #pragma omp parallel for schedule(static) if (P * C >= kParallelGrain)
-        for (int64_t p0 = 0; p0 < P; p0 += kBlock)
-          simd::transpose_u16(src + p0, in_plane, slab + p0 * C, C, C, std::min(kBlock, P - p0));
-        xn = slab;
-        lo = r_lo;
-      }
+          for (int64_t p0 = 0; p0 < P; p0 += kBlock)
+            simd::transpose_u16(src + p0, in_plane, slab + p0 * C, C, C, std::min(kBlock, P - p0));
+          xn = slab;
+          lo = r_lo;
+        }
       const int64_t M = tr.fill(xn, lo, r0, nr, a_rows);
-      float* acc = scratch<float, 1>(M * Co);
+      T* y_chunk = y + (n * out_plane + r0 * tr.plane) * Co;  // channels-last
+      float* acc;
+      if constexpr (kBf16) acc = scratch<float, 1>(M * Co);
+      else acc = y_chunk;
       auto round_rows = [&](int64_t m0, int64_t count) {  // (+ bias) into y, a block of rows at a time
         if (p.has_bias)
           for (int64_t m = m0; m < m0 + count; ++m)
             for (int64_t co = 0; co < Co; ++co) acc[m * Co + co] += bias[static_cast<size_t>(co)];
-        if (!cf) return simd::encode_f32(kBFloat16, acc + m0 * Co, y + (n * out_plane + r0 * tr.plane + m0) * Co, count * Co);
-        thread_local std::vector<uint16_t> block;  // the rows rounded, [count, Co], then stored transposed
-        block.resize(static_cast<size_t>(count * Co));
-        simd::encode_f32(kBFloat16, acc + m0 * Co, block.data(), count * Co);
-        simd::transpose_u16(block.data(), Co, reinterpret_cast<uint16_t*>(y) + n * Co * out_plane + r0 * tr.plane + m0,
-                            out_plane, count, Co);
+        if constexpr (kBf16) {
+          if (!cf) return simd::encode_f32(kBFloat16, acc + m0 * Co, y_chunk + m0 * Co, count * Co);
+          thread_local std::vector<uint16_t> block;  // the rows rounded, [count, Co], then stored transposed
+          block.resize(static_cast<size_t>(count * Co));
+          simd::encode_f32(kBFloat16, acc + m0 * Co, block.data(), count * Co);
+          simd::transpose_u16(block.data(), Co, y + n * Co * out_plane + r0 * tr.plane + m0, out_plane, count, Co);
+        }
       };
-      simd::bf16_pair_gemm({.a_rows = a_rows, .b_rows = b_rows.data(), .m = M, .n = Co, .k = kc, .c = acc,
-                            .ldc = Co, .accumulate = false, .emit = {}, .a_segments = K, .rows_done = round_rows});
+      row_gemm(simd::RowGemm<T>{.a_rows = a_rows, .b_rows = b_rows.data(), .m = M, .n = Co, .k = kc, .c = acc,
+                                .ldc = Co, .accumulate = false, .emit = {}, .a_segments = K, .rows_done = round_rows});
     }
 }
 
 // Weight grad: gw^T [C K, Co] = sum over images and chunks of B [C K, M] (the runs as rows) times
 // gy^T [M, Co] (gy transposed into the chunk's positions, zero rows at the junk ones, which
 // would otherwise multiply real inputs), in float32 over everything, rounded once.
-void dense_pair_weight_grad_channels_last(const ConvDirectParams& p);
+template <typename T>
+void dense_weight_grad_channels_last(const ConvDirectParams& p);
 
 void dense_pair_weight_grad(const ConvDirectParams& p) {
-  if (p.channels_last) return dense_pair_weight_grad_channels_last(p);
+  if (p.channels_last) return dense_weight_grad_channels_last<uint16_t>(p);
   const int64_t C = p.c_in, Co = p.c_out;
   PhaseImages im(p, C, Co * static_cast<int64_t>(sizeof(uint16_t)));
   const int64_t K = im.K, kc = C * K;
@@ -819,39 +852,56 @@ void dense_pair_weight_grad(const ConvDirectParams& p) {
 // pairs, no transposed copy); float32 over everything in gw's own layout [Co, K, C], rounded
 // once. Zen 5, 2 threads, bf16 [4, 64, 56, 56] 3x3: a GEMM per tap over a transposed copy of gy
 // measured 3.36-3.44 ms; one GEMM for all taps 3.17-3.23; gy by its rows 2.91.
-void dense_pair_weight_grad_channels_last(const ConvDirectParams& p) {
+template <typename T>
+void dense_weight_grad_channels_last(const ConvDirectParams& p) {
   const int64_t C = p.c_in, Co = p.c_out;
   // Per position besides its run pointers: its gy row pointer (the per-tap GEMMs' one more
   // pointer, tap_rows, is left out of the bound).
-  const TapRuns tr(p, C, static_cast<int64_t>(sizeof(void*)));
+  const TapRuns<T> tr(p, C, static_cast<int64_t>(sizeof(void*)));
   const int64_t K = tr.K, kc = C * K;
   const int64_t out_plane = tr.ax[0].out * tr.plane;
-  const auto* gy = static_cast<const uint16_t*>(p.y);
-  std::vector<const uint16_t*> gy_rows, tap_rows;
-  const uint16_t** runs = scratch<const uint16_t*, 3>(tr.rows * tr.plane * K);
+  const auto* gy = static_cast<const T*>(p.y);
+  std::vector<const T*> gy_rows, tap_rows;
+  const T** runs = scratch<const T*, 3>(tr.rows * tr.plane * K);
+  constexpr bool kF32 = std::is_same_v<T, float>;
+  // bfloat16: gw [Co, K C] in float32, rounded at the end; float32: gw^T [K C, Co], transposed
+  // into gw at the end.
   float* acc = scratch<float, 1>(Co * kc);
   bool first = true;
   for (int64_t n = 0; n < p.n; ++n)
     for (int64_t r0 = 0; r0 < tr.ax[0].out; r0 += tr.rows) {
       const int64_t nr = std::min(tr.rows, tr.ax[0].out - r0);
-      const int64_t M = tr.fill(static_cast<const uint16_t*>(p.x) + n * tr.input_plane() * C, 0, r0, nr, runs);
-      const uint16_t* gy_chunk = gy + (n * out_plane + r0 * tr.plane) * Co;
+      const int64_t M = tr.fill(static_cast<const T*>(p.x) + n * tr.input_plane() * C, 0, r0, nr, runs);
+      const T* gy_chunk = gy + (n * out_plane + r0 * tr.plane) * Co;
       gy_rows.resize(static_cast<size_t>(M));
       for (int64_t m = 0; m < M; ++m) gy_rows[static_cast<size_t>(m)] = gy_chunk + m * Co;
-      if (C % simd::kPairPanel == 0) {  // every tap in one GEMM: B's row m the K runs of output m
-        simd::bf16_pair_gemm({.a_rows = gy_rows.data(), .b_rows = runs, .m = Co, .n = kc, .k = M, .c = acc,
-                              .ldc = kc, .accumulate = !first, .emit = {}, .b_segments = K, .a_k_major = true});
+      if constexpr (kF32) {
+        // gw^T [K C, Co] += X^T [K C, M] gy [M, Co]: A (X^T) by its k rows, the K runs of each
+        // output position read in place; B's rows gy's (packed two panels per chunk, where X as
+        // B was packed a panel per 32 of K C columns: 20 % of the time).
+        row_gemm(simd::RowGemm<T>{.a_rows = runs, .b_rows = gy_rows.data(), .m = kc, .n = Co, .k = M, .c = acc,
+                                  .ldc = Co, .accumulate = !first, .emit = {}, .a_segments = K, .a_k_major = true});
+      } else if (C % simd::kPairPanel == 0) {  // every tap in one GEMM: B's row m the K runs of output m
+        row_gemm(simd::RowGemm<T>{.a_rows = gy_rows.data(), .b_rows = runs, .m = Co, .n = kc, .k = M, .c = acc,
+                                  .ldc = kc, .accumulate = !first, .emit = {}, .b_segments = K, .a_k_major = true});
       } else {
         tap_rows.resize(static_cast<size_t>(M));
         for (int64_t t = 0; t < K; ++t) {
           for (int64_t m = 0; m < M; ++m) tap_rows[static_cast<size_t>(m)] = runs[m * K + t];
-          simd::bf16_pair_gemm({.a_rows = gy_rows.data(), .b_rows = tap_rows.data(), .m = Co, .n = C, .k = M,
-                                .c = acc + t * C, .ldc = kc, .accumulate = !first, .emit = {}, .a_k_major = true});
+          row_gemm(simd::RowGemm<T>{.a_rows = gy_rows.data(), .b_rows = tap_rows.data(), .m = Co, .n = C, .k = M,
+                                    .c = acc + t * C, .ldc = kc, .accumulate = !first, .emit = {}, .a_k_major = true});
         }
       }
       first = false;
     }
-  simd::encode_f32(kBFloat16, acc, static_cast<BFloat16*>(p.w), Co * kc);
+  if constexpr (kF32) {
+    float* gw = static_cast<float*>(p.w);
+#pragma omp parallel for schedule(static) if (Co * kc >= kParallelGrain)
+    for (int64_t co = 0; co < Co; ++co)
+      for (int64_t q = 0; q < kc; ++q) gw[co * kc + q] = acc[q * Co + co];
+  } else {
+    simd::encode_f32(kBFloat16, acc, static_cast<BFloat16*>(p.w), Co * kc);
+  }
 }
 
 }  // namespace
@@ -888,14 +938,17 @@ bool rows_first(const ConvDirectParams& p) {
 }
 
 FusedPlan conv_direct_plan(const ConvDirectParams& p) {
-  return depthwise_direct(p) || dense_pair_direct(p) ? FusedPlan::Fused : FusedPlan::Composed;
+  return depthwise_direct(p) || dense_pair_direct(p) || dense_f32_direct(p) ? FusedPlan::Fused : FusedPlan::Composed;
 }
 
 void conv_direct(const ConvDirectParams& given) {
   if (dense_pair_direct(given))
     return given.pass == ConvPass::BackwardWeight ? dense_pair_weight_grad(given)
-           : given.channels_last || rows_first(given) ? dense_pair_forward_rows(given)
+           : given.channels_last || rows_first(given) ? dense_forward_rows<uint16_t>(given)
                                                         : dense_pair_forward(given);
+  if (dense_f32_direct(given))
+    return given.pass == ConvPass::BackwardWeight ? dense_weight_grad_channels_last<float>(given)
+                                                  : dense_forward_rows<float>(given);
   ANVIL_CHECK(depthwise_direct(given), DeviceError,
               "[conv] the CPU runs only depthwise and (AVX512-BF16) bfloat16 stride-1 convolutions directly");
   const bool flip = given.pass == ConvPass::BackwardInput;

@@ -1076,6 +1076,7 @@ namespace anvil {
 // anvil/version.h's query, answered by the backend that knows (core includes no backend header).
 std::string cpu_simd_target() { return cpu::simd::target_name(); }
 bool cpu_has_bf16_dots() { return cpu::simd::bf16_dots_supported(); }
+bool cpu_has_avx512() { return cpu::simd::f32_row_gemm_supported(); }
 
 }  // namespace anvil
 #endif  // HWY_ONCE

@@ -139,41 +139,51 @@ bool bf16_dots(DType w_dtype, const void* w, int64_t stride_w, const float* x, i
 // x (float32, row i at x + i * stride_x) serves the k % 64 tail: only its columns
 // [k / 64 * 64, k) are read.
 bool bf16_dots_supported();
-// C = A[m, k] B[k, n] in float32 for bfloat16 A and B by AVX512-BF16 pair products (vdpbf16ps:
-// exact products, float32 sums in pairs; inputs below 2^-126 read as zero), their rows given by
-// pointers: row i of A is k contiguous elements from a_rows[i] (or runs of them: a_segments), row q of B n contiguous ones from
-// b_rows[q] (plain matrices, or implicit-GEMM operands such as a convolution's shifted input
-// rows). OpenMP-parallel over panels of kPairPanel columns of B (and over A's rows when there are
-// fewer panels than threads and C goes to c). C goes to c (row-major, ldc; overwritten, or added
-// to when `accumulate`), or, when c is null, to emit(j0, w, tile) a panel at a time: tile [m,
-// kPairPanel] (row stride kPairPanel, the first w columns valid; the caller may overwrite it),
+// C = A[m, k] B[k, n] in float32, A's and B's rows given by pointers (cpu/row_gemm_x86.cpp): row
+// i of A is k contiguous elements from a_rows[i] (or runs of them: a_segments), row q of B n
+// contiguous ones from b_rows[q] (plain matrices, or implicit-GEMM operands such as a
+// convolution's shifted input rows). E = uint16_t: bfloat16 A and B by AVX512-BF16 pair products
+// (bf16_pair_gemm; vdpbf16ps: exact products, float32 sums in pairs; inputs below 2^-126 read as
+// zero); E = float: float32 A and B by AVX-512 fused multiply-adds, k ascending
+// (f32_row_gemm). OpenMP-parallel over panels of kPairPanel columns of B (and over A's rows when
+// there are fewer panels than threads and C goes to c). C goes to c (row-major, ldc; overwritten,
+// or added to when `accumulate`), or, when c is null, to emit(j0, w, tile) a panel at a time: tile
+// [m, kPairPanel] (row stride kPairPanel, the first w columns valid; the caller may overwrite it),
 // called inside the OpenMP region on the thread that computed it. false (nothing written) where
-// the CPU has no AVX512-BF16.
+// the CPU lacks the instructions.
 constexpr int64_t kPairPanel = 32;
-struct PairGemm {
-  const uint16_t* const* a_rows = nullptr;
-  const uint16_t* const* b_rows = nullptr;
+template <typename E>
+struct RowGemm {
+  const E* const* a_rows = nullptr;
+  const E* const* b_rows = nullptr;
   int64_t m = 0, n = 0, k = 0;
   float* c = nullptr;
   int64_t ldc = 0;
   bool accumulate = false;
   std::function<void(int64_t, int64_t, float*)> emit;
-  // A row i as a_segments runs of k / a_segments elements (an even count when more than one),
-  // at a_rows[i * a_segments + s]: an implicit GEMM whose A rows are gathered (a channels-last
-  // convolution's taps, each C contiguous channels).
+  // A row i as a_segments runs of k / a_segments elements (for bfloat16 an even count when more
+  // than one), at a_rows[i * a_segments + s]: an implicit GEMM whose A rows are gathered (a
+  // channels-last convolution's taps, each C contiguous channels).
   int64_t a_segments = 1;
   // B's row q as b_segments runs of n / b_segments columns (a multiple of kPairPanel), at
   // b_rows[q * b_segments + s]: a channels-last convolution's weight grad, every tap in one call.
   int64_t b_segments = 1;
   // A given by its k rows instead: a_rows[q] points to the m contiguous elements of A's column q
-  // (A^T's row q; a_segments 1): a channels-last weight grad's output gradient, untransposed.
+  // (A^T's row q): a channels-last weight grad's output gradient, untransposed (bfloat16; packed
+  // in pairs by the GEMM). float32 also takes A^T's row q as a_segments runs of m / a_segments
+  // elements at a_rows[q * a_segments + s] (a channels-last weight grad's input taps, read in
+  // place); bfloat16 takes a_segments 1.
   bool a_k_major = false;
   // With c: rows in blocks instead of panels over all rows (for B of a few panels and many rows),
   // rows_done(i0, count) called on the computing thread, inside the OpenMP region, once C's rows
   // [i0, i0 + count) are complete (the caller rounds them while they are in cache).
   std::function<void(int64_t, int64_t)> rows_done{};
 };
+using PairGemm = RowGemm<uint16_t>;
 bool bf16_pair_gemm(const PairGemm& g);
+bool f32_row_gemm(const RowGemm<float>& g);
+// Whether f32_row_gemm runs here (AVX-512F and VL).
+bool f32_row_gemm_supported();
 // dst[c * dst_stride + r] = src[r * src_stride + c] for 16-bit elements, r < rows, c < cols, in 32
 // x 32 tiles of AVX-512 permutes (cpu/bf16_dots_x86.cpp); false (nothing written) on CPUs
 // without the AVX512-BF16 / VBMI pair (bf16_dots_supported).
