@@ -1,8 +1,9 @@
 // Convolution cases at the models' shapes: the Wan2.x VAE decoder's 3-d conv (causally
 // pre-padded, bf16), an SD / FLUX VAE decoder conv2d, a ResNet stage's conv2d backward in
-// channels-last, Whisper's strided front-end conv1d, an EnCodec-style streaming conv1d (short
-// output, float32), a depthwise short conv1d (Mamba-style; forward and backward) and a depthwise
-// 3 x 3 conv2d in channels-last (MobileNet-style); on CUDA the ResNet float32
+// channels-last (bf16, float32) and channels-first (float32), Whisper's strided front-end
+// conv1d, an EnCodec-style streaming conv1d (short output, float32), a depthwise short conv1d
+// (Mamba-style; forward and backward) and a depthwise 3 x 3 conv2d in channels-last
+// (MobileNet-style); on CUDA the ResNet float32
 // backward also with cuDNN's FFT / Winograd engines allowed (PyTorch's default picks them).
 // Compute-bound: the fraction is of the GEMM FLOP ceiling of the same dtype measured in the same
 // run. CPU shapes are smaller.
@@ -51,6 +52,7 @@ std::vector<Case> conv_cases(Device dev) {
       {"sd vae decoder channels-last", {1, c2, h2, h2}, {c2, c2, 3, 3}, {1}, {1}, 1, kBFloat16, true},
       {"resnet stage channels-last", {n4, 64, 56, 56}, {64, 64, 3, 3}, {1}, {1}, 1, kBFloat16, true, true},
       {"resnet stage", {n4, 64, 56, 56}, {64, 64, 3, 3}, {1}, {1}, 1, kFloat32, false, true},
+      {"resnet stage channels-last", {n4, 64, 56, 56}, {64, 64, 3, 3}, {1}, {1}, 1, kFloat32, true, true},
       {"resnet stage fft/winograd allowed", {n4, 64, 56, 56}, {64, 64, 3, 3}, {1}, {1}, 1, kFloat32, false, true, true},
       {"whisper conv2", {1, whisper, 3000}, {whisper, whisper, 3}, {2}, {1}, 1, kBFloat16},
       {"encodec streaming", {1, 512, 64}, {512, 512, 7}, {1}, {3}, 1, kFloat32},

@@ -353,16 +353,20 @@ void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Te
   gw.copy_(gwr.permute({1, 2, 3, 0}).reshape(gw.sizes()));
 }
 
-// A CPU bfloat16 channels-last problem (one group, not pointwise) as channels-first, when the
-// backend runs that pass channels-first as its implicit-GEMM kernel but not channels-last: the
-// caller runs q and converts the result back. The layout conversions cost less than the
-// channels-last GEMM saves (Zen 5, 2 threads: docs/PERFORMANCE.md, session 24).
-std::optional<Problem> channels_first_direct(const Problem& p, ConvPass pass, const Tensor& bias) {
-  if (!p.device.is_cpu() || p.dtype != kBFloat16 || !p.channels_last() || p.groups != 1 || p.pointwise()) return {};
-  // The forward with an even channel count has its own channels-last kernel.
-  if (ANVIL_PLAN(p.device, conv_direct, direct_params(p, pass, {}, {}, {}, bias)) == FusedPlan::Fused) return {};
+// A CPU problem (one group, not pointwise) in the other memory format, when the backend runs
+// that pass as its implicit-GEMM kernel there but not in p's: bfloat16 channels-last as
+// channels-first, float32 channels-first 2-d / 3-d as channels-last. The caller runs q and
+// converts the result back: the layout conversions cost less than the GEMM saves (bf16: Zen 5, 2
+// threads, docs/PERFORMANCE.md session 24; float32: session 29).
+std::optional<Problem> other_layout_direct(const Problem& p, ConvPass pass, const Tensor& bias) {
+  if (!p.device.is_cpu() || p.groups != 1 || p.pointwise()) return {};
   Problem q = p;
-  q.fmt = MemoryFormat::Contiguous;
+  if (p.dtype == kBFloat16 && p.channels_last()) q.fmt = MemoryFormat::Contiguous;
+  else if (p.dtype == kFloat32 && !p.channels_last() && p.spatial >= 2)
+    q.fmt = p.spatial == 2 ? MemoryFormat::ChannelsLast : MemoryFormat::ChannelsLast3d;
+  else return {};
+  // p's own kernel where it has one (a bf16 channels-last forward with an even channel count).
+  if (ANVIL_PLAN(p.device, conv_direct, direct_params(p, pass, {}, {}, {}, bias)) == FusedPlan::Fused) return {};
   if (ANVIL_PLAN(q.device, conv_direct, direct_params(q, pass, {}, {}, {}, bias)) != FusedPlan::Fused) return {};
   return q;
 }
@@ -397,8 +401,8 @@ Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, co
     const Shape y4 = {y_sizes[0], y_sizes[1], y_sizes[2], 1};
     return conv_forward(q, x_in.unsqueeze(3), w_in.unsqueeze(3), bias, y4).contiguous().squeeze(3);
   }
-  // The other way round where the CPU has its implicit-GEMM kernel (channels-first only).
-  if (const auto q = channels_first_direct(p, ConvPass::Forward, bias))
+  // The CPU's implicit-GEMM kernel in the other layout (bf16 channels-first, float32 channels-last).
+  if (const auto q = other_layout_direct(p, ConvPass::Forward, bias))
     return conv_forward(*q, x_in, w_in, bias, y_sizes).contiguous(p.fmt);
   Tensor y = empty(y_sizes, TensorOptions(p.dtype).device(p.device), p.fmt);
   if (y.numel() == 0) return y;
@@ -431,7 +435,7 @@ Tensor conv_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in, co
 // convolution's) added before the one rounding; in p.fmt.
 Tensor conv_input_grad(const Problem& p, const Tensor& gy_in, const Tensor& w_in, const Tensor& bias,
                        const Shape& x_sizes) {
-  if (const auto q = channels_first_direct(p, ConvPass::BackwardInput, bias))
+  if (const auto q = other_layout_direct(p, ConvPass::BackwardInput, bias))
     return conv_input_grad(*q, gy_in, w_in, bias, x_sizes).contiguous(p.fmt);
   const TensorOptions opts = TensorOptions(p.dtype).device(p.device);
   Tensor gx = empty(x_sizes, opts, p.fmt);
@@ -486,7 +490,7 @@ Tensor conv_input_grad(const Problem& p, const Tensor& gy_in, const Tensor& w_in
 // gw [c_out, c_in / g, k] = sum over batch and output positions of gy times x's columns, in
 // p.fmt, summed in float32 (float64) over all of them and rounded once.
 Tensor conv_weight_grad(const Problem& p, const Tensor& x_in, const Tensor& gy_in, const Shape& w_sizes) {
-  if (const auto q = channels_first_direct(p, ConvPass::BackwardWeight, {}))
+  if (const auto q = other_layout_direct(p, ConvPass::BackwardWeight, {}))
     return conv_weight_grad(*q, x_in, gy_in, w_sizes).contiguous(p.fmt);
   Tensor gw = empty(w_sizes, TensorOptions(p.dtype).device(p.device), p.fmt);
   if (gw.numel() == 0) return gw;
