@@ -217,14 +217,18 @@ TEST_P(Conv, Plans) {
                              {1}, {1}, false, {0}, 1),
             want);
   EXPECT_EQ(convolution_plan(x.to(kFloat32), w.to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
-  // float32 channels-last, one group, not pointwise: the CPU's FMA implicit GEMM (AVX-512 CPUs).
+  // float32 channels-last, one group, not pointwise, 32 output channels or more, weights of at
+  // most 1 MiB: the CPU's FMA implicit GEMM (AVX-512 CPUs).
   const FusedPlan cpu_f32 = cpu_has_avx512() ? FusedPlan::Fused : FusedPlan::Composed;
-  const Tensor xf = x.to(kFloat32).contiguous(MemoryFormat::ChannelsLast), wf = w.to(kFloat32);
+  const TensorOptions f = TensorOptions(kFloat32).device(dev());
+  const Tensor xf = x.to(kFloat32).contiguous(MemoryFormat::ChannelsLast), wf = ones({32, 8, 3, 3}, f);
   EXPECT_EQ(convolution_plan(xf, wf, {1}, {1}, {1}, false, {0}, 1), dev().is_cpu() ? cpu_f32 : want);
   EXPECT_EQ(convolution_plan(xf, wf, {2}, {1}, {1}, false, {0}, 1), dev().is_cpu() ? cpu_f32 : want);
-  EXPECT_EQ(convolution_plan(xf, ones({16, 8, 1, 1}, TensorOptions(kFloat32).device(dev())), {1}, {0}, {1}, false, {0}, 1),
-            want);
-  EXPECT_EQ(convolution_plan(xf, ones({16, 4, 3, 3}, TensorOptions(kFloat32).device(dev())), {1}, {1}, {1}, false, {0}, 2),
+  EXPECT_EQ(convolution_plan(xf, ones({16, 8, 3, 3}, f), {1}, {1}, {1}, false, {0}, 1), want);
+  EXPECT_EQ(convolution_plan(xf, ones({32, 8, 1, 1}, f), {1}, {0}, {1}, false, {0}, 1), want);
+  EXPECT_EQ(convolution_plan(xf, ones({32, 4, 3, 3}, f), {1}, {1}, {1}, false, {0}, 2), want);
+  EXPECT_EQ(convolution_plan(ones({1, 512, 8, 8}, f).contiguous(MemoryFormat::ChannelsLast), ones({512, 512, 3, 3}, f),
+                             {1}, {1}, {1}, false, {0}, 1),
             want);
   // cuDNN needs 16-byte aligned tensors: an input one element into its buffer is composed.
   const Tensor shifted = ones({2 * 8 * 12 * 12 + 1}, o).narrow(0, 1, 2 * 8 * 12 * 12).view({2, 8, 12, 12});

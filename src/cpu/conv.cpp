@@ -450,8 +450,18 @@ bool dense_pair_direct(const ConvDirectParams& p) {
 // with AVX-512 (2026-12-05), 2 threads, [4, 64, 56, 56] 3x3: OpenBLAS's shifted GEMMs (one per
 // tap) took 4.5 / 4.5 / 8.5 ms (forward / input grad / weight grad), these 3.1 / 3.1 / 3.8, where
 // PyTorch's oneDNN takes 2.7 / 2.7 / 2.7 (docs/PERFORMANCE.md, session 29).
+// Where it wins there: a GEMM of 32 columns or more (the forward's and weight grad's c_out, the
+// input grad's c_in: a 3-channel conv_out ran 16.2 -> 23.5 ms on a 32-column panel) and weights
+// of at most 1 MiB (the packed B every row block runs over stays in L2: [1, 512, 64, 64] 3x3,
+// 9.4 MB, ran 70.8 -> 92.1 ms; [1, 128, 256, 256], 0.6 MB, 77.6 -> 78.4 forward and 105 -> 93
+// weight grad).
 bool dense_f32_direct(const ConvDirectParams& p) {
   if (p.dtype != kFloat32 || p.groups != 1 || !p.channels_last || !simd::f32_row_gemm_supported()) return false;
+  int64_t taps = 1;
+  for (int i = 0; i < p.spatial; ++i) taps *= p.axis[i].kernel;
+  const int64_t columns = p.pass == ConvPass::BackwardInput ? p.c_in : p.c_out;
+  constexpr int64_t kMaxWeightBytes = int64_t{1} << 20;
+  if (columns < simd::kPairPanel || taps * p.c_in * p.c_out * 4 > kMaxWeightBytes) return false;
   return implicit_gemm_axes(p);
 }
 
