@@ -158,7 +158,136 @@ bool bf16_gemm(const uint16_t* a, int64_t sa_row, int64_t sa_col, const uint16_t
   return true;
 }
 
+namespace {
+
+// One A tile of 16 rows x 32 bfloat16 for bf16_amx_row_gemm: the rows' runs from column c0 on,
+// loaded in place when their starts lie at one stride (16 consecutive positions of a
+// channels-last input, away from its edges), else gathered into buf (rows past `rows` zero).
+ANVIL_TARGET_AMX inline void load_a_tile(int tile, const uint16_t* const* starts, int64_t segs, int rows, int64_t stride,
+                                         int64_t c0, uint16_t* buf) {
+  if (stride != 0) {
+    const uint16_t* p = starts[0] + c0;
+    if (tile == 4) _tile_loadd(4, p, stride);
+    else _tile_loadd(5, p, stride);
+    return;
+  }
+  for (int r = 0; r < 16; ++r) {
+    if (r < rows) std::memcpy(buf + r * 32, starts[r * segs] + c0, 64);
+    else std::memset(buf + r * 32, 0, 64);
+  }
+  if (tile == 4) _tile_loadd(4, buf, 64);
+  else _tile_loadd(5, buf, 64);
+}
+
+// The byte stride at which the run-s starts of the 16 rows from row i lie (positive, one stride
+// for all), else 0 (also for a group of fewer rows).
+int64_t uniform_stride(const uint16_t* const* a_rows, int64_t segs, int64_t s, int64_t i, int rows) {
+  if (rows < 16) return 0;
+  const auto* p0 = reinterpret_cast<const char*>(a_rows[i * segs + s]);
+  const int64_t stride = reinterpret_cast<const char*>(a_rows[(i + 1) * segs + s]) - p0;
+  if (stride <= 0) return 0;
+  for (int r = 2; r < 16; ++r)
+    if (reinterpret_cast<const char*>(a_rows[(i + r) * segs + s]) - p0 != r * stride) return 0;
+  return stride;
+}
+
+// Blocks [b0, b1) of 32 rows of bf16_amx_row_gemm's C against every packed panel of B (bp, as
+// bf16_gemm packs it), then rows_done for each block.
+ANVIL_TARGET_AMX void amx_row_blocks(const PairGemm& g, const uint16_t* bp, int64_t b0, int64_t b1) {
+  const int64_t segs = g.a_segments, m = g.m, n = g.n, run = g.k / segs, kp = g.k / 2;
+  const int64_t panels = (n + kBlock - 1) / kBlock;
+  configure_tiles();  // tile state is per thread
+  alignas(64) uint16_t abuf[2][16 * 32];
+  alignas(64) float cbuf[32 * 32];
+  std::vector<int64_t> strides(static_cast<size_t>(2 * segs));
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t i0 = b * kBlock;
+    const int rows = static_cast<int>(std::min<int64_t>(kBlock, m - i0));
+    const int rows0 = std::min(rows, 16), rows1 = std::max(rows - 16, 0);
+    for (int64_t s = 0; s < segs; ++s) {
+      strides[static_cast<size_t>(2 * s)] = uniform_stride(g.a_rows, segs, s, i0, rows0);
+      strides[static_cast<size_t>(2 * s + 1)] = uniform_stride(g.a_rows, segs, s, i0 + 16, rows1);
+    }
+    for (int64_t t = 0; t < panels; ++t) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t s = 0; s < segs; ++s)
+        for (int64_t c0 = 0; c0 < run; c0 += kBlock) {
+          load_a_tile(4, g.a_rows + i0 * segs + s, segs, rows0, strides[static_cast<size_t>(2 * s)], c0, abuf[0]);
+          if (rows1 > 0)
+            load_a_tile(5, g.a_rows + (i0 + 16) * segs + s, segs, rows1, strides[static_cast<size_t>(2 * s + 1)], c0,
+                        abuf[1]);
+          const uint16_t* bt = bp + (t * kp + (s * run + c0) / 2) * 64;
+          _tile_loadd(6, bt, 128);
+          _tile_loadd(7, bt + 32, 128);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          if (rows1 > 0) {
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+      const int64_t j0 = t * kBlock, w = std::min<int64_t>(kBlock, n - j0);
+      float* c = g.c + i0 * g.ldc + j0;
+      if (rows == kBlock && w == kBlock && !g.accumulate) {
+        _tile_stored(0, c, g.ldc * 4);
+        _tile_stored(1, c + 16, g.ldc * 4);
+        _tile_stored(2, c + 16 * g.ldc, g.ldc * 4);
+        _tile_stored(3, c + 16 * g.ldc + 16, g.ldc * 4);
+        continue;
+      }
+      _tile_stored(0, cbuf, 128);
+      _tile_stored(1, cbuf + 16, 128);
+      _tile_stored(2, cbuf + 16 * 32, 128);
+      _tile_stored(3, cbuf + 16 * 32 + 16, 128);
+      for (int r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < w; ++j) c[r * g.ldc + j] = (g.accumulate ? c[r * g.ldc + j] : 0.f) + cbuf[r * 32 + j];
+    }
+    if (g.rows_done) g.rows_done(i0, rows);
+  }
+  release_tiles();
+}
+
+}  // namespace
+
+bool amx_bf16_supported() { return amx_usable(); }
+
+bool bf16_amx_row_gemm(const PairGemm& g) {
+  if (!amx_usable() || g.a_k_major || g.b_segments != 1 || !g.c || g.m < 1 || g.n < 1 || g.k < 1) return false;
+  const int64_t segs = g.a_segments, m = g.m, n = g.n, k = g.k;
+  if (segs < 1 || k % segs != 0 || (k / segs) % kBlock != 0) return false;
+  const int64_t kp = k / 2, panels = (n + kBlock - 1) / kBlock;
+  // B: panel t's pair row p at bp[(t * kp + p) * 64] (its 32 columns' two values adjacent).
+  thread_local std::vector<uint16_t> bp_buf;  // the calling thread's: a pointer into it goes to the team
+  bp_buf.resize(static_cast<size_t>(panels * kp * 64));
+  uint16_t* const bp = bp_buf.data();
+#pragma omp parallel for schedule(static) if (n * k >= (int64_t{1} << 16))
+  for (int64_t t = 0; t < panels; ++t)
+    for (int64_t p = 0; p < kp; ++p) {
+      uint16_t* dst = bp + (t * kp + p) * 64;
+      const uint16_t *r0 = g.b_rows[2 * p], *r1 = g.b_rows[2 * p + 1];
+      for (int64_t j = 0; j < kBlock; ++j) {
+        const int64_t col = t * kBlock + j;
+        dst[2 * j] = col < n ? r0[col] : 0;
+        dst[2 * j + 1] = col < n ? r1[col] : 0;
+      }
+    }
+  const int64_t blocks = (m + kBlock - 1) / kBlock;
+#pragma omp parallel if (m * n * k >= (int64_t{1} << 18))
+  {
+    // Each thread a contiguous share of the blocks (rows_done sees its rows in order).
+    const int64_t nt = omp_get_num_threads(), th = omp_get_thread_num();
+    amx_row_blocks(g, bp, blocks * th / nt, blocks * (th + 1) / nt);
+  }
+  return true;
+}
+
 #else
+
+bool amx_bf16_supported() { return false; }
+bool bf16_amx_row_gemm(const PairGemm&) { return false; }
 
 bool bf16_gemm(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
                const std::function<void(int64_t, int64_t, const float*)>&) {

@@ -810,8 +810,12 @@ void dense_forward_rows(const ConvDirectParams& given) {
           simd::transpose_u16(block.data(), Co, y + n * Co * out_plane + r0 * tr.plane + m0, out_plane, count, Co);
         }
       };
-      row_gemm(simd::RowGemm<T>{.a_rows = a_rows, .b_rows = b_rows.data(), .m = M, .n = Co, .k = kc, .c = acc,
-                                .ldc = Co, .accumulate = false, .emit = {}, .a_segments = K, .rows_done = round_rows});
+      const simd::RowGemm<T> gemm{.a_rows = a_rows, .b_rows = b_rows.data(), .m = M, .n = Co, .k = kc, .c = acc,
+                                  .ldc = Co, .accumulate = false, .emit = {}, .a_segments = K, .rows_done = round_rows};
+      // AMX tiles where the CPU has them and every run is whole 32-channel tiles.
+      if constexpr (kBf16)
+        if (simd::bf16_amx_row_gemm(gemm)) continue;
+      row_gemm(gemm);
     }
 }
 
@@ -942,9 +946,14 @@ bool depthwise_direct(const ConvDirectParams& p) {
 // / 4.96-5.17), the FLUX conv_out's 3 output channels (6.4 -> 15.3 ms by positions), SD
 // [1, 128, 64, 64] (3.1 / 3.0), FLUX [1, 128, 128, 128] (12.3 / 12.9) and Whisper's 1-d conv
 // (3.4 / 3.8).
+// On AMX machines every forward (and stride-1 input grad) whose taps' runs are whole 32-channel
+// tiles and whose GEMM has 32 columns or more runs by positions: its GEMM then takes AMX tiles
+// (simd::bf16_amx_row_gemm), which the channels-first GEMM does not.
 bool rows_first(const ConvDirectParams& p) {
   const int64_t co = p.pass == ConvPass::Forward ? p.c_out : p.c_in;  // the output channels of the forward it runs
-  return p.pass != ConvPass::BackwardWeight && p.spatial == 2 && tap_channels(p) % 2 == 0 && (co == 32 || co == 64);
+  if (p.pass == ConvPass::BackwardWeight) return false;
+  if (simd::amx_bf16_supported() && tap_channels(p) % 32 == 0 && co >= 32) return true;
+  return p.spatial == 2 && tap_channels(p) % 2 == 0 && (co == 32 || co == 64);
 }
 
 FusedPlan conv_direct_plan(const ConvDirectParams& p) {

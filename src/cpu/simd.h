@@ -181,6 +181,14 @@ struct RowGemm {
 };
 using PairGemm = RowGemm<uint16_t>;
 bool bf16_pair_gemm(const PairGemm& g);
+// bf16_pair_gemm on AMX tiles (cpu/bf16_gemm_x86.cpp) for plain A rows given as runs of a
+// multiple of 32 elements (loaded as tiles in place where 16 rows' runs lie at one stride,
+// gathered elsewhere), B as plain rows (b_segments 1) and C to c (rows_done after each block of 32
+// rows, on the computing thread); tdpbf16ps's sums in another order than vdpbf16ps's. false
+// (nothing written) for other requests or CPUs without AMX-BF16.
+bool bf16_amx_row_gemm(const PairGemm& g);
+// Whether the CPU and the OS give AMX-BF16 tiles (bf16_gemm, bf16_amx_row_gemm run).
+bool amx_bf16_supported();
 bool f32_row_gemm(const RowGemm<float>& g);
 // Whether f32_row_gemm runs here (AVX-512F and VL).
 bool f32_row_gemm_supported();
