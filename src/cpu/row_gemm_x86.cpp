@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "anvil/error.h"
@@ -27,6 +28,7 @@ namespace anvil::cpu::simd {
 namespace {
 
 constexpr int64_t kNr = kPairPanel;
+
 // Calls kernel(MR, i) over m rows in groups of at most Mr (<= 12) rows from row i, as even as
 // the count of groups allows (64 rows in 12s: 11, 11, 11, 11, 10, 10, not five 12s and a 4).
 template <int Mr, typename F>
