@@ -294,6 +294,11 @@ TEST_P(Conv, ShiftedGemms) {
       {{1, 4, 13, 34}, {64, 4, 3, 3}, {2}, {1}, {1}, {0}, 1, false, false},
       {{1, 2, 5, 9, 12}, {32, 2, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
       {{1, 32, 9, 40}, {6, 32, 3, 3}, {1}, {1}, {1}, {0}, 1, false, false},
+      // Runs of whole 32-channel tiles: on AMX CPUs every such bf16 forward / input grad runs on
+      // tiles by positions, channels-first ones through slabs (2-d with 48 output channels, 3-d);
+      // float32 takes its FMA GEMM (32+ columns).
+      {{1, 32, 7, 9}, {48, 32, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
+      {{1, 32, 3, 6, 7}, {32, 32, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
   };
   for (int64_t limit : {int64_t{0}, int64_t{4096}})
     for (const Case& c : cases)
