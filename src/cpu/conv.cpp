@@ -973,7 +973,8 @@ void conv_direct(const ConvDirectParams& given) {
     return given.pass == ConvPass::BackwardWeight ? dense_weight_grad_channels_last<float>(given)
                                                   : dense_forward_rows<float>(given);
   ANVIL_CHECK(depthwise_direct(given), DeviceError,
-              "[conv] the CPU runs only depthwise and (AVX512-BF16) bfloat16 stride-1 convolutions directly");
+              "[conv] the CPU runs only depthwise, (AVX512-BF16) bfloat16 and (AVX-512) channels-last float32 "
+              "convolutions directly");
   const bool flip = given.pass == ConvPass::BackwardInput;
   const ConvDirectParams p = flip ? input_grad_as_forward(given) : given;
   dispatch_float_types(p.dtype, "[conv]", [&](auto tag) {

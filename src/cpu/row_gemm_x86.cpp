@@ -384,7 +384,7 @@ bool row_gemm(const RowGemm<typename Kern::E>& g) {
 #pragma omp for schedule(static)
       for (int64_t pa = 0; pa < a_panels; ++pa) pack_a(pa);
       // Each thread its own share of rows (multiples of kMr), in blocks: blocks dealt out whole left
-      // one thread a block more than the other (25 vs 24 blocks of 64 rows for 3136 positions).
+      // one thread a block more than the other (bf16's 64-row blocks: 25 vs 24 for 3136 positions).
       const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num(), groups = (m + kMr - 1) / kMr;
       const int64_t r_begin = std::min(m, groups * t / nt * kMr), r_end = std::min(m, groups * (t + 1) / nt * kMr);
       for (int64_t i0 = r_begin; i0 < r_end; i0 += kRowBlock) {
