@@ -255,25 +255,18 @@ ANVIL_TARGET_AMX void amx_row_blocks(const PairGemm& g, const uint16_t* bp, int6
 bool amx_bf16_supported() { return amx_usable(); }
 
 bool bf16_amx_row_gemm(const PairGemm& g) {
-  if (!amx_usable() || g.a_k_major || g.b_segments != 1 || !g.c || g.m < 1 || g.n < 1 || g.k < 1) return false;
+  if (!amx_usable() || !bf16_dots_supported() || g.a_k_major || g.b_segments != 1 || !g.c || g.m < 1 || g.n < 1 || g.k < 1) return false;
   const int64_t segs = g.a_segments, m = g.m, n = g.n, k = g.k;
   if (segs < 1 || k % segs != 0 || (k / segs) % kBlock != 0) return false;
   const int64_t kp = k / 2, panels = (n + kBlock - 1) / kBlock;
-  // B: panel t's pair row p at bp[(t * kp + p) * 64] (its 32 columns' two values adjacent).
+  // B: panel t's pair row p at bp[(t * kp + p) * 64] (its 32 columns' two values adjacent), the
+  // pair GEMM's panels one after another.
   thread_local std::vector<uint16_t> bp_buf;  // the calling thread's: a pointer into it goes to the team
   bp_buf.resize(static_cast<size_t>(panels * kp * 64));
   uint16_t* const bp = bp_buf.data();
 #pragma omp parallel for schedule(static) if (n * k >= (int64_t{1} << 16))
   for (int64_t t = 0; t < panels; ++t)
-    for (int64_t p = 0; p < kp; ++p) {
-      uint16_t* dst = bp + (t * kp + p) * 64;
-      const uint16_t *r0 = g.b_rows[2 * p], *r1 = g.b_rows[2 * p + 1];
-      for (int64_t j = 0; j < kBlock; ++j) {
-        const int64_t col = t * kBlock + j;
-        dst[2 * j] = col < n ? r0[col] : 0;
-        dst[2 * j + 1] = col < n ? r1[col] : 0;
-      }
-    }
+    pack_pairs(g.b_rows, 1, 0, k, t * kBlock, std::min<int64_t>(kBlock, n - t * kBlock), bp + t * kp * 64);
   const int64_t blocks = (m + kBlock - 1) / kBlock;
 #pragma omp parallel if (m * n * k >= (int64_t{1} << 18))
   {

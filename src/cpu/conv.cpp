@@ -457,8 +457,7 @@ bool dense_pair_direct(const ConvDirectParams& p) {
 // weight grad).
 bool dense_f32_direct(const ConvDirectParams& p) {
   if (p.dtype != kFloat32 || p.groups != 1 || !p.channels_last || !simd::f32_row_gemm_supported()) return false;
-  int64_t taps = 1;
-  for (int i = 0; i < p.spatial; ++i) taps *= p.axis[i].kernel;
+  const int64_t taps = p.axis[0].kernel * p.axis[1].kernel * p.axis[2].kernel;
   const int64_t columns = p.pass == ConvPass::BackwardInput ? p.c_in : p.c_out;
   constexpr int64_t kMaxWeightBytes = int64_t{1} << 20;
   if (columns < simd::kPairPanel || taps * p.c_in * p.c_out * 4 > kMaxWeightBytes) return false;

@@ -59,8 +59,9 @@ void by_row_groups(int64_t m, F&& kernel) {
 // The pair-product GEMM: B's columns in panels of kNr, its rows in pairs interleaved (pair q of
 // column j at bp[(q * kNr + j) * 2 + {0, 1}]), so one vdpbf16ps multiplies a broadcast pair of
 // A's row by the same pair of 16 columns and adds both products into float32.
-// Packs columns [j0, j0 + w) of B's k rows into bp (zeros past w and past k); row q's columns
-// start at rows[q * segs + s] + j0, s the panel's segment (j0 then counts from its start).
+}  // namespace
+
+// (cpu/simd.h)
 ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* const* rows, int64_t segs, int64_t s, int64_t k, int64_t j0,
                                        int64_t w, uint16_t* bp) {
   alignas(64) static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
@@ -77,6 +78,8 @@ ANVIL_TARGET_VBMI_BF16 void pack_pairs(const uint16_t* const* rows, int64_t segs
     _mm512_storeu_si512(bp + q * kNr * 2 + 32, _mm512_permutex2var_epi16(r0, hi, r1));
   }
 }
+
+namespace {
 
 // C[i0 .. i0 + MR, panel] = A's rows x the packed panel, over all k (pairs), stored to c (ldc)
 // for the panel's first w columns, or added to it when `accumulate`. Row r is segs runs of

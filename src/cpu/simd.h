@@ -181,6 +181,11 @@ struct RowGemm {
 };
 using PairGemm = RowGemm<uint16_t>;
 bool bf16_pair_gemm(const PairGemm& g);
+// One panel of bfloat16 B as the pair GEMM and AMX tiles read it: columns [j0, j0 + w) (w <=
+// kPairPanel) of k rows, row q's columns from rows[q * segs + s] + j0, into bp with the rows in
+// pairs interleaved (pair q of column j at bp[(q * kPairPanel + j) * 2 + {0, 1}]; zeros past w
+// and past k). CPUs with AVX512-BF16 / VBMI only (bf16_dots_supported).
+void pack_pairs(const uint16_t* const* rows, int64_t segs, int64_t s, int64_t k, int64_t j0, int64_t w, uint16_t* bp);
 // bf16_pair_gemm on AMX tiles (cpu/bf16_gemm_x86.cpp) for plain A rows given as runs of a
 // multiple of 32 elements (loaded as tiles in place where 16 rows' runs lie at one stride,
 // gathered elsewhere), B as plain rows (b_segments 1) and C to c (rows_done after each block of 32
