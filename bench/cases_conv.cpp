@@ -64,6 +64,7 @@ std::vector<Case> conv_cases(Device dev) {
       {"sd vae decoder +bias", {1, c2, h2, h2}, {c2, c2, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true},
       {"flux vae decoder 256^2 +bias", {1, c2, 2 * h2, 2 * h2}, {c2, c2, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true},
       {"flux vae decoder 1024^2 +bias", {1, c2 / 4, 8 * h2, 8 * h2}, {c2 / 4, c2 / 4, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true},
+      {"flux vae decoder 1024^2 channels-last +bias", {1, c2 / 4, 8 * h2, 8 * h2}, {c2 / 4, c2 / 4, 3, 3}, {1}, {1}, 1, kBFloat16, true, false, false, true},
       {"flux vae conv_out +bias", {1, c2 / 4, 8 * h2, 8 * h2}, {3, c2 / 4, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true},
       {"flux vae decoder 1024^2 +bias added after", {1, c2 / 4, 8 * h2, 8 * h2}, {c2 / 4, c2 / 4, 3, 3}, {1}, {1}, 1, kBFloat16, false, false, false, true, true},
       {"wan vae decoder +bias added after", {1, c3, t + 2, 92, 162}, {c3, c3, 3, 3, 3}, {1}, {0}, 1, kBFloat16, false, false, false, true, true},

@@ -550,6 +550,14 @@ std::string case_name(const Shape& s, DType t, Layout l, Device d) {
 
 namespace th {
 
+bool trace_cases() {
+  static const bool on = [] {
+    const char* env = std::getenv("ANVIL_TEST_TRACE");
+    return env && *env;
+  }();
+  return on;
+}
+
 namespace {
 // With ANVIL_TEST_ARTIFACTS set, the allocator's history of a memory check goes to
 // $ANVIL_TEST_ARTIFACTS/<test>.memory.txt, one event per line: kind (a alloc, f free,

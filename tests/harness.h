@@ -8,6 +8,7 @@
 #include <functional>
 
 #include <cstdint>
+#include <cstdio>
 #include <set>
 #include <string>
 #include <vector>
@@ -196,6 +197,10 @@ const std::vector<Shape>& table_shapes();
 const std::vector<Shape>& small_shapes();
 std::string case_name(const Shape& s, DType t, Layout l, Device d);
 
+// Whether ANVIL_TEST_TRACE is set (non-empty): CaseLoop then names each case on stderr before it
+// runs, so a case that hangs or crashes is the last name printed.
+bool trace_cases();
+
 // Runs the cases of a table independently: an ASSERT or an exception inside one case fails that
 // case (named in the failure) and the table goes on, until `max_failed` cases have failed.
 //   th::CaseLoop loop;
@@ -206,6 +211,7 @@ class CaseLoop {
   template <typename F>
   bool run(const std::string& name, F&& f) {
     if (failed_ >= max_failed_) return false;
+    if (trace_cases()) std::fprintf(stderr, "[case] %s\n", name.c_str());
     const int before = failure_count();
     bool repeated_exception = false;
     {

@@ -6,6 +6,7 @@
 // conv{1,2,3}d / conv_transpose wrappers (unbatched input, "same" / "valid"), extents past
 // 2^16, and PyTorch's messages, on every device.
 #include <cmath>
+#include <limits>
 
 #include "expect_throws.h"
 #include "finite_diff.h"
@@ -299,6 +300,12 @@ TEST_P(Conv, ShiftedGemms) {
       // float32 takes its FMA GEMM (32+ columns).
       {{1, 32, 7, 9}, {48, 32, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
       {{1, 32, 3, 6, 7}, {32, 32, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
+      // bf16 channels-last weight grads of whole 32-channel tiles with every stride 1: on AMX
+      // CPUs gw^T from shifted views of one transposed input (two images, two panels of output
+      // channels; dilation with uneven pads; 1-d).
+      {{2, 32, 9, 13}, {64, 32, 3, 3}, {1}, {1}, {1}, {0}, 1, false, false},
+      {{1, 64, 8, 10}, {32, 64, 3, 3}, {1}, {2, 1}, {2, 1}, {0}, 1, false, false},
+      {{1, 32, 70}, {32, 32, 5}, {1}, {3}, {1}, {0}, 1, false, false},
   };
   for (int64_t limit : {int64_t{0}, int64_t{4096}})
     for (const Case& c : cases)
@@ -311,6 +318,32 @@ TEST_P(Conv, ShiftedGemms) {
           set_conv_workspace_limit(0);
           if (!ok) return;
         }
+}
+
+// An inf in the input reaches only the weight-grad taps that read it (the others stay finite and
+// exact): the AMX weight grad's grid positions past a row's outputs read inputs times a zero
+// gradient, so an input with an inf or NaN takes the exact path there.
+TEST_P(Conv, WeightGradInfReachesOnlyItsTaps) {
+  th::Gen g(8107);
+  const Shape xs = {1, 32, 6, 8}, ws = {32, 32, 3, 3};
+  const ref::ConvSpec s{{1, 1}, {1, 1}, {1, 1}, {0, 0}, 1, false};
+  for (DType t : {kBFloat16, kFloat32}) {
+    th::Input x = th::make_input(xs, t, dev(), Layout::Contiguous, g, -2, 2);
+    x.a.v[static_cast<size_t>((0 * 6 + 2) * 8 + 7)] = std::numeric_limits<double>::infinity();  // channel 0, last column
+    const Tensor xt = th::make_tensor(x.a, t, dev()).contiguous(MemoryFormat::ChannelsLast);
+    th::Input gy = th::make_input(xs, t, dev(), Layout::Contiguous, g, -1, 1);
+    const Tensor gyt = gy.t.contiguous(MemoryFormat::ChannelsLast);
+    const Tensor wt = zeros(ws, TensorOptions(t).device(dev())).contiguous(MemoryFormat::ChannelsLast);
+    auto [gx, gw, gb] = convolution_backward(gyt, xt, wt, {}, {1}, {1}, {1}, false, {0}, 1, {false, true, false});
+    const ref::Array want = ref::conv_grad_weight(x.a, gy.a, ws, s);
+    const ref::Array extra = th::sum_tol(t, 48, ref::conv_grad_weight(abs_of(x.a), abs_of(gy.a), ws, s));
+    ASSERT_TRUE(th::expect_close(gw, want, th::Tol{th::underflow_atol(t), 2 * th::unit_roundoff(t)}, &extra))
+        << th::dtype_str(t);
+    const ref::Array got = th::to_array(gw);
+    int64_t finite = 0;
+    for (double v : got.v) finite += std::isfinite(v);
+    EXPECT_EQ(finite, 32 * 32 * 9 - 32 * 3 * 2) << "only input channel 0's taps kw = 1, 2 read the last column";
+  }
 }
 
 // set_cudnn_allow_fft_winograd: off by default; on, float32 gradients of a ResNet-style conv may

@@ -250,7 +250,69 @@ ANVIL_TARGET_AMX void amx_row_blocks(const PairGemm& g, const uint16_t* bp, int6
   release_tiles();
 }
 
+// Blocks [b0, b1) of bf16_amx_shifted_gemm's outputs (block b: row block b / panels of 32 rows
+// (t, ch), column panel b % panels), over the positions in steps of kSpan: a step's A rows
+// (32 channels x kSpan positions per tap) and B panel stay in L1 across the blocks, the C tiles
+// go back to c between steps.
+ANVIL_TARGET_AMX void amx_shifted_blocks(const AmxShiftedGemm& g, int64_t b0, int64_t b1) {
+  constexpr int64_t kSpan = 4096;
+  const int64_t panels = g.co / kBlock, cblocks = g.channels / kBlock, kp = g.positions / 2;
+  configure_tiles();  // tile state is per thread
+  for (int64_t k0 = 0; k0 < g.positions; k0 += kSpan) {
+    const int64_t k1 = std::min(k0 + kSpan, g.positions);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t rb = b / panels, panel = b % panels, tap = rb / cblocks, ch = rb % cblocks * kBlock;
+      float* c = g.c + (tap * g.channels + ch) * g.ldc + panel * kBlock;
+      if (k0 == 0 && !g.accumulate) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      } else {
+        _tile_loadd(0, c, g.ldc * 4);
+        _tile_loadd(1, c + 16, g.ldc * 4);
+        _tile_loadd(2, c + 16 * g.ldc, g.ldc * 4);
+        _tile_loadd(3, c + 16 * g.ldc + 16, g.ldc * 4);
+      }
+      const uint16_t* a = g.at + ch * g.ld_at + g.offsets[tap];
+      const uint16_t* bt = g.bp + panel * kp * 64;
+      for (int64_t k = k0; k < k1; k += kBlock) {  // each load just before its first use
+        _tile_loadd(4, a + k, g.ld_at * 2);
+        _tile_loadd(6, bt + k * 32, 128);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, bt + k * 32 + 32, 128);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a + 16 * g.ld_at + k, g.ld_at * 2);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, c, g.ldc * 4);
+      _tile_stored(1, c + 16, g.ldc * 4);
+      _tile_stored(2, c + 16 * g.ldc, g.ldc * 4);
+      _tile_stored(3, c + 16 * g.ldc + 16, g.ldc * 4);
+    }
+  }
+  release_tiles();
+}
+
 }  // namespace
+
+bool bf16_amx_shifted_gemm(const AmxShiftedGemm& g) {
+  if (!amx_usable() || g.channels % kBlock != 0 || g.co % kBlock != 0 || g.positions % kBlock != 0 || g.taps < 1)
+    return false;
+  const int64_t blocks = g.taps * g.channels / kBlock * (g.co / kBlock);
+  if (blocks == 0 || g.positions == 0) {
+    if (!g.accumulate)
+      for (int64_t r = 0; r < g.taps * g.channels; ++r) std::fill(g.c + r * g.ldc, g.c + r * g.ldc + g.co, 0.f);
+    return true;
+  }
+#pragma omp parallel if (blocks * g.positions >= (int64_t{1} << 12))
+  {
+    const int64_t nt = omp_get_num_threads(), th = omp_get_thread_num();
+    amx_shifted_blocks(g, blocks * th / nt, blocks * (th + 1) / nt);
+  }
+  return true;
+}
 
 bool amx_bf16_supported() { return amx_usable(); }
 
@@ -281,6 +343,7 @@ bool bf16_amx_row_gemm(const PairGemm& g) {
 
 bool amx_bf16_supported() { return false; }
 bool bf16_amx_row_gemm(const PairGemm&) { return false; }
+bool bf16_amx_shifted_gemm(const AmxShiftedGemm&) { return false; }
 
 bool bf16_gemm(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
                const std::function<void(int64_t, int64_t, const float*)>&) {

@@ -828,8 +828,13 @@ void dense_forward_rows(const ConvDirectParams& given) {
 template <typename T>
 void dense_weight_grad_channels_last(const ConvDirectParams& p);
 
+bool amx_weight_grad(const ConvDirectParams& p);
+
 void dense_pair_weight_grad(const ConvDirectParams& p) {
-  if (p.channels_last) return dense_weight_grad_channels_last<uint16_t>(p);
+  if (p.channels_last) {
+    if (amx_weight_grad(p)) return;
+    return dense_weight_grad_channels_last<uint16_t>(p);
+  }
   const int64_t C = p.c_in, Co = p.c_out;
   PhaseImages im(p, C, Co * static_cast<int64_t>(sizeof(uint16_t)));
   const int64_t K = im.K, kc = C * K;
@@ -862,6 +867,110 @@ void dense_pair_weight_grad(const ConvDirectParams& p) {
 #pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
   for (int64_t co = 0; co < Co; ++co)
     for (int64_t q = 0; q < kc; ++q) gw[co * kc + q] = BFloat16(acc[q * Co + co]);
+}
+
+// Channels-last bfloat16 weight grads with every stride 1 on AMX tiles: gw^T [K C, Co] = sum over
+// positions of X_t^T gy, where over the zero-padded input grid (an output position m reads tap t
+// at grid position m + offset(t)) X_t^T is one transposed copy of the input shifted by the
+// tap's offset, read in place as A tiles, and gy is packed in pairs along the grid positions
+// (zeros at the grid's positions that are no output: the ends of rows past the output's width,
+// the pad rows). Those junk positions multiply real inputs by zero, so an input with an inf or
+// NaN takes the exact path (false). 32-channel tiles only: C and Co multiples of 32.
+bool all_finite_bf16(const uint16_t* x, int64_t n) {
+  uint32_t bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) bad |= (x[i] & 0x7f80u) == 0x7f80u;
+  return bad == 0;
+}
+
+bool amx_weight_grad(const ConvDirectParams& p) {
+  if (!simd::amx_bf16_supported() || !simd::bf16_dots_supported() || !p.channels_last || p.c_in % 32 != 0 ||
+      p.c_out % 32 != 0)
+    return false;
+  for (int i = 0; i < p.spatial; ++i)
+    if (p.axis[i].stride != 1) return false;
+  const int64_t C = p.c_in, Co = p.c_out;
+  ConvAxis ax[3];  // a 2-d conv as (H, 1, W), as TapRuns
+  for (int i = 0; i < 3; ++i) ax[i] = p.axis[i];
+  if (p.spatial == 2) {
+    ax[1] = ConvAxis{};
+    ax[2] = p.axis[1];
+  }
+  const int64_t in_plane = ax[0].in * ax[1].in * ax[2].in, out_plane = ax[0].out * ax[1].out * ax[2].out;
+  const auto* x = static_cast<const uint16_t*>(p.x);
+  if (!all_finite_bf16(x, p.n * in_plane * C)) return false;
+  // The padded grid: extent in + 2 pad = out + (k - 1) d per axis; a row along axis 0 holds g
+  // positions.
+  const int64_t P1 = ax[1].in + 2 * ax[1].pad, P2 = ax[2].in + 2 * ax[2].pad, g = P1 * P2;
+  const int64_t K = ax[0].kernel * ax[1].kernel * ax[2].kernel, halo = (ax[0].kernel - 1) * ax[0].dilation;
+  std::vector<int64_t> offsets(static_cast<size_t>(K));
+  for (int64_t t = 0; t < K; ++t)
+    offsets[static_cast<size_t>(t)] = (t / (ax[1].kernel * ax[2].kernel) * ax[0].dilation * P1 +
+                                       t / ax[2].kernel % ax[1].kernel * ax[1].dilation) * P2 +
+                                      t % ax[2].kernel * ax[2].dilation;
+  const int64_t off_max = offsets.back();
+  // A chunk: `images` batch elements' grids one after another, each output rows [r0, r0 + nr)
+  // and their halo (whole images while they fit conv_workspace_limit: one chunk of ResNet's
+  // [4, 64, 56, 56] took 1.5 of its four images' ms), else one image's rows, at least one: the
+  // transposed input, the packed gy and its row pointers.
+  const int64_t row_bytes = g * (2 * C + 2 * Co + static_cast<int64_t>(sizeof(void*)));
+  const int64_t budget = conv_workspace_limit(Device(kCPU)) / row_bytes;
+  const int64_t image_rows = ax[0].out + halo;
+  const int64_t images = std::clamp<int64_t>(budget / image_rows, 1, p.n);
+  const int64_t rows = images > 1 ? ax[0].out : std::clamp<int64_t>(budget - halo, 1, ax[0].out);
+  const std::vector<uint16_t> zeros(static_cast<size_t>(Co), 0);
+  const auto* gy = static_cast<const uint16_t*>(p.y);
+  float* acc = scratch<float, 1>(K * C * Co);
+  bool first = true;
+  for (int64_t n0 = 0; n0 < p.n; n0 += images)
+    for (int64_t r0 = 0; r0 < ax[0].out; r0 += rows) {
+      const int64_t ni = std::min(images, p.n - n0), nr = std::min(rows, ax[0].out - r0), slot = nr + halo;
+      const int64_t positions = (((ni - 1) * slot + nr) * g + 31) / 32 * 32, len = positions + off_max;
+      // [C][len]: per image, grid rows r0 .. r0 + nr + halo (input rows from r0 - pad on), zeros around.
+      uint16_t* at = scratch<uint16_t, 0>(C * len);
+#pragma omp parallel
+      {
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < C; ++c) std::fill(at + c * len, at + (c + 1) * len, uint16_t{0});
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < ni * slot * ax[1].in; ++r) {
+          const int64_t i = r / (slot * ax[1].in), j0 = r / ax[1].in % slot, i1 = r % ax[1].in;
+          const int64_t i0 = r0 + j0 - ax[0].pad;
+          if (i0 < 0 || i0 >= ax[0].in) continue;
+          const uint16_t* src = x + (((n0 + i) * ax[0].in + i0) * ax[1].in + i1) * ax[2].in * C;
+          simd::transpose_u16(src, C, at + ((i * slot + j0) * P1 + i1 + ax[1].pad) * P2 + ax[2].pad, len, ax[2].in, C);
+        }
+      }
+      // gy's row of each grid position, or zeros.
+      const uint16_t** gy_rows = scratch<const uint16_t*, 3>(positions);
+#pragma omp parallel for schedule(static) if (positions >= kParallelGrain)
+      for (int64_t m = 0; m < positions; ++m) {
+        const int64_t i = m / (slot * g), o0 = m / g % slot, o1 = m / P2 % P1, o2 = m % P2;
+        gy_rows[m] = i < ni && o0 < nr && o1 < ax[1].out && o2 < ax[2].out
+                         ? gy + ((n0 + i) * out_plane + ((r0 + o0) * ax[1].out + o1) * ax[2].out + o2) * Co
+                         : zeros.data();
+      }
+      const int64_t panels = Co / simd::kPairPanel, kp = positions / 2;
+      uint16_t* bp = scratch<uint16_t, 2>(panels * kp * 64);
+      constexpr int64_t kSpan = 1024;  // positions per packing task
+      const int64_t spans = (positions + kSpan - 1) / kSpan;
+#pragma omp parallel for schedule(static) if (positions * Co >= kParallelGrain)
+      for (int64_t task = 0; task < panels * spans; ++task) {
+        const int64_t panel = task / spans, q0 = task % spans * kSpan;
+        simd::pack_pairs(gy_rows + q0, 1, 0, std::min(kSpan, positions - q0), panel * simd::kPairPanel,
+                         simd::kPairPanel, bp + (panel * kp + q0 / 2) * 64);
+      }
+      simd::bf16_amx_shifted_gemm({.at = at, .ld_at = len, .offsets = offsets.data(), .taps = K, .channels = C,
+                                   .co = Co, .positions = positions, .bp = bp, .c = acc, .ldc = Co,
+                                   .accumulate = !first});
+      first = false;
+    }
+  // gw [Co, K, C] from gw^T [K C, Co].
+  auto* gw = static_cast<BFloat16*>(p.w);
+#pragma omp parallel for schedule(static) if (Co * K * C >= kParallelGrain)
+  for (int64_t co = 0; co < Co; ++co)
+    for (int64_t q = 0; q < K * C; ++q) gw[co * K * C + q] = BFloat16(acc[q * Co + co]);
+  return true;
 }
 
 // Channels-last weight grad: gw [Co, K C] += gy^T [Co, M] X [M, K C], X's row m the K runs of C

@@ -192,6 +192,24 @@ void pack_pairs(const uint16_t* const* rows, int64_t segs, int64_t s, int64_t k,
 // rows, on the computing thread); tdpbf16ps's sums in another order than vdpbf16ps's. false
 // (nothing written) for other requests or CPUs without AMX-BF16.
 bool bf16_amx_row_gemm(const PairGemm& g);
+// A stride-1 channels-last weight grad's GEMM on AMX tiles: for every tap t < taps,
+//   c[(t C + ch) ldc + co] (+)= sum over k < positions of at[ch ld_at + offsets[t] + k] * gy(k, co)
+// with at the input transposed ([C][positions], each tap's operand a shifted view of it, read in
+// place as A tiles) and gy(k, co) the output gradient packed in pairs as pack_pairs writes it,
+// panel after panel (panel j: columns [32 j, 32 j + 32), pair rows at bp + (j positions / 2 +
+// q) 64). C and co multiples of 32, positions of 32; at readable through offsets[t] + positions.
+// false (nothing written) without AMX-BF16.
+struct AmxShiftedGemm {
+  const uint16_t* at = nullptr;
+  int64_t ld_at = 0;
+  const int64_t* offsets = nullptr;
+  int64_t taps = 0, channels = 0, co = 0, positions = 0;
+  const uint16_t* bp = nullptr;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;
+};
+bool bf16_amx_shifted_gemm(const AmxShiftedGemm& g);
 // Whether the CPU and the OS give AMX-BF16 tiles (bf16_gemm, bf16_amx_row_gemm run).
 bool amx_bf16_supported();
 bool f32_row_gemm(const RowGemm<float>& g);
