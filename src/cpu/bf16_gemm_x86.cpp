@@ -69,6 +69,28 @@ constexpr TileConfig kTileConfig = make_config();
 ANVIL_TARGET_AMX void configure_tiles() { _tile_loadconfig(&kTileConfig); }
 ANVIL_TARGET_AMX void release_tiles() { _tile_release(); }
 
+// One step of 32 k of a 32 x 32 block in tiles 0-3: A tiles of 16 rows at a and a + 16 lda
+// (lda elements between rows), B tiles the 16 pair rows of a packed panel at b (128 bytes each),
+// every load just before its first use.
+ANVIL_TARGET_AMX inline void step_2x2(const uint16_t* a, int64_t lda, const uint16_t* b) {
+  _tile_loadd(4, a, lda * 2);
+  _tile_loadd(6, b, 128);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_loadd(7, b + 32, 128);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_loadd(5, a + 16 * lda, lda * 2);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
+// Tiles 0-3 (a 32 x 32 block) to c, ldc floats between rows.
+ANVIL_TARGET_AMX inline void store_2x2(float* c, int64_t ldc) {
+  _tile_stored(0, c, ldc * 4);
+  _tile_stored(1, c + 16, ldc * 4);
+  _tile_stored(2, c + 16 * ldc, ldc * 4);
+  _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+}
+
 // One 32 x 32 block: a (32 rows of lda bfloat16), b (a panel: kp rows of 64 bfloat16), kp pairs;
 // c (row stride ldc floats) gets the block.
 ANVIL_TARGET_AMX void block(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t kp, float* c, int64_t ldc) {
@@ -76,20 +98,8 @@ ANVIL_TARGET_AMX void block(const uint16_t* a, int64_t lda, const uint16_t* b, i
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  for (int64_t p = 0; p < kp; p += 16) {
-    _tile_loadd(4, a + 2 * p, lda * 2);
-    _tile_loadd(5, a + 16 * lda + 2 * p, lda * 2);
-    _tile_loadd(6, b + p * 64, 128);
-    _tile_loadd(7, b + p * 64 + 32, 128);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  _tile_stored(0, c, ldc * 4);
-  _tile_stored(1, c + 16, ldc * 4);
-  _tile_stored(2, c + 16 * ldc, ldc * 4);
-  _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+  for (int64_t p = 0; p < kp; p += 16) step_2x2(a + 2 * p, lda, b + p * 64);
+  store_2x2(c, ldc);
 }
 
 uint16_t at(const uint16_t* x, int64_t i, int64_t j, int64_t s_i, int64_t s_j) { return x[i * s_i + j * s_j]; }
@@ -232,16 +242,10 @@ ANVIL_TARGET_AMX void amx_row_blocks(const PairGemm& g, const uint16_t* bp, int6
       const int64_t j0 = t * kBlock, w = std::min<int64_t>(kBlock, n - j0);
       float* c = g.c + i0 * g.ldc + j0;
       if (rows == kBlock && w == kBlock && !g.accumulate) {
-        _tile_stored(0, c, g.ldc * 4);
-        _tile_stored(1, c + 16, g.ldc * 4);
-        _tile_stored(2, c + 16 * g.ldc, g.ldc * 4);
-        _tile_stored(3, c + 16 * g.ldc + 16, g.ldc * 4);
+        store_2x2(c, g.ldc);
         continue;
       }
-      _tile_stored(0, cbuf, 128);
-      _tile_stored(1, cbuf + 16, 128);
-      _tile_stored(2, cbuf + 16 * 32, 128);
-      _tile_stored(3, cbuf + 16 * 32 + 16, 128);
+      store_2x2(cbuf, 32);
       for (int r = 0; r < rows; ++r)
         for (int64_t j = 0; j < w; ++j) c[r * g.ldc + j] = (g.accumulate ? c[r * g.ldc + j] : 0.f) + cbuf[r * 32 + j];
     }
@@ -276,26 +280,55 @@ ANVIL_TARGET_AMX void amx_shifted_blocks(const AmxShiftedGemm& g, int64_t b0, in
       }
       const uint16_t* a = g.at + ch * g.ld_at + g.offsets[tap];
       const uint16_t* bt = g.bp + panel * kp * 64;
-      for (int64_t k = k0; k < k1; k += kBlock) {  // each load just before its first use
-        _tile_loadd(4, a + k, g.ld_at * 2);
-        _tile_loadd(6, bt + k * 32, 128);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_loadd(7, bt + k * 32 + 32, 128);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_loadd(5, a + 16 * g.ld_at + k, g.ld_at * 2);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-      _tile_stored(0, c, g.ldc * 4);
-      _tile_stored(1, c + 16, g.ldc * 4);
-      _tile_stored(2, c + 16 * g.ldc, g.ldc * 4);
-      _tile_stored(3, c + 16 * g.ldc + 16, g.ldc * 4);
+      for (int64_t k = k0; k < k1; k += kBlock) step_2x2(a + k, g.ld_at, bt + k * 32);
+      store_2x2(c, g.ldc);
     }
   }
   release_tiles();
 }
 
+// bf16_amx_tap_gemm's 32-position blocks [b0, b1) on one thread, in groups whose float32 rows
+// stay near L2 beside one panel of B.
+ANVIL_TARGET_AMX void amx_tap_blocks(const AmxTapGemm& g, int64_t b0, int64_t b1) {
+  const int64_t panels = (g.co + kBlock - 1) / kBlock, ldc = panels * kBlock, kp = g.taps * g.channels / 2;
+  const int64_t group = std::clamp<int64_t>((int64_t{256} << 10) / (kBlock * ldc * 4), 1, 32);
+  thread_local std::vector<float> cbuf;
+  cbuf.resize(static_cast<size_t>(group * kBlock * ldc));
+  configure_tiles();  // tile state is per thread
+  for (int64_t g0 = b0; g0 < b1; g0 += group) {
+    const int64_t g1 = std::min(b1, g0 + group);
+    for (int64_t j = 0; j < panels; ++j) {
+      const uint16_t* panel = g.bp + j * kp * 64;
+      for (int64_t b = g0; b < g1; ++b) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t t = 0; t < g.taps; ++t) {
+          const uint16_t* a = g.x + (b * kBlock + g.offsets[t]) * g.ldx;
+          const uint16_t* bt = panel + t * g.channels * 32;
+          for (int64_t c0 = 0; c0 < g.channels; c0 += kBlock) step_2x2(a + c0, g.ldx, bt + c0 * 32);
+        }
+        store_2x2(cbuf.data() + (b - g0) * kBlock * ldc + j * kBlock, ldc);
+      }
+    }
+    g.rows_done(g0 * kBlock, (g1 - g0) * kBlock, cbuf.data(), ldc);
+  }
+  release_tiles();
+}
+
 }  // namespace
+
+bool bf16_amx_tap_gemm(const AmxTapGemm& g) {
+  if (!amx_usable() || g.channels % kBlock != 0 || g.positions % kBlock != 0 || g.taps < 1 || g.co < 1) return false;
+  const int64_t blocks = g.positions / kBlock;
+#pragma omp parallel if (blocks * g.co * g.channels * g.taps >= (int64_t{1} << 16))
+  {
+    const int64_t nt = omp_get_num_threads(), th = omp_get_thread_num();
+    amx_tap_blocks(g, blocks * th / nt, blocks * (th + 1) / nt);
+  }
+  return true;
+}
 
 bool bf16_amx_shifted_gemm(const AmxShiftedGemm& g) {
   if (!amx_usable() || g.channels % kBlock != 0 || g.co % kBlock != 0 || g.positions % kBlock != 0 || g.taps < 1)
@@ -344,6 +377,7 @@ bool bf16_amx_row_gemm(const PairGemm& g) {
 bool amx_bf16_supported() { return false; }
 bool bf16_amx_row_gemm(const PairGemm&) { return false; }
 bool bf16_amx_shifted_gemm(const AmxShiftedGemm&) { return false; }
+bool bf16_amx_tap_gemm(const AmxTapGemm&) { return false; }
 
 bool bf16_gemm(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
                const std::function<void(int64_t, int64_t, const float*)>&) {

@@ -732,6 +732,151 @@ void dense_pair_forward(const ConvDirectParams& given) {
     }
 }
 
+// The zero-padded input grid of a stride-1 conv, which the AMX paths read in place: a 2-d conv
+// as (H, 1, W); extent in + 2 pad = out + (k - 1) d per axis, a row along axis 0 holding g
+// positions. Output position m of the grid reads tap t at grid position m + offsets[t]; the
+// grid's positions that are no output (the ends of rows past the output's width, the pad rows)
+// are computed alongside and dropped. Chunks stack whole images while their grids
+// (`per_position` bytes each) fit conv_workspace_limit (one chunk of ResNet's [4, 64, 56, 56]
+// weight grad took 1.5 of its four images' ms), else take rows of one image with their halo.
+struct PaddedGrid {
+  ConvAxis ax[3];
+  int64_t P1 = 1, P2 = 1, g = 1, K = 1, halo = 0, images = 1, rows = 1;
+  std::vector<int64_t> offsets;
+
+  PaddedGrid(const ConvDirectParams& p, int64_t per_position) {
+    for (int i = 0; i < 3; ++i) ax[i] = p.axis[i];
+    if (p.spatial == 2) {
+      ax[1] = ConvAxis{};
+      ax[2] = p.axis[1];
+    }
+    P1 = ax[1].in + 2 * ax[1].pad;
+    P2 = ax[2].in + 2 * ax[2].pad;
+    g = P1 * P2;
+    K = ax[0].kernel * ax[1].kernel * ax[2].kernel;
+    halo = (ax[0].kernel - 1) * ax[0].dilation;
+    offsets.resize(static_cast<size_t>(K));
+    for (int64_t t = 0; t < K; ++t)
+      offsets[static_cast<size_t>(t)] = (t / (ax[1].kernel * ax[2].kernel) * ax[0].dilation * P1 +
+                                         t / ax[2].kernel % ax[1].kernel * ax[1].dilation) * P2 +
+                                        t % ax[2].kernel * ax[2].dilation;
+    const int64_t budget = conv_workspace_limit(Device(kCPU)) / (g * per_position);  // rows of g positions
+    images = std::clamp<int64_t>(budget / (ax[0].out + halo), 1, p.n);
+    rows = images > 1 ? ax[0].out : std::clamp<int64_t>(budget - halo, 1, ax[0].out);
+  }
+
+  static bool stride_one(const ConvDirectParams& p) {
+    for (int i = 0; i < p.spatial; ++i)
+      if (p.axis[i].stride != 1) return false;
+    return true;
+  }
+
+  // One chunk: images [n0, n0 + ni), output rows [r0, r0 + nr) of each, slot = nr + halo grid
+  // rows per image; positions: the GEMM's extent (whole 32-position blocks).
+  struct Chunk {
+    int64_t n0, ni, r0, nr, slot, positions;
+  };
+  template <typename F>
+  void for_each_chunk(int64_t n, F&& f) const {
+    for (int64_t n0 = 0; n0 < n; n0 += images)
+      for (int64_t r0 = 0; r0 < ax[0].out; r0 += rows) {
+        Chunk c{n0, std::min(images, n - n0), r0, std::min(rows, ax[0].out - r0), 0, 0};
+        c.slot = c.nr + halo;
+        c.positions = (((c.ni - 1) * c.slot + c.nr) * g + 31) / 32 * 32;
+        f(c);
+      }
+  }
+
+  // Grid position m of chunk c as (image, o0, o1, o2) within it; real: an output position.
+  std::array<int64_t, 4> decode(const Chunk& c, int64_t m) const {
+    return {m / (c.slot * g), m / g % c.slot, m / P2 % P1, m % P2};
+  }
+  bool real(const Chunk& c, const std::array<int64_t, 4>& q) const {
+    return q[0] < c.ni && q[1] < c.nr && q[2] < ax[1].out && q[3] < ax[2].out;
+  }
+};
+
+// A stride-1 channels-last bfloat16 forward (or input grad as its adjoint's forward) on AMX
+// tiles over a zero-padded copy of the input (simd::bf16_amx_tap_gemm): output position m of the
+// grid reads tap t at grid position m + offset(t), so each tap's A tile is 16 consecutive grid
+// positions loaded in place, never gathered; the grid's positions that are no output (the ends of
+// rows past the output's width, the pad rows) are computed and dropped. p: the forward it runs;
+// b_rows: B's kc rows (tap-major, c_out columns each); C a multiple of 32.
+bool amx_forward_grid(const ConvDirectParams& p, int64_t C, int64_t Co, const uint16_t* const* b_rows,
+                      const std::vector<float>& bias) {
+  if (!simd::amx_bf16_supported() || !simd::bf16_dots_supported() || C % 32 != 0 || !PaddedGrid::stride_one(p))
+    return false;
+  const bool cf = !p.channels_last;  // channels-first x and y: transposed into the grid and out of it
+  const PaddedGrid pg(p, C * 2);
+  const ConvAxis* ax = pg.ax;
+  const int64_t P1 = pg.P1, P2 = pg.P2, kc = pg.K * C, off_max = pg.offsets.back();
+  const int64_t out1 = ax[1].out, out2 = ax[2].out, out_plane = ax[0].out * out1 * out2;
+  const int64_t in_plane = ax[0].in * ax[1].in * ax[2].in;
+  // B in panels of 32 columns, packed once.
+  const int64_t panels = (Co + simd::kPairPanel - 1) / simd::kPairPanel;
+  uint16_t* bp = scratch<uint16_t, 2>(panels * kc / 2 * 64);
+#pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
+  for (int64_t j = 0; j < panels; ++j)
+    simd::pack_pairs(b_rows, 1, 0, kc, j * simd::kPairPanel, std::min<int64_t>(simd::kPairPanel, Co - j * simd::kPairPanel),
+                     bp + j * kc / 2 * 64);
+  const auto* x = static_cast<const uint16_t*>(p.x);
+  auto* y = static_cast<uint16_t*>(p.y);
+  pg.for_each_chunk(p.n, [&](const PaddedGrid::Chunk& ch) {
+    const int64_t ni = ch.ni, r0 = ch.r0, n0 = ch.n0, slot = ch.slot, positions = ch.positions;
+    const int64_t grid_positions = positions + off_max + 32;  // the last block's reads
+    uint16_t* grid = scratch<uint16_t, 0>(grid_positions * C);
+    // Grid rows along axis 2 (P2 positions each): the input row between its pads, or zeros.
+    const int64_t grid_rows = (grid_positions + P2 - 1) / P2;
+#pragma omp parallel for schedule(static) if (grid_positions * C >= kParallelGrain)
+    for (int64_t r = 0; r < grid_rows; ++r) {
+      uint16_t* d = grid + r * P2 * C;
+      const int64_t count = std::min(P2, grid_positions - r * P2);
+      const int64_t i = r / (slot * P1), j0 = r / P1 % slot, j1 = r % P1;
+      const int64_t i0 = r0 + j0 - ax[0].pad, i1 = j1 - ax[1].pad;
+      if (i >= ni || i0 < 0 || i0 >= ax[0].in || i1 < 0 || i1 >= ax[1].in || count < P2) {
+        std::fill(d, d + count * C, uint16_t{0});
+        continue;
+      }
+      std::fill(d, d + ax[2].pad * C, uint16_t{0});
+      const int64_t row = (i0 * ax[1].in + i1) * ax[2].in;
+      if (cf) simd::transpose_u16(x + (n0 + i) * C * in_plane + row, in_plane, d + ax[2].pad * C, C, C, ax[2].in);
+      else std::memcpy(d + ax[2].pad * C, x + ((n0 + i) * in_plane + row) * C, static_cast<size_t>(ax[2].in * C) * 2);
+      std::fill(d + (ax[2].pad + ax[2].in) * C, d + P2 * C, uint16_t{0});
+    }
+    // The group's rows in runs of real outputs (consecutive in y), bias added in place.
+    auto rows_done = [&](int64_t m0, int64_t count, float* c, int64_t ldc) {
+      for (int64_t m = m0; m < m0 + count;) {
+        const auto [i, o0, o1, o2] = pg.decode(ch, m);
+        const bool real = pg.real(ch, {i, o0, o1, o2});
+        const int64_t len = std::min(real ? out2 - o2 : P2 - o2, m0 + count - m);
+        if (real) {
+          float* v = c + (m - m0) * ldc;
+          if (p.has_bias)
+            for (int64_t r = 0; r < len; ++r)
+              for (int64_t co = 0; co < Co; ++co) v[r * ldc + co] += bias[static_cast<size_t>(co)];
+          const int64_t pos = ((r0 + o0) * out1 + o1) * out2 + o2;
+          if (cf) {  // rounded into [len, Co], then transposed into y
+            thread_local std::vector<uint16_t> block;
+            block.resize(static_cast<size_t>(len * Co));
+            for (int64_t r = 0; r < len; ++r) simd::encode_f32(kBFloat16, v + r * ldc, block.data() + r * Co, Co);
+            simd::transpose_u16(block.data(), Co, y + (n0 + i) * Co * out_plane + pos, out_plane, len, Co);
+            m += len;
+            continue;
+          }
+          uint16_t* dst = y + ((n0 + i) * out_plane + pos) * Co;
+          if (ldc == Co) simd::encode_f32(kBFloat16, v, dst, len * Co);
+          else
+            for (int64_t r = 0; r < len; ++r) simd::encode_f32(kBFloat16, v + r * ldc, dst + r * Co, Co);
+        }
+        m += len;
+      }
+    };
+    simd::bf16_amx_tap_gemm({.x = grid, .ldx = C, .offsets = pg.offsets.data(), .taps = pg.K, .channels = C, .co = Co,
+                             .positions = positions, .bp = bp, .rows_done = rows_done});
+  });
+  return true;
+}
+
 // Forward by positions: y [M, Co] = A [M, K C] W^T, A's row m the K runs of C channels its taps
 // read (a segmented pair GEMM over TapRuns), W [Co, K, C] as B [K C, Co]; float32 results in the
 // thread's scratch, rounded (+ bias) into y a block of rows at a time. No layout conversions for
@@ -774,6 +919,8 @@ void dense_forward_rows(const ConvDirectParams& given) {
   std::vector<const T*> b_rows(static_cast<size_t>(kc));
   for (int64_t q = 0; q < kc; ++q) b_rows[static_cast<size_t>(q)] = wt + q * Co;
   const std::vector<float> bias = float_bias(p, Co);
+  if constexpr (kBf16)
+    if (amx_forward_grid(p, C, Co, b_rows.data(), bias)) return;
   const auto* x = static_cast<const T*>(p.x);
   T* y = static_cast<T*>(p.y);
   const int64_t out_plane = a0.out * tr.plane;
@@ -885,86 +1032,62 @@ bool all_finite_bf16(const uint16_t* x, int64_t n) {
 
 bool amx_weight_grad(const ConvDirectParams& p) {
   if (!simd::amx_bf16_supported() || !simd::bf16_dots_supported() || !p.channels_last || p.c_in % 32 != 0 ||
-      p.c_out % 32 != 0)
+      p.c_out % 32 != 0 || !PaddedGrid::stride_one(p))
     return false;
-  for (int i = 0; i < p.spatial; ++i)
-    if (p.axis[i].stride != 1) return false;
   const int64_t C = p.c_in, Co = p.c_out;
-  ConvAxis ax[3];  // a 2-d conv as (H, 1, W), as TapRuns
-  for (int i = 0; i < 3; ++i) ax[i] = p.axis[i];
-  if (p.spatial == 2) {
-    ax[1] = ConvAxis{};
-    ax[2] = p.axis[1];
-  }
+  // Per grid position: the transposed input, the packed gy and its row pointer.
+  const PaddedGrid pg(p, 2 * C + 2 * Co + static_cast<int64_t>(sizeof(void*)));
+  const ConvAxis* ax = pg.ax;
   const int64_t in_plane = ax[0].in * ax[1].in * ax[2].in, out_plane = ax[0].out * ax[1].out * ax[2].out;
+  const int64_t P1 = pg.P1, P2 = pg.P2, K = pg.K, off_max = pg.offsets.back();
   const auto* x = static_cast<const uint16_t*>(p.x);
   if (!all_finite_bf16(x, p.n * in_plane * C)) return false;
-  // The padded grid: extent in + 2 pad = out + (k - 1) d per axis; a row along axis 0 holds g
-  // positions.
-  const int64_t P1 = ax[1].in + 2 * ax[1].pad, P2 = ax[2].in + 2 * ax[2].pad, g = P1 * P2;
-  const int64_t K = ax[0].kernel * ax[1].kernel * ax[2].kernel, halo = (ax[0].kernel - 1) * ax[0].dilation;
-  std::vector<int64_t> offsets(static_cast<size_t>(K));
-  for (int64_t t = 0; t < K; ++t)
-    offsets[static_cast<size_t>(t)] = (t / (ax[1].kernel * ax[2].kernel) * ax[0].dilation * P1 +
-                                       t / ax[2].kernel % ax[1].kernel * ax[1].dilation) * P2 +
-                                      t % ax[2].kernel * ax[2].dilation;
-  const int64_t off_max = offsets.back();
-  // A chunk: `images` batch elements' grids one after another, each output rows [r0, r0 + nr)
-  // and their halo (whole images while they fit conv_workspace_limit: one chunk of ResNet's
-  // [4, 64, 56, 56] took 1.5 of its four images' ms), else one image's rows, at least one: the
-  // transposed input, the packed gy and its row pointers.
-  const int64_t row_bytes = g * (2 * C + 2 * Co + static_cast<int64_t>(sizeof(void*)));
-  const int64_t budget = conv_workspace_limit(Device(kCPU)) / row_bytes;
-  const int64_t image_rows = ax[0].out + halo;
-  const int64_t images = std::clamp<int64_t>(budget / image_rows, 1, p.n);
-  const int64_t rows = images > 1 ? ax[0].out : std::clamp<int64_t>(budget - halo, 1, ax[0].out);
   const std::vector<uint16_t> zeros(static_cast<size_t>(Co), 0);
   const auto* gy = static_cast<const uint16_t*>(p.y);
   float* acc = scratch<float, 1>(K * C * Co);
   bool first = true;
-  for (int64_t n0 = 0; n0 < p.n; n0 += images)
-    for (int64_t r0 = 0; r0 < ax[0].out; r0 += rows) {
-      const int64_t ni = std::min(images, p.n - n0), nr = std::min(rows, ax[0].out - r0), slot = nr + halo;
-      const int64_t positions = (((ni - 1) * slot + nr) * g + 31) / 32 * 32, len = positions + off_max;
-      // [C][len]: per image, grid rows r0 .. r0 + nr + halo (input rows from r0 - pad on), zeros around.
-      uint16_t* at = scratch<uint16_t, 0>(C * len);
+  pg.for_each_chunk(p.n, [&](const PaddedGrid::Chunk& ch) {
+    const int64_t ni = ch.ni, r0 = ch.r0, n0 = ch.n0, slot = ch.slot, positions = ch.positions;
+    const int64_t len = positions + off_max;
+    // [C][len]: per image, grid rows r0 .. r0 + nr + halo (input rows from r0 - pad on), zeros around.
+    uint16_t* at = scratch<uint16_t, 0>(C * len);
 #pragma omp parallel
-      {
+    {
 #pragma omp for schedule(static)
-        for (int64_t c = 0; c < C; ++c) std::fill(at + c * len, at + (c + 1) * len, uint16_t{0});
+      for (int64_t c = 0; c < C; ++c) std::fill(at + c * len, at + (c + 1) * len, uint16_t{0});
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < ni * slot * ax[1].in; ++r) {
-          const int64_t i = r / (slot * ax[1].in), j0 = r / ax[1].in % slot, i1 = r % ax[1].in;
-          const int64_t i0 = r0 + j0 - ax[0].pad;
-          if (i0 < 0 || i0 >= ax[0].in) continue;
-          const uint16_t* src = x + (((n0 + i) * ax[0].in + i0) * ax[1].in + i1) * ax[2].in * C;
-          simd::transpose_u16(src, C, at + ((i * slot + j0) * P1 + i1 + ax[1].pad) * P2 + ax[2].pad, len, ax[2].in, C);
-        }
+      for (int64_t r = 0; r < ni * slot * ax[1].in; ++r) {
+        const int64_t i = r / (slot * ax[1].in), j0 = r / ax[1].in % slot, i1 = r % ax[1].in;
+        const int64_t i0 = r0 + j0 - ax[0].pad;
+        if (i0 < 0 || i0 >= ax[0].in) continue;
+        const uint16_t* src = x + (((n0 + i) * ax[0].in + i0) * ax[1].in + i1) * ax[2].in * C;
+        simd::transpose_u16(src, C, at + ((i * slot + j0) * P1 + i1 + ax[1].pad) * P2 + ax[2].pad, len, ax[2].in, C);
       }
-      // gy's row of each grid position, or zeros.
-      const uint16_t** gy_rows = scratch<const uint16_t*, 3>(positions);
-#pragma omp parallel for schedule(static) if (positions >= kParallelGrain)
-      for (int64_t m = 0; m < positions; ++m) {
-        const int64_t i = m / (slot * g), o0 = m / g % slot, o1 = m / P2 % P1, o2 = m % P2;
-        gy_rows[m] = i < ni && o0 < nr && o1 < ax[1].out && o2 < ax[2].out
-                         ? gy + ((n0 + i) * out_plane + ((r0 + o0) * ax[1].out + o1) * ax[2].out + o2) * Co
-                         : zeros.data();
-      }
-      const int64_t panels = Co / simd::kPairPanel, kp = positions / 2;
-      uint16_t* bp = scratch<uint16_t, 2>(panels * kp * 64);
-      constexpr int64_t kSpan = 1024;  // positions per packing task
-      const int64_t spans = (positions + kSpan - 1) / kSpan;
-#pragma omp parallel for schedule(static) if (positions * Co >= kParallelGrain)
-      for (int64_t task = 0; task < panels * spans; ++task) {
-        const int64_t panel = task / spans, q0 = task % spans * kSpan;
-        simd::pack_pairs(gy_rows + q0, 1, 0, std::min(kSpan, positions - q0), panel * simd::kPairPanel,
-                         simd::kPairPanel, bp + (panel * kp + q0 / 2) * 64);
-      }
-      simd::bf16_amx_shifted_gemm({.at = at, .ld_at = len, .offsets = offsets.data(), .taps = K, .channels = C,
-                                   .co = Co, .positions = positions, .bp = bp, .c = acc, .ldc = Co,
-                                   .accumulate = !first});
-      first = false;
     }
+    // gy's row of each grid position, or zeros.
+    const uint16_t** gy_rows = scratch<const uint16_t*, 3>(positions);
+#pragma omp parallel for schedule(static) if (positions >= kParallelGrain)
+    for (int64_t m = 0; m < positions; ++m) {
+      const auto q = pg.decode(ch, m);
+      gy_rows[m] = pg.real(ch, q)
+                       ? gy + ((n0 + q[0]) * out_plane + ((r0 + q[1]) * ax[1].out + q[2]) * ax[2].out + q[3]) * Co
+                       : zeros.data();
+    }
+    const int64_t panels = Co / simd::kPairPanel, kp = positions / 2;
+    uint16_t* bp = scratch<uint16_t, 2>(panels * kp * 64);
+    constexpr int64_t kSpan = 1024;  // positions per packing task
+    const int64_t spans = (positions + kSpan - 1) / kSpan;
+#pragma omp parallel for schedule(static) if (positions * Co >= kParallelGrain)
+    for (int64_t task = 0; task < panels * spans; ++task) {
+      const int64_t panel = task / spans, q0 = task % spans * kSpan;
+      simd::pack_pairs(gy_rows + q0, 1, 0, std::min(kSpan, positions - q0), panel * simd::kPairPanel,
+                       simd::kPairPanel, bp + (panel * kp + q0 / 2) * 64);
+    }
+    simd::bf16_amx_shifted_gemm({.at = at, .ld_at = len, .offsets = pg.offsets.data(), .taps = K, .channels = C,
+                                 .co = Co, .positions = positions, .bp = bp, .c = acc, .ldc = Co,
+                                 .accumulate = !first});
+    first = false;
+  });
   // gw [Co, K, C] from gw^T [K C, Co].
   auto* gw = static_cast<BFloat16*>(p.w);
 #pragma omp parallel for schedule(static) if (Co * K * C >= kParallelGrain)

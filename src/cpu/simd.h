@@ -210,6 +210,24 @@ struct AmxShiftedGemm {
   bool accumulate = false;
 };
 bool bf16_amx_shifted_gemm(const AmxShiftedGemm& g);
+// A stride-1 channels-last conv's forward on AMX tiles over a zero-padded input grid:
+//   c(m, co) = sum over taps t and channels ch < C of x[(m + offsets[t]) ldx + ch] w_t(ch, co)
+// for grid positions m < positions (a multiple of 32), each tap's A rows 16 consecutive grid
+// positions read in place; w_t(ch, co) is B's row t C + ch, packed in pairs a panel of 32
+// columns after another as pack_pairs writes them (panel j at bp + j taps C / 2 * 64). Positions
+// are computed a group of 32-row blocks at a time on one thread, panel by panel (a panel's B stays
+// in L2 across the group), then rows_done(m0, count, c, ldc) gets the group's float32 rows
+// (columns [0, co) valid) on that thread. C a multiple of 32; false (nothing called) without
+// AMX-BF16.
+struct AmxTapGemm {
+  const uint16_t* x = nullptr;
+  int64_t ldx = 0;
+  const int64_t* offsets = nullptr;
+  int64_t taps = 0, channels = 0, co = 0, positions = 0;
+  const uint16_t* bp = nullptr;
+  std::function<void(int64_t, int64_t, float*, int64_t)> rows_done;  // c is the thread's: it may be overwritten
+};
+bool bf16_amx_tap_gemm(const AmxTapGemm& g);
 // Whether the CPU and the OS give AMX-BF16 tiles (bf16_gemm, bf16_amx_row_gemm run).
 bool amx_bf16_supported();
 bool f32_row_gemm(const RowGemm<float>& g);
