@@ -306,6 +306,8 @@ TEST_P(Conv, ShiftedGemms) {
       {{2, 32, 9, 13}, {64, 32, 3, 3}, {1}, {1}, {1}, {0}, 1, false, false},
       {{1, 64, 8, 10}, {32, 64, 3, 3}, {1}, {2, 1}, {2, 1}, {0}, 1, false, false},
       {{1, 32, 70}, {32, 32, 5}, {1}, {3}, {1}, {0}, 1, false, false},
+      // Strided: the forward by positions, its tiles in place and gathered (rows crossing an edge).
+      {{1, 32, 9, 70}, {32, 32, 3, 3}, {2}, {1}, {1}, {0}, 1, false, true},
   };
   for (int64_t limit : {int64_t{0}, int64_t{4096}})
     for (const Case& c : cases)
