@@ -76,8 +76,9 @@ ANVIL_API std::tuple<Tensor, Tensor, Tensor> convolution_backward(
 
 // The column workspace (im2col / col2im) of one call holds at most this many bytes: columns are
 // built for chunks of output rows, never less than one row. Defaults: 16 MiB on the CPU (the
-// GEMM's operand stays near the caches), 128 MiB on CUDA. set_conv_workspace_limit(0) restores
-// the defaults; a positive value applies to every device.
+// GEMM's operand stays near the caches), 128 MiB on CUDA (also the bound on cuDNN plans'
+// workspace), or ANVIL_CONV_WORKSPACE_MB (MiB, read at the first conv) when set.
+// set_conv_workspace_limit(0) restores the defaults; a positive value applies to every device.
 ANVIL_API void set_conv_workspace_limit(int64_t bytes);
 ANVIL_API int64_t conv_workspace_limit(const Device& device);
 

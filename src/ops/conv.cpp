@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <optional>
 
 #include "anvil/conv.h"
@@ -353,12 +354,36 @@ void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Te
   gw.copy_(gwr.permute({1, 2, 3, 0}).reshape(gw.sizes()));
 }
 
-// A CPU problem (one group, not pointwise) in the other memory format, when the backend runs
-// that pass as its implicit-GEMM kernel there but not in p's: bfloat16 channels-last as
-// channels-first, float32 channels-first 2-d / 3-d as channels-last. The caller runs q and
-// converts the result back: the layout conversions cost less than the GEMM saves (bf16: Zen 5, 2
-// threads, docs/PERFORMANCE.md session 24; float32: session 29).
+// CUDA half-precision channels-first 2-d convs of one group run channels-last between layout
+// conversions. H200, bf16 3x3 +bias, cuDNN 9.14 (docs/PERFORMANCE.md, session 30): the heuristics'
+// first channels-first engine for the FLUX VAE's [1, 128, 1024, 1024] conv needs more workspace
+// than the operands (barred under 128 MiB and at x + w + y; the engine cuDNN fell back to ran
+// 10.4 ms, PyTorch 1.26), and with the workspace unbounded it ran 1.16 ms, where the channels-last
+// plan takes 0.44-0.51 and both conversions move 1 GiB (~0.3 ms at the copy ceiling); SD's
+// [1, 512, 128, 128]: 142 us channels-first, 98 channels-last (the conversions move 64 MiB). 3-d
+// convs keep their layout (not measured yet). ANVIL_CONV_CUDA_KEEP_LAYOUT=1 turns this off.
+bool cuda_channels_last_redirect(const Problem& p) {
+  static const bool off = [] {
+    const char* e = std::getenv("ANVIL_CONV_CUDA_KEEP_LAYOUT");
+    return e && *e && *e != '0';
+  }();
+  return !off && (p.dtype == kBFloat16 || p.dtype == kFloat16) && p.groups == 1 && !p.pointwise() &&
+         !p.channels_last() && p.spatial == 2;
+}
+
+// A problem in the other memory format, when the backend runs that pass better there: on CUDA,
+// cuda_channels_last_redirect's; on the CPU (one group, not pointwise), where its implicit-GEMM
+// kernel runs the pass in that format but not in p's: bfloat16 channels-last as channels-first,
+// float32 channels-first 2-d / 3-d as channels-last. The caller runs q and converts the result
+// back: the layout conversions cost less than the GEMM saves (bf16: Zen 5, 2 threads,
+// docs/PERFORMANCE.md session 24; float32: session 29).
 std::optional<Problem> other_layout_direct(const Problem& p, ConvPass pass, const Tensor& bias) {
+  if (p.device.is_cuda() && cuda_channels_last_redirect(p)) {
+    Problem q = p;
+    q.fmt = MemoryFormat::ChannelsLast;
+    if (ANVIL_PLAN(q.device, conv_direct, direct_params(q, pass, {}, {}, {}, bias)) == FusedPlan::Fused) return q;
+    return {};
+  }
   if (!p.device.is_cpu() || p.groups != 1 || p.pointwise()) return {};
   Problem q = p;
   if (p.dtype == kBFloat16 && p.channels_last()) q.fmt = MemoryFormat::Contiguous;
@@ -752,8 +777,24 @@ void set_conv_workspace_limit(int64_t bytes) {
   g_workspace_limit.store(bytes);
 }
 
+namespace {
+// ANVIL_CONV_WORKSPACE_MB (MiB, read once): the limit when set_conv_workspace_limit has set none.
+int64_t env_workspace_limit() {
+  static const int64_t bytes = [] {
+    const char* s = std::getenv("ANVIL_CONV_WORKSPACE_MB");
+    if (!s || !*s) return int64_t{0};
+    char* end = nullptr;
+    const long long mib = std::strtoll(s, &end, 10);
+    ANVIL_CHECK(*end == 0 && mib >= 0 && mib < (int64_t{1} << 40), Error,
+                "[conv] ANVIL_CONV_WORKSPACE_MB must be a whole number of MiB >= 0, got '", s, "'");
+    return static_cast<int64_t>(mib) << 20;
+  }();
+  return bytes;
+}
+}  // namespace
+
 int64_t conv_workspace_limit(const Device& device) {
-  const int64_t set = g_workspace_limit.load();
+  const int64_t set = g_workspace_limit.load() > 0 ? g_workspace_limit.load() : env_workspace_limit();
   return set > 0 ? set : device.is_cpu() ? int64_t{16} << 20 : int64_t{128} << 20;
 }
 
