@@ -903,21 +903,45 @@ void dense_forward_rows(const ConvDirectParams& given) {
   const auto* w = static_cast<const T*>(p.w);
   // B [K C, Co], row t C + c, from the weight in x's layout ([Co, K, C] channels-last, [Co, C, K]
   // channels-first). The adjoint's: the given weight ([C, K, Co] / [C, Co, K], its c_out first)
-  // with the taps reversed.
-  // A row at a time (the thread's scratch: a fresh vector of a 512-channel 3x3 conv's 4.7 MB was
-  // zeroed and page-faulted every call).
+  // with the taps reversed. B's rows are given by pointers (b_rows[t C + c]): bfloat16 weights
+  // are transposed in 32 x 32 tiles into rows of any order (channels-last adjoint rows point into
+  // the weight itself); float32 ones a row at a time. (A scalar gather of every element took 19 %
+  // of a Wan2.1 bf16 decode on the AMX VM.) The thread's scratch holds them: a fresh vector of a
+  // 512-channel 3x3 conv's 4.7 MB was zeroed and page-faulted every call.
+  std::vector<const T*> b_rows(static_cast<size_t>(kc));
   T* wt = scratch<T, 5>(kc * Co);
+  bool rows_set = false;
+  if constexpr (kBf16) {
+    if (flip && !cf) {  // [C, K, Co]: row (t, c) is the Co contiguous taps-reversed elements
+      for (int64_t q = 0; q < kc; ++q) b_rows[static_cast<size_t>(q)] = w + (q % C * K + K - 1 - q / C) * Co;
+      rows_set = true;
+    } else if (flip) {  // [C, Co, K] -> [C, K, Co] per input channel, row (t, c) at (c K + K - 1 - t)
 #pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
-  for (int64_t q = 0; q < kc; ++q) {
-    const int64_t t = q / C, c = q % C;
-    for (int64_t co = 0; co < Co; ++co) {
-      const int64_t src = flip ? (cf ? (c * Co + co) * K + K - 1 - t : (c * K + K - 1 - t) * Co + co)
-                               : (cf ? (co * C + c) * K + t : (co * K + t) * C + c);
-      wt[q * Co + co] = w[src];
+      for (int64_t c = 0; c < C; ++c) simd::transpose_u16(w + c * Co * K, K, wt + c * K * Co, Co, Co, K);
+      for (int64_t q = 0; q < kc; ++q) b_rows[static_cast<size_t>(q)] = wt + (q % C * K + K - 1 - q / C) * Co;
+      rows_set = true;
+    } else {  // [Co, kc] -> [kc, Co]: channels-last rows t C + c, channels-first c K + t
+      constexpr int64_t kBlock = 256;  // columns per task
+#pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
+      for (int64_t q0 = 0; q0 < kc; q0 += kBlock)
+        simd::transpose_u16(w + q0, kc, wt + q0 * Co, Co, Co, std::min(kBlock, kc - q0));
+      for (int64_t q = 0; q < kc; ++q)
+        b_rows[static_cast<size_t>(q)] = wt + (cf ? q % C * K + q / C : q) * Co;
+      rows_set = true;
     }
   }
-  std::vector<const T*> b_rows(static_cast<size_t>(kc));
-  for (int64_t q = 0; q < kc; ++q) b_rows[static_cast<size_t>(q)] = wt + q * Co;
+  if (!rows_set) {
+#pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
+    for (int64_t q = 0; q < kc; ++q) {
+      const int64_t t = q / C, c = q % C;
+      for (int64_t co = 0; co < Co; ++co) {
+        const int64_t src = flip ? (cf ? (c * Co + co) * K + K - 1 - t : (c * K + K - 1 - t) * Co + co)
+                                 : (cf ? (co * C + c) * K + t : (co * K + t) * C + c);
+        wt[q * Co + co] = w[src];
+      }
+    }
+    for (int64_t q = 0; q < kc; ++q) b_rows[static_cast<size_t>(q)] = wt + q * Co;
+  }
   const std::vector<float> bias = float_bias(p, Co);
   if constexpr (kBf16)
     if (amx_forward_grid(p, C, Co, b_rows.data(), bias)) return;
