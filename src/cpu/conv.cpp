@@ -488,6 +488,25 @@ std::vector<float> float_bias(const ConvDirectParams& p, int64_t count) {
 bool row_gemm(const simd::RowGemm<uint16_t>& g) { return simd::bf16_pair_gemm(g); }
 bool row_gemm(const simd::RowGemm<float>& g) { return simd::f32_row_gemm(g); }
 
+// A conv's axes as the row-wise kernels take them: a 2-d conv as (H, 1, W), so chunks of rows run
+// along H and inner runs along W (as (H, W, 1) every copy and output run was one element long);
+// 1-d and 3-d as they are.
+void row_axes(const ConvDirectParams& p, ConvAxis (&ax)[3]) {
+  for (int i = 0; i < 3; ++i) ax[i] = p.axis[i];
+  if (p.spatial == 2) {
+    ax[1] = ConvAxis{};
+    ax[2] = p.axis[1];
+  }
+}
+
+// gw [Co, kc] from its transpose acc [kc, Co] (float32 sums), in gw's element type.
+template <typename T>
+void store_transposed(const float* acc, int64_t kc, int64_t Co, T* gw) {
+#pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
+  for (int64_t co = 0; co < Co; ++co)
+    for (int64_t q = 0; q < kc; ++q) gw[co * kc + q] = T(acc[q * Co + co]);
+}
+
 // The phase images of a channels-first forward problem's input (C channels), a chunk of output
 // rows at a time, and the run every (channel, tap) reads in them.
 struct PhaseImages {
@@ -501,13 +520,7 @@ struct PhaseImages {
   // weight grad's transposed gy), counted in the chunk's bound too.
   PhaseImages(const ConvDirectParams& p, int64_t channels, int64_t out_bytes = 0)
       : C(channels) {
-    // A 2-d conv's axes as (H, 1, W): chunks of rows along H, runs along W (as (H, W, 1) every
-    // copy and output run was one element long).
-    for (int i = 0; i < 3; ++i) ax[i] = p.axis[i];
-    if (p.spatial == 2) {
-      ax[1] = ConvAxis{};
-      ax[2] = p.axis[1];
-    }
+    row_axes(p, ax);
     const ConvAxis &a0 = ax[0], &a1 = ax[1], &a2 = ax[2];
     K = a0.kernel * a1.kernel * a2.kernel;
     auto phase_extent = [](const ConvAxis& a) { return (a.in + 2 * a.pad + a.stride - 1) / a.stride; };
@@ -627,12 +640,7 @@ struct TapRuns {
   // pointers, counted in the chunk's bound (conv_workspace_limit) too.
   TapRuns(const ConvDirectParams& p, int64_t channels, int64_t per_position)
       : C(channels), zeros(static_cast<size_t>(channels), 0) {
-    // A 2-d conv's axes as (H, 1, W), so the inner loop runs along W (as PhaseImages).
-    for (int i = 0; i < 3; ++i) ax[i] = p.axis[i];
-    if (p.spatial == 2) {
-      ax[1] = ConvAxis{};
-      ax[2] = p.axis[1];
-    }
+    row_axes(p, ax);
     K = ax[0].kernel * ax[1].kernel * ax[2].kernel;
     plane = ax[1].out * ax[2].out;
     const int64_t row_bytes = (K * static_cast<int64_t>(sizeof(void*)) + per_position) * plane;
@@ -745,11 +753,7 @@ struct PaddedGrid {
   std::vector<int64_t> offsets;
 
   PaddedGrid(const ConvDirectParams& p, int64_t per_position) {
-    for (int i = 0; i < 3; ++i) ax[i] = p.axis[i];
-    if (p.spatial == 2) {
-      ax[1] = ConvAxis{};
-      ax[2] = p.axis[1];
-    }
+    row_axes(p, ax);
     P1 = ax[1].in + 2 * ax[1].pad;
     P2 = ax[2].in + 2 * ax[2].pad;
     g = P1 * P2;
@@ -860,13 +864,12 @@ bool amx_forward_grid(const ConvDirectParams& p, int64_t C, int64_t Co, const ui
             block.resize(static_cast<size_t>(len * Co));
             for (int64_t r = 0; r < len; ++r) simd::encode_f32(kBFloat16, v + r * ldc, block.data() + r * Co, Co);
             simd::transpose_u16(block.data(), Co, y + (n0 + i) * Co * out_plane + pos, out_plane, len, Co);
-            m += len;
-            continue;
+          } else if (ldc == Co) {
+            simd::encode_f32(kBFloat16, v, y + ((n0 + i) * out_plane + pos) * Co, len * Co);
+          } else {
+            for (int64_t r = 0; r < len; ++r)
+              simd::encode_f32(kBFloat16, v + r * ldc, y + ((n0 + i) * out_plane + pos + r) * Co, Co);
           }
-          uint16_t* dst = y + ((n0 + i) * out_plane + pos) * Co;
-          if (ldc == Co) simd::encode_f32(kBFloat16, v, dst, len * Co);
-          else
-            for (int64_t r = 0; r < len; ++r) simd::encode_f32(kBFloat16, v + r * ldc, dst + r * Co, Co);
         }
         m += len;
       }
@@ -1034,10 +1037,7 @@ void dense_pair_weight_grad(const ConvDirectParams& p) {
                             .ldc = Co, .accumulate = !first, .emit = {}});
       first = false;
     }
-  auto* gw = static_cast<BFloat16*>(p.w);
-#pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
-  for (int64_t co = 0; co < Co; ++co)
-    for (int64_t q = 0; q < kc; ++q) gw[co * kc + q] = BFloat16(acc[q * Co + co]);
+  store_transposed(acc, kc, Co, static_cast<BFloat16*>(p.w));
 }
 
 // Channels-last bfloat16 weight grads with every stride 1 on AMX tiles: gw^T [K C, Co] = sum over
@@ -1112,11 +1112,7 @@ bool amx_weight_grad(const ConvDirectParams& p) {
                                  .accumulate = !first});
     first = false;
   });
-  // gw [Co, K, C] from gw^T [K C, Co].
-  auto* gw = static_cast<BFloat16*>(p.w);
-#pragma omp parallel for schedule(static) if (Co * K * C >= kParallelGrain)
-  for (int64_t co = 0; co < Co; ++co)
-    for (int64_t q = 0; q < K * C; ++q) gw[co * K * C + q] = BFloat16(acc[q * Co + co]);
+  store_transposed(acc, K * C, Co, static_cast<BFloat16*>(p.w));  // gw [Co, K, C] from gw^T
   return true;
 }
 
@@ -1168,10 +1164,7 @@ void dense_weight_grad_channels_last(const ConvDirectParams& p) {
       first = false;
     }
   if constexpr (kF32) {
-    float* gw = static_cast<float*>(p.w);
-#pragma omp parallel for schedule(static) if (Co * kc >= kParallelGrain)
-    for (int64_t co = 0; co < Co; ++co)
-      for (int64_t q = 0; q < kc; ++q) gw[co * kc + q] = acc[q * Co + co];
+    store_transposed(acc, kc, Co, static_cast<float*>(p.w));
   } else {
     simd::encode_f32(kBFloat16, acc, static_cast<BFloat16*>(p.w), Co * kc);
   }

@@ -228,7 +228,7 @@ struct AmxTapGemm {
   std::function<void(int64_t, int64_t, float*, int64_t)> rows_done;  // c is the thread's: it may be overwritten
 };
 bool bf16_amx_tap_gemm(const AmxTapGemm& g);
-// Whether the CPU and the OS give AMX-BF16 tiles (bf16_gemm, bf16_amx_row_gemm run).
+// Whether the CPU and the OS give AMX-BF16 tiles (bf16_gemm and the bf16_amx_* GEMMs run).
 bool amx_bf16_supported();
 bool f32_row_gemm(const RowGemm<float>& g);
 // Whether f32_row_gemm runs here (AVX-512F and VL).
