@@ -308,6 +308,12 @@ TEST_P(Conv, ShiftedGemms) {
       {{1, 32, 70}, {32, 32, 5}, {1}, {3}, {1}, {0}, 1, false, false},
       // Strided: the forward by positions, its tiles in place and gathered (rows crossing an edge).
       {{1, 32, 9, 70}, {32, 32, 3, 3}, {2}, {1}, {1}, {0}, 1, false, true},
+      // Channels-last rows of 16-position tiles read in place (gathered at the row ends and past
+      // the output's width): two images and two panels of 40 output channels, a strided dilated
+      // 2-d conv, and a 3-d one with its input grad (the adjoint's forward) on the same path.
+      {{2, 32, 5, 113}, {40, 32, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
+      {{1, 32, 6, 64}, {32, 32, 3, 3}, {1, 2}, {2, 1}, {2, 1}, {0}, 1, false, true},
+      {{1, 32, 3, 4, 32}, {32, 32, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
   };
   for (int64_t limit : {int64_t{0}, int64_t{4096}})
     for (const Case& c : cases)

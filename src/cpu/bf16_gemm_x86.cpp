@@ -91,13 +91,22 @@ ANVIL_TARGET_AMX inline void store_2x2(float* c, int64_t ldc) {
   _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
 }
 
-// One 32 x 32 block: a (32 rows of lda bfloat16), b (a panel: kp rows of 64 bfloat16), kp pairs;
-// c (row stride ldc floats) gets the block.
-ANVIL_TARGET_AMX void block(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t kp, float* c, int64_t ldc) {
+// Tiles 0-3 to zero (a fresh 32 x 32 block).
+ANVIL_TARGET_AMX inline void zero_2x2() {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
+}
+
+// Blocks of 32 rows per group of the tap GEMMs: their float32 rows (ldc floats each) within 256
+// KiB, beside one panel of B in L2.
+int64_t group_blocks(int64_t ldc) { return std::clamp<int64_t>((int64_t{256} << 10) / (kBlock * ldc * 4), 1, 32); }
+
+// One 32 x 32 block: a (32 rows of lda bfloat16), b (a panel: kp rows of 64 bfloat16), kp pairs;
+// c (row stride ldc floats) gets the block.
+ANVIL_TARGET_AMX void block(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t kp, float* c, int64_t ldc) {
+  zero_2x2();
   for (int64_t p = 0; p < kp; p += 16) step_2x2(a + 2 * p, lda, b + p * 64);
   store_2x2(c, ldc);
 }
@@ -219,10 +228,7 @@ ANVIL_TARGET_AMX void amx_row_blocks(const PairGemm& g, const uint16_t* bp, int6
       strides[static_cast<size_t>(2 * s + 1)] = uniform_stride(g.a_rows, segs, s, i0 + 16, rows1);
     }
     for (int64_t t = 0; t < panels; ++t) {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+      zero_2x2();
       for (int64_t s = 0; s < segs; ++s)
         for (int64_t c0 = 0; c0 < run; c0 += kBlock) {
           load_a_tile(4, g.a_rows + i0 * segs + s, segs, rows0, strides[static_cast<size_t>(2 * s)], c0, abuf[0]);
@@ -268,10 +274,7 @@ ANVIL_TARGET_AMX void amx_shifted_blocks(const AmxShiftedGemm& g, int64_t b0, in
       const int64_t rb = b / panels, panel = b % panels, tap = rb / cblocks, ch = rb % cblocks * kBlock;
       float* c = g.c + (tap * g.channels + ch) * g.ldc + panel * kBlock;
       if (k0 == 0 && !g.accumulate) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
+        zero_2x2();
       } else {
         _tile_loadd(0, c, g.ldc * 4);
         _tile_loadd(1, c + 16, g.ldc * 4);
@@ -287,45 +290,87 @@ ANVIL_TARGET_AMX void amx_shifted_blocks(const AmxShiftedGemm& g, int64_t b0, in
   release_tiles();
 }
 
-// bf16_amx_tap_gemm's 32-position blocks [b0, b1) on one thread, in groups whose float32 rows
-// stay near L2 beside one panel of B.
-ANVIL_TARGET_AMX void amx_tap_blocks(const AmxTapGemm& g, int64_t b0, int64_t b1) {
+// One A tile of bf16_amx_row_tap_gemm: the 16 positions from w0 of tap t in row r, in place (at
+// *stride bytes apart) when they all lie inside the input row, else gathered into buf (16 rows of
+// the tile's channels, zeros outside the row).
+inline const uint16_t* row_tap_tile(const AmxRowTapGemm& g, const uint16_t* row, int64_t t, int64_t w0, uint16_t* buf,
+                                    int64_t* stride) {
+  const int64_t c0 = w0 * g.stride + g.shift[t], c15 = c0 + 15 * g.stride;
+  if (c0 >= 0 && c15 < g.in_width) {
+    *stride = g.stride * g.ldx * 2;
+    return row + c0 * g.ldx;
+  }
+  for (int64_t i = 0; i < 16; ++i) {
+    const int64_t c = c0 + i * g.stride;
+    if (c >= 0 && c < g.in_width)
+      std::memcpy(buf + i * g.channels, row + c * g.ldx, static_cast<size_t>(g.channels) * 2);
+    else
+      std::memset(buf + i * g.channels, 0, static_cast<size_t>(g.channels) * 2);
+  }
+  *stride = g.channels * 2;
+  return buf;
+}
+
+// bf16_amx_row_tap_gemm's blocks [b0, b1) (block b: row b / per_row, positions from b % per_row
+// 32) on one thread.
+ANVIL_TARGET_AMX void amx_row_tap_blocks(const AmxRowTapGemm& g, int64_t b0, int64_t b1) {
   const int64_t panels = (g.co + kBlock - 1) / kBlock, ldc = panels * kBlock, kp = g.taps * g.channels / 2;
-  const int64_t group = std::clamp<int64_t>((int64_t{256} << 10) / (kBlock * ldc * 4), 1, 32);
+  const int64_t per_row = (g.width + kBlock - 1) / kBlock;
+  const int64_t group = group_blocks(ldc);
   thread_local std::vector<float> cbuf;
+  thread_local std::vector<uint16_t> gather;
   cbuf.resize(static_cast<size_t>(group * kBlock * ldc));
+  gather.resize(static_cast<size_t>(32 * g.channels));
   configure_tiles();  // tile state is per thread
   for (int64_t g0 = b0; g0 < b1; g0 += group) {
     const int64_t g1 = std::min(b1, g0 + group);
     for (int64_t j = 0; j < panels; ++j) {
       const uint16_t* panel = g.bp + j * kp * 64;
       for (int64_t b = g0; b < g1; ++b) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
+        const int64_t r = b / per_row, w0 = b % per_row * kBlock;
+        const bool both = w0 + 16 < g.width;  // the second tile holds output positions
+        zero_2x2();
         for (int64_t t = 0; t < g.taps; ++t) {
-          const uint16_t* a = g.x + (b * kBlock + g.offsets[t]) * g.ldx;
+          const uint16_t* row = g.a_rows[r * g.taps + t];
+          if (row == nullptr) continue;
+          int64_t s0 = 0, s1 = 0;
+          const uint16_t* a0 = row_tap_tile(g, row, t, w0, gather.data(), &s0);
+          const uint16_t* a1 = both ? row_tap_tile(g, row, t, w0 + 16, gather.data() + 16 * g.channels, &s1) : nullptr;
           const uint16_t* bt = panel + t * g.channels * 32;
-          for (int64_t c0 = 0; c0 < g.channels; c0 += kBlock) step_2x2(a + c0, g.ldx, bt + c0 * 32);
+          for (int64_t c0 = 0; c0 < g.channels; c0 += kBlock) {
+            _tile_loadd(4, a0 + c0, s0);
+            _tile_loadd(6, bt + c0 * 32, 128);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(7, bt + c0 * 32 + 32, 128);
+            _tile_dpbf16ps(1, 4, 7);
+            if (both) {
+              _tile_loadd(5, a1 + c0, s1);
+              _tile_dpbf16ps(2, 5, 6);
+              _tile_dpbf16ps(3, 5, 7);
+            }
+          }
         }
-        store_2x2(cbuf.data() + (b - g0) * kBlock * ldc + j * kBlock, ldc);
+        float* c = cbuf.data() + (b - g0) * kBlock * ldc;
+        store_2x2(c + j * kBlock, ldc);
+        if (j + 1 == panels && g.y_rows)  // the block's last panel: bias, rounded into y
+          bias_rows_to_bf16(c, ldc, g.bias, g.y_rows[r] + w0 * g.ldy, g.ldy, std::min(kBlock, g.width - w0), g.co);
       }
     }
-    g.rows_done(g0 * kBlock, (g1 - g0) * kBlock, cbuf.data(), ldc);
+    if (!g.y_rows) g.rows_done(g0 * kBlock, std::min(g1 * kBlock, g.width) - g0 * kBlock, cbuf.data(), ldc);
   }
   release_tiles();
 }
 
 }  // namespace
 
-bool bf16_amx_tap_gemm(const AmxTapGemm& g) {
-  if (!amx_usable() || g.channels % kBlock != 0 || g.positions % kBlock != 0 || g.taps < 1 || g.co < 1) return false;
-  const int64_t blocks = g.positions / kBlock;
+bool bf16_amx_row_tap_gemm(const AmxRowTapGemm& g) {
+  if (!amx_usable() || g.channels % kBlock != 0 || g.taps < 1 || g.co < 1 || g.stride < 1 || (!g.y_rows && g.rows != 1))
+    return false;
+  const int64_t blocks = g.rows * ((g.width + kBlock - 1) / kBlock);
 #pragma omp parallel if (blocks * g.co * g.channels * g.taps >= (int64_t{1} << 16))
   {
     const int64_t nt = omp_get_num_threads(), th = omp_get_thread_num();
-    amx_tap_blocks(g, blocks * th / nt, blocks * (th + 1) / nt);
+    amx_row_tap_blocks(g, blocks * th / nt, blocks * (th + 1) / nt);
   }
   return true;
 }
@@ -377,7 +422,7 @@ bool bf16_amx_row_gemm(const PairGemm& g) {
 bool amx_bf16_supported() { return false; }
 bool bf16_amx_row_gemm(const PairGemm&) { return false; }
 bool bf16_amx_shifted_gemm(const AmxShiftedGemm&) { return false; }
-bool bf16_amx_tap_gemm(const AmxTapGemm&) { return false; }
+bool bf16_amx_row_tap_gemm(const AmxRowTapGemm&) { return false; }
 
 bool bf16_gemm(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
                const std::function<void(int64_t, int64_t, const float*)>&) {

@@ -70,6 +70,25 @@ void F32ToBF16(const float* HWY_RESTRICT in, uint16_t* HWY_RESTRICT out, int64_t
   for (; i < n; ++i) out[i] = f32_to_bf16_bits(in[i]);
 }
 
+// y[r ldy + j] = bf16(c[r ldc + j] + bias[j]) for r < rows, j < cols (no add without a bias),
+// rounded as F32ToBF16.
+void BiasRowsToBF16(const float* HWY_RESTRICT c, int64_t ldc, const float* HWY_RESTRICT bias, uint16_t* HWY_RESTRICT y,
+                    int64_t ldy, int64_t rows, int64_t cols) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* v = c + r * ldc;
+    uint16_t* out = y + r * ldy;
+    int64_t j = 0;
+    for (; j + N <= cols; j += N) {
+      auto x = hn::LoadU(df, v + j);
+      if (bias) x = hn::Add(x, hn::LoadU(df, bias + j));
+      StoreFromF32(df, x, out + j);
+    }
+    for (; j < cols; ++j) out[j] = f32_to_bf16_bits(bias ? v[j] + bias[j] : v[j]);
+  }
+}
+
 void BF16ToF32(const uint16_t* HWY_RESTRICT in, float* HWY_RESTRICT out, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -833,6 +852,7 @@ HWY_AFTER_NAMESPACE();
 namespace anvil::cpu::simd {
 
 HWY_EXPORT(F32ToBF16);
+HWY_EXPORT(BiasRowsToBF16);
 HWY_EXPORT(BF16ToF32);
 HWY_EXPORT(F32ToE4M3);
 HWY_EXPORT(F32ToE5M2);
@@ -921,6 +941,11 @@ void encode_f32(DType to, const float* in, void* dst, int64_t n) {
     else if constexpr (std::is_same_v<T, Float8_e5m2>) HWY_DYNAMIC_DISPATCH(F32ToE5M2)(in, static_cast<uint8_t*>(dst), n);
     else throw DTypeError(detail::cat_message("[encode_f32] no SIMD encoder for ", dtype_name(to)));
   });
+}
+
+void bias_rows_to_bf16(const float* c, int64_t ldc, const float* bias, uint16_t* y, int64_t ldy, int64_t rows,
+                       int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(BiasRowsToBF16)(c, ldc, bias, y, ldy, rows, cols);
 }
 
 bool convert(DType to, DType from, void* dst, const void* src, int64_t n) {

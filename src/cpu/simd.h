@@ -37,6 +37,10 @@ float row_max(const float* x, int64_t n);
 // is stored after its input is loaded).
 float exp_sum(const float* x, float* e, int64_t n, float m);
 void encode_f32(DType to, const float* in, void* dst, int64_t n);
+// y[r ldy + j] = bf16(c[r ldc + j] + bias[j]) for r < rows, j < cols (bias null: none), rounded
+// as encode_f32 rounds.
+void bias_rows_to_bf16(const float* c, int64_t ldc, const float* bias, uint16_t* y, int64_t ldy, int64_t rows,
+                       int64_t cols);
 // Normalisation statistics of float32 data (cpu/norm.cpp), each product and sum rounded on its
 // own, the same bits on every x86 target. Lanes: lanes[kStatLanes] in float64, lane l adding
 // x[i] (or (x[i] - mean)^2) for i % kStatLanes == l over whole groups and the tail x[n_full + t]
@@ -210,24 +214,33 @@ struct AmxShiftedGemm {
   bool accumulate = false;
 };
 bool bf16_amx_shifted_gemm(const AmxShiftedGemm& g);
-// A stride-1 channels-last conv's forward on AMX tiles over a zero-padded input grid:
-//   c(m, co) = sum over taps t and channels ch < C of x[(m + offsets[t]) ldx + ch] w_t(ch, co)
-// for grid positions m < positions (a multiple of 32), each tap's A rows 16 consecutive grid
-// positions read in place; w_t(ch, co) is B's row t C + ch, packed in pairs a panel of 32
-// columns after another as pack_pairs writes them (panel j at bp + j taps C / 2 * 64). Positions
-// are computed a group of 32-row blocks at a time on one thread, panel by panel (a panel's B stays
-// in L2 across the group), then rows_done(m0, count, c, ldc) gets the group's float32 rows
-// (columns [0, co) valid) on that thread. C a multiple of 32; false (nothing called) without
-// AMX-BF16.
-struct AmxTapGemm {
-  const uint16_t* x = nullptr;
-  int64_t ldx = 0;
-  const int64_t* offsets = nullptr;
-  int64_t taps = 0, channels = 0, co = 0, positions = 0;
+// A channels-last conv's forward (any strides and dilations) on AMX tiles, reading the input in
+// place, rounded to bfloat16 as it goes: for output row r < rows (the positions along the conv's
+// innermost axis, width of them) and position w,
+//   y_rows[r][w ldy + co] = bf16(bias[co] + sum over taps t, channels ch of
+//                                a_rows[r taps + t][(w stride + shift[t]) ldx + ch] w_t(ch, co))
+// where a null a_rows entry is a tap that falls in the padding for the whole row and input
+// positions outside [0, in_width) read zero. Each tap's A tile is 16 output positions: loaded in
+// place (row stride stride ldx) where all 16 lie inside the input row, else gathered with zeros.
+// w_t(ch, co) is B's row t C + ch, packed in pairs a panel of 32 columns after another as
+// pack_pairs writes them (panel j at bp + j taps C / 2 * 64); bias float32 (null: none). Blocks
+// of 32 positions run a group at a time on one thread, panel by panel (a panel's B stays in L2
+// across the group), each block rounded into y once its last panel is done; with y_rows null (and
+// rows 1), rows_done(w0, count, c, ldc) gets a group's float32 sums instead, on its thread (no
+// bias; columns [0, co) valid, c the thread's to overwrite). C a multiple of 32; false (nothing
+// done) without AMX-BF16.
+struct AmxRowTapGemm {
+  const uint16_t* const* a_rows = nullptr;
+  int64_t ldx = 0, in_width = 0, stride = 1;
+  const int64_t* shift = nullptr;
+  int64_t rows = 0, width = 0, taps = 0, channels = 0, co = 0;
   const uint16_t* bp = nullptr;
-  std::function<void(int64_t, int64_t, float*, int64_t)> rows_done;  // c is the thread's: it may be overwritten
+  const float* bias = nullptr;
+  uint16_t* const* y_rows = nullptr;
+  int64_t ldy = 0;
+  std::function<void(int64_t, int64_t, float*, int64_t)> rows_done{};
 };
-bool bf16_amx_tap_gemm(const AmxTapGemm& g);
+bool bf16_amx_row_tap_gemm(const AmxRowTapGemm& g);
 // Whether the CPU and the OS give AMX-BF16 tiles (bf16_gemm and the bf16_amx_* GEMMs run).
 bool amx_bf16_supported();
 bool f32_row_gemm(const RowGemm<float>& g);
