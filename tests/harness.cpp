@@ -603,7 +603,7 @@ std::string write_memory_history(Device dev, const ::testing::TestInfo* test) {
   if (grown > 1.25 * used)
     return ::testing::AssertionFailure() << "reserved grew " << grown << " bytes for a peak of " << used
                                          << " allocated: " << memory_stats_str(dev) << history;
-  if (reserved[1] != reserved[0] || reserved[2] != reserved[1])
+  if (reserved[1] > reserved[0] || reserved[2] > reserved[1])  // grows between decodes (giving back is fine)
     return ::testing::AssertionFailure() << "reserved after each decode " << reserved[0] << ", " << reserved[1] << ", "
                                          << reserved[2] << ": " << memory_stats_str(dev) << history;
   return ::testing::AssertionSuccess();

@@ -163,8 +163,8 @@ ref::Array sum_tol(DType out, int64_t n, const ref::Array& abs_sum);
 
 // ---- memory stability -----------------------------------------------------------------------
 // Runs decode() once, then three more times, on a CUDA device: the allocator's reserved memory
-// above what the process held before stays within 1.25x the peak allocation, and is the same
-// after each of the three repetitions.
+// above what the process held before stays within 1.25x the peak allocation, and does not grow
+// from one of the three repetitions to the next (a segment given back is no growth).
 ::testing::AssertionResult memory_stable(Device dev, const std::function<void()>& decode);
 
 // ---- guard bytes ----------------------------------------------------------------------------

@@ -544,8 +544,8 @@ TEST_P(Conv, EmptyShapes) {
 // The release's headline failure, with the convs themselves: a Wan-style tiled video decode
 // (28 tiles, each a little different in H and W, of causal constant / replicate pads then a
 // 3 x 3 x 3 conv3d with bias, bf16) must keep the CUDA allocator's reserved memory within 1.25x
-// its peak allocation and flat from one decode to the next, cuDNN's plans (one per tile shape,
-// cached) and workspaces (from the allocator) included.
+// its peak allocation and not growing from one decode to the next, cuDNN's plans (one per tile
+// shape, cached) and workspaces (from the allocator) included.
 TEST_P(Conv, MemoryStableUnderTiledDecode) {
   if (!dev().is_cuda()) GTEST_SKIP() << "the caching allocator under test is CUDA's";
   const TensorOptions o = TensorOptions(kBFloat16).device(dev());

@@ -241,6 +241,34 @@ TEST_P(TensorTest, CopyBroadcastsConvertsAndKeepsGuards) {
   EXPECT_THROWS_OP(ShapeError, "copy_", small.copy_(ones({2, 3}, TensorOptions(kFloat32).device(dev()))));
 }
 
+// Copies whose source and destination are dense along different dims (memory-format changes,
+// full transposes, into an offset view) run as tiles of both dims on each backend: every element
+// size, sizes that are no multiple of the 32-element tiles, the other dims strided.
+TEST_P(TensorTest, LayoutChangingCopies) {
+  th::CaseLoop loop;
+  th::Gen g(7);
+  for (const Shape& shape : {Shape{2, 37, 9, 41}, Shape{40, 3, 33}, Shape{64, 64}}) {
+    for (DType t : {kInt8, kBFloat16, kFloat32, kFloat64}) {
+      if (!loop.run(th::case_name(shape, t, Layout::Transposed, dev()), [&] {
+        if (shape.size() == 4) {
+          th::Input in = th::make_input(shape, t, dev(), Layout::Contiguous, g, -100, 100);
+          const Tensor cl = in.t.contiguous(MemoryFormat::ChannelsLast);
+          EXPECT_TRUE(cl.is_contiguous(MemoryFormat::ChannelsLast));
+          EXPECT_TRUE(th::expect_equal(cl, in.a));
+          EXPECT_TRUE(th::expect_equal(cl.contiguous(), in.a));
+        }
+        th::Input tr = th::make_input(shape, t, dev(), Layout::Transposed, g, -100, 100);
+        EXPECT_TRUE(th::expect_equal(tr.t.contiguous(), tr.a));
+        th::Guarded out = th::make_guarded(shape, t, dev(), Layout::Offset);
+        out.view.copy_(tr.t);
+        EXPECT_TRUE(th::expect_equal(out.view, tr.a));
+        EXPECT_TRUE(th::guards_intact(out));
+      }))
+        return;
+    }
+  }
+}
+
 TEST_P(TensorTest, CopyBetweenDevices) {
   if (!dev().is_cuda()) GTEST_SKIP() << "cross-device copy_: CUDA only";
   th::Gen g(8);

@@ -195,7 +195,7 @@ TEST_P(Vae, ExtraSettingsMatchDiffusers) {
 
 // The memory contract on a real shape: the Wan2.1 VAE (random weights, bfloat16) tiled-
 // decoding 704 x 1280 x 5 frames with diffusers' default tiles keeps the CUDA allocator's
-// reserved memory within 1.25x its peak allocation and flat from one decode to the next
+// reserved memory within 1.25x its peak allocation and not growing from one decode to the next
 // (th::memory_stable), and the same decode twice gives the same bits.
 TEST_P(Vae, TiledVideoDecodeMemoryStable) {
   if (!dev().is_cuda()) GTEST_SKIP() << "the caching allocator under test is CUDA's";

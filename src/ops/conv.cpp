@@ -360,8 +360,12 @@ void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Te
 // than the operands (barred under 128 MiB and at x + w + y; the engine cuDNN fell back to ran
 // 10.4 ms, PyTorch 1.26), and with the workspace unbounded it ran 1.16 ms, where the channels-last
 // plan takes 0.44-0.51 and both conversions move 1 GiB (~0.3 ms at the copy ceiling); SD's
-// [1, 512, 128, 128]: 142 us channels-first, 98 channels-last (the conversions move 64 MiB). 3-d
-// convs keep their layout (not measured yet). ANVIL_CONV_CUDA_KEEP_LAYOUT=1 turns this off.
+// [1, 512, 128, 128]: 142 us channels-first, 98 channels-last (the conversions move 64 MiB). With
+// the conversions as tiled transposes (session 31, H200, one run, PyTorch channels-first beside):
+// FLUX [1, 128, 1024, 1024] 1225 vs 1273 us, [1, 512, 256, 256] 633 vs 620 (10.6 ms kept, H100),
+// but SD 184 vs 144 (kept: 148, H100): a bound on the input's size (32 MiB would split these) is
+// the next step, not yet run on a GPU. 3-d convs keep their layout (not measured yet).
+// ANVIL_CONV_CUDA_KEEP_LAYOUT=1 turns this off.
 bool cuda_channels_last_redirect(const Problem& p) {
   static const bool off = [] {
     const char* e = std::getenv("ANVIL_CONV_CUDA_KEEP_LAYOUT");
