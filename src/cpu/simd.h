@@ -228,7 +228,7 @@ bool bf16_amx_shifted_gemm(const AmxShiftedGemm& g);
 // across the group), each block rounded into y once its last panel is done; with y_rows null (and
 // rows 1), rows_done(w0, count, c, ldc) gets a group's float32 sums instead, on its thread (no
 // bias; columns [0, co) valid, c the thread's to overwrite). C a multiple of 32; false (nothing
-// done) without AMX-BF16.
+// done) without AMX-BF16, or with y_rows null and rows other than 1.
 struct AmxRowTapGemm {
   const uint16_t* const* a_rows = nullptr;
   int64_t ldx = 0, in_width = 0, stride = 1;
