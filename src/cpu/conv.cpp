@@ -971,16 +971,13 @@ void dense_forward_rows(const ConvDirectParams& given) {
   // 512-channel 3x3 conv's 4.7 MB was zeroed and page-faulted every call.
   std::vector<const T*> b_rows(static_cast<size_t>(kc));
   T* wt = scratch<T, 5>(kc * Co);
-  bool rows_set = false;
   if constexpr (kBf16) {
     if (flip && !cf) {  // [C, K, Co]: row (t, c) is the Co contiguous taps-reversed elements
       for (int64_t q = 0; q < kc; ++q) b_rows[static_cast<size_t>(q)] = w + (q % C * K + K - 1 - q / C) * Co;
-      rows_set = true;
     } else if (flip) {  // [C, Co, K] -> [C, K, Co] per input channel, row (t, c) at (c K + K - 1 - t)
 #pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
       for (int64_t c = 0; c < C; ++c) simd::transpose_u16(w + c * Co * K, K, wt + c * K * Co, Co, Co, K);
       for (int64_t q = 0; q < kc; ++q) b_rows[static_cast<size_t>(q)] = wt + (q % C * K + K - 1 - q / C) * Co;
-      rows_set = true;
     } else {  // [Co, kc] -> [kc, Co]: channels-last rows t C + c, channels-first c K + t
       constexpr int64_t kBlock = 256;  // columns per task
 #pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
@@ -988,10 +985,8 @@ void dense_forward_rows(const ConvDirectParams& given) {
         simd::transpose_u16(w + q0, kc, wt + q0 * Co, Co, Co, std::min(kBlock, kc - q0));
       for (int64_t q = 0; q < kc; ++q)
         b_rows[static_cast<size_t>(q)] = wt + (cf ? q % C * K + q / C : q) * Co;
-      rows_set = true;
     }
-  }
-  if (!rows_set) {
+  } else {
 #pragma omp parallel for schedule(static) if (kc * Co >= kParallelGrain)
     for (int64_t q = 0; q < kc; ++q) {
       const int64_t t = q / C, c = q % C;
