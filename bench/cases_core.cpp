@@ -47,6 +47,26 @@ std::vector<Case> core_cases(Device dev) {
                        return [=](int i) { (void)add(a[i % rot], b[i % rot]); };
                      }, "", spec("add", t, t)});
   }
+  // A per-channel bias added over an image (bf16 [1, 128, H, W] + [1, 128, 1, 1], the FLUX
+  // VAE's largest activation on CUDA): channels-first (a value per row of H * W) and
+  // channels-last (a row of 128 values repeated).
+  const int64_t side = dev.is_cpu() ? 256 : 1024;
+  for (const bool cl : {false, true}) {
+    const Shape shape = {1, 128, side, side};
+    const int64_t m = 128 * side * side;
+    const int brot = rotations_for(dev, 2.0 * m);
+    cases.push_back({std::string("add bf16 bias ") + (cl ? "channels-last " : "") + shape_str(shape), 4.0 * m, ceil,
+                     [=]() -> Runner {
+                       std::vector<Tensor> a;
+                       for (int i = 0; i < brot; ++i)
+                         a.push_back(rand(shape, opts(kBFloat16)).contiguous(cl ? MemoryFormat::ChannelsLast
+                                                                                 : MemoryFormat::Contiguous));
+                       const Tensor b = rand({1, 128, 1, 1}, opts(kBFloat16));
+                       return [=](int i) { (void)add(a[i % brot], b); };
+                     },
+                     "", nlohmann::json{{"op", "add"}, {"a", shape}, {"b", Shape{1, 128, 1, 1}}, {"channels_last", cl},
+                                        {"dtype", "bfloat16"}, {"out_dtype", "bfloat16"}}});
+  }
   for (DType t : {kFloat32, kBFloat16}) {
     const std::string label = t == kFloat32 ? "sum f32" : "sum bf16";
     cases.push_back({label + sn, 1.0 * n * element_size(t), ceil, [=]() -> Runner {

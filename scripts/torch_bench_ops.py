@@ -215,6 +215,12 @@ def build(spec, dev):
         src = [torch.rand(n, device=dev).to(t) for _ in range(rot)]
         dst = torch.empty(n, device=dev, dtype=out_t)
         return lambda i: dst.copy_(src[i % rot])
+    if op == "add" and "a" in spec:  # a broadcast add: a [shape] + b [shape broadcast to a's]
+        fmt = torch.channels_last if spec.get("channels_last") else torch.contiguous_format
+        rot = rotations(dev, math.prod(spec["a"]) * torch.empty(0, dtype=t).element_size())
+        a = [torch.rand(*spec["a"], device=dev).to(t).contiguous(memory_format=fmt) for _ in range(rot)]
+        b = torch.rand(*spec["b"], device=dev).to(t)
+        return lambda i: torch.add(a[i % rot], b)
     if op in ("add", "sum"):
         n = spec["n"]
         rot = rotations(dev, n * torch.empty(0, dtype=t).element_size())

@@ -6,6 +6,7 @@
 // conv{1,2,3}d / conv_transpose wrappers (unbatched input, "same" / "valid"), extents past
 // 2^16, and PyTorch's messages, on every device.
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "expect_throws.h"
@@ -181,10 +182,20 @@ struct CudnnUse {
   ~CudnnUse() { set_cudnn_enabled(true); }
 };
 
-// On CUDA both plans: cuDNN's (where it has one) and, with cuDNN turned off, the composition.
+// Sets conv_cuda_channels_last_min_bytes for a test; restores the default when it ends.
+struct ChannelsLastMin {
+  explicit ChannelsLastMin(int64_t bytes) { set_conv_cuda_channels_last_min_bytes(bytes); }
+  ~ChannelsLastMin() { set_conv_cuda_channels_last_min_bytes(-1); }
+};
+
+// On CUDA both plans: cuDNN's (where it has one; half-precision channels-first 2-d convs on its
+// channels-last plans between layout conversions, whatever their size) and, with cuDNN turned
+// off, the composition. The other tests run those convs in their own layout (below the default
+// 32 MiB bound).
 TEST_P(Conv, Table) {
   th::CaseLoop loop;
   th::Gen g(8100);
+  ChannelsLastMin every(0);
   for (bool direct : {true, false}) {
     if (!direct && dev().is_cpu()) continue;
     CudnnUse use(direct);
@@ -257,6 +268,14 @@ TEST_P(Conv, Plans) {
     own_plans();
   }
   EXPECT_TRUE(cudnn_enabled() || dev().is_cpu());
+  if (!std::getenv("ANVIL_CONV_CUDA_KEEP_LAYOUT")) {
+    EXPECT_EQ(conv_cuda_channels_last_min_bytes(), int64_t{32} << 20);
+  }
+  {
+    ChannelsLastMin every(0);
+    EXPECT_EQ(conv_cuda_channels_last_min_bytes(), 0);
+    EXPECT_EQ(convolution_plan(x, w, {1}, {1}, {1}, false, {0}, 1), dense);
+  }
   if (want == FusedPlan::Fused) {
     set_conv_plan_cache_capacity(2);
     for (int64_t c : {3, 5, 7}) (void)conv2d(ones({1, c, 6, 6}, o), ones({4, c, 3, 3}, o));

@@ -261,6 +261,69 @@ TEST_P(Elementwise, BinaryTable) {
   }
 }
 
+// Operands whose innermost dim is a whole number of packs, dense in the output and dense or
+// broadcast in each input (CUDA runs those as rows of 16-byte packs; the rest element by
+// element): a per-row value (inner stride 0), a per-column one (outer stride 0), a channels-last
+// per-channel bias, views whose packs stay aligned and ones whose packs do not (an outer stride
+// not a multiple of the pack, a misaligned start), a unary op and a cast of a broadcast input,
+// and a comparison (bool output, one-byte stores).
+TEST_P(Elementwise, RowsOfPacks) {
+  th::CaseLoop loop;
+  th::Gen g(207);
+  struct Pair {
+    Shape a, b;
+  };
+  const std::vector<Pair> pairs = {{{3, 5, 32}, {5, 1}}, {{4, 2, 48}, {48}}, {{2, 16, 3, 5}, {1, 16, 1, 1}}};
+  for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64, kInt8, kInt64})
+    for (const Pair& pr : pairs)
+      for (int view = 0; view < 4; ++view) {
+        // view 0: contiguous; 1: channels-last (4-d), else a inside rows 8 elements wider,
+        // starting 8 in (packs aligned up to 8 elements a pack); 2: the same starting 1 in
+        // (misaligned); 3: b every other element of a wider buffer (inner stride 2).
+        const std::string name = std::string(dtype_name(t)) + " " + ref::shape_to_string(pr.a) + " x " +
+                                 ref::shape_to_string(pr.b) + " view " + std::to_string(view) + " " + dev().str();
+        if (!loop.run(name, [&] {
+              const double lo = is_unsigned(t) ? 0 : -20, hi = 20;
+              ref::Array av = th::random_array(pr.a, t, g, lo, hi), bv = th::random_array(pr.b, t, g, lo, hi);
+              Tensor at = th::make_tensor(av, t, dev()), bt = th::make_tensor(bv, t, dev());
+              if (view == 1 && pr.a.size() == 4) {
+                at = at.contiguous(MemoryFormat::ChannelsLast);
+              } else if (view == 1 || view == 2) {
+                // a inside a buffer 8 elements wider per row, starting 8 (aligned) or 1 element in
+                Shape wide = pr.a;
+                wide.back() += 8;
+                Tensor buf = full(wide, 7, TensorOptions(t).device(dev()));
+                Tensor inner = buf.narrow(static_cast<int64_t>(wide.size()) - 1, view == 1 ? 8 : 1, pr.a.back());
+                inner.copy_(at);
+                at = inner;
+              } else if (view == 3) {
+                Shape wide = pr.b;
+                wide.back() *= 2;
+                Tensor buf = zeros(wide, TensorOptions(t).device(dev()));
+                Tensor v = buf.slice(static_cast<int64_t>(wide.size()) - 1, 0, wide.back(), 2);
+                v.copy_(bt);
+                bt = v;
+              }
+              const ref::Array bb = ref::broadcast_to(bv, pr.a);
+              const double scale = 400;
+              auto rounded = [&](ref::Array w, DType out) {
+                for (double& x : w.v) x = is_floating_point(out) ? th::round_to_dtype(x, out) : wrap_to(x, out);
+                return w;
+              };
+              ASSERT_TRUE(th::expect_close(add(at, bt), rounded(ref::zip(av, bb, [](double x, double y) { return x + y; }), t),
+                                           th::elementwise_tol(t, 1, scale)));
+              ASSERT_TRUE(th::expect_close(mul(bt, at), rounded(ref::zip(av, bb, [](double x, double y) { return x * y; }), t),
+                                           th::elementwise_tol(t, 1, scale)));
+              ASSERT_TRUE(th::expect_equal(lt(at, bt), ref::zip(av, bb, [](double x, double y) { return x < y ? 1.0 : 0.0; })));
+              const Tensor be = bt.expand(pr.a);
+              ASSERT_TRUE(th::expect_equal(neg(be), rounded(ref::map(bb, [](double x) { return -x; }), t)));
+              ASSERT_TRUE(th::expect_equal(be.to(kFloat32), rounded(bb, kFloat32)));
+              ASSERT_TRUE(th::expect_equal(be.contiguous(), bb));
+            }))
+          return;
+      }
+}
+
 TEST_P(Elementwise, BinaryNaNAndInfinity) {
   ref::Array a({6}), b({6});
   a.v = {kNaN, 1.0, kInf, -kInf, 0.0, kNaN};

@@ -23,11 +23,39 @@ void unary(const ElementwiseParams& p) {
   });
 }
 
+namespace {
+// A strided binary op whose innermost dim is dense in the output and dense or broadcast in each
+// input (a per-channel bias over an image, either layout) as SIMD rows: chunks of rows, each
+// row's offsets decomposed once. Runs the row kernel where it has one; false otherwise.
+bool binary_rows(BinaryOp op, const ElementwiseParams& p) {
+  if (p.contiguous || p.ndim < 1 || p.out_dtype != p.dtype || !simd::has_binary_row(op, p.dtype)) return false;
+  const int nd = p.ndim;
+  const int64_t inner = p.sizes[nd - 1], s1 = p.strides[1][nd - 1], s2 = p.strides[2][nd - 1];
+  if (p.strides[0][nd - 1] != 1 || (s1 != 0 && s1 != 1) || (s2 != 0 && s2 != 1) || inner == 0) return false;
+  const int64_t chunk = 8192, per_row = (inner + chunk - 1) / chunk, items = p.numel / inner * per_row;
+  const size_t es = element_size(p.dtype);
+#pragma omp parallel for schedule(static) if (p.numel >= kParallelGrain)
+  for (int64_t item = 0; item < items; ++item) {
+    int64_t off[3] = {0, 0, 0}, rem = item / per_row;
+    for (int d = nd - 2; d >= 0; --d) {
+      const int64_t idx = rem % p.sizes[d];
+      rem /= p.sizes[d];
+      for (int s = 0; s < 3; ++s) off[s] += idx * p.strides[s][d];
+    }
+    const int64_t j = item % per_row * chunk;
+    auto at = [&](int s, int64_t step) { return static_cast<char*>(p.ptr[s]) + static_cast<size_t>(off[s] + j * step) * es; };
+    simd::binary_row(op, p.dtype, at(0, 1), at(1, s1), s1 == 1, at(2, s2), s2 == 1, p.alpha.f, std::min(chunk, inner - j));
+  }
+  return true;
+}
+}  // namespace
+
 void binary(const ElementwiseParams& p) {
   const BinaryOp op = static_cast<BinaryOp>(p.op);
   if (p.contiguous && !is_compare(op) &&
       simd::binary(op, p.dtype, p.ptr[0], p.ptr[1], p.ptr[2], p.alpha.f, p.numel))
     return;
+  if (binary_rows(op, p)) return;
   std::atomic<bool> div_by_zero{false};
   dispatch_all_types(p.dtype, "[binary]", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -201,15 +201,16 @@ void F8ToF32(const uint8_t* HWY_RESTRICT in, float* HWY_RESTRICT out, int64_t n,
   for (; i < n; ++i) out[i] = table[in[i]];
 }
 
-template <typename T>
+// out = a op b over n elements: a / b runs of n elements (kA / kB) or one element repeated.
+template <typename T, bool kA, bool kB>
 void BinaryF32(int op, T* HWY_RESTRICT out, const T* HWY_RESTRICT a, const T* HWY_RESTRICT b, float alpha, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const auto valpha = hn::Set(df, alpha);
-  auto load = [&](const T* p) { return LoadAsF32(df, p); };
+  const auto a0 = hn::Set(df, static_cast<float>(a[0])), b0 = hn::Set(df, static_cast<float>(b[0]));
   int64_t i = 0;
   for (; i + N <= n; i += N) {
-    auto x = load(a + i), y = load(b + i);
+    auto x = kA ? LoadAsF32(df, a + i) : a0, y = kB ? LoadAsF32(df, b + i) : b0;
     hn::Vec<decltype(df)> r;
     if (op == 0) r = hn::Add(x, hn::Mul(valpha, y));
     else if (op == 1) r = hn::Sub(x, hn::Mul(valpha, y));
@@ -218,13 +219,24 @@ void BinaryF32(int op, T* HWY_RESTRICT out, const T* HWY_RESTRICT a, const T* HW
     else StoreFromF32(df, r, reinterpret_cast<uint16_t*>(out + i));
   }
   for (; i < n; ++i) {
-    float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
+    float x = static_cast<float>(a[kA ? i : 0]), y = static_cast<float>(b[kB ? i : 0]);
     float r = op == 0 ? x + alpha * y : op == 1 ? x - alpha * y : x * y;
     out[i] = T(r);
   }
 }
-void BinaryF32Float(int op, float* out, const float* a, const float* b, float alpha, int64_t n) { BinaryF32(op, out, a, b, alpha, n); }
-void BinaryBF16(int op, BFloat16* out, const BFloat16* a, const BFloat16* b, float alpha, int64_t n) { BinaryF32(op, out, a, b, alpha, n); }
+template <typename T>
+void BinaryRow(int op, T* out, const T* a, bool a_run, const T* b, bool b_run, float alpha, int64_t n) {
+  if (a_run && b_run) BinaryF32<T, true, true>(op, out, a, b, alpha, n);
+  else if (a_run) BinaryF32<T, true, false>(op, out, a, b, alpha, n);
+  else if (b_run) BinaryF32<T, false, true>(op, out, a, b, alpha, n);
+  else BinaryF32<T, false, false>(op, out, a, b, alpha, n);
+}
+void BinaryF32Float(int op, float* out, const float* a, bool a_run, const float* b, bool b_run, float alpha, int64_t n) {
+  BinaryRow(op, out, a, a_run, b, b_run, alpha, n);
+}
+void BinaryBF16(int op, BFloat16* out, const BFloat16* a, bool a_run, const BFloat16* b, bool b_run, float alpha, int64_t n) {
+  BinaryRow(op, out, a, a_run, b, b_run, alpha, n);
+}
 
 // GEMM micro-kernel on a packed panel of B: c[i, 0:w] = sum_p a[i, p] * panel[p, 0:2N], four
 // rows of A at a time, each row's two accumulator vectors fed by one broadcast of a[i, p].
@@ -967,24 +979,39 @@ bool convert(DType to, DType from, void* dst, const void* src, int64_t n) {
   return true;
 }
 
+namespace {
+int binary_code(BinaryOp op, DType t) {
+  if (t != DType::Float32 && t != DType::BFloat16) return -1;
+  return op == BinaryOp::Add ? 0 : op == BinaryOp::Sub ? 1 : op == BinaryOp::Mul ? 2 : -1;
+}
+void binary_run(int code, DType t, void* out, const void* a, bool a_run, const void* b, bool b_run, float alpha,
+                int64_t n) {
+  if (t == DType::Float32)
+    HWY_DYNAMIC_DISPATCH(BinaryF32Float)(code, static_cast<float*>(out), static_cast<const float*>(a), a_run,
+                                         static_cast<const float*>(b), b_run, alpha, n);
+  else
+    HWY_DYNAMIC_DISPATCH(BinaryBF16)(code, static_cast<BFloat16*>(out), static_cast<const BFloat16*>(a), a_run,
+                                     static_cast<const BFloat16*>(b), b_run, alpha, n);
+}
+}  // namespace
+
 bool binary(BinaryOp op, DType t, void* out, const void* a, const void* b, double alpha, int64_t n) {
-  int code = op == BinaryOp::Add ? 0 : op == BinaryOp::Sub ? 1 : op == BinaryOp::Mul ? 2 : -1;
+  const int code = binary_code(op, t);
   if (code < 0) return false;
-  if (t == DType::Float32) {
-    parallel_chunks(n, [&](int64_t s, int64_t len) {
-      HWY_DYNAMIC_DISPATCH(BinaryF32Float)(code, static_cast<float*>(out) + s, static_cast<const float*>(a) + s,
-                                           static_cast<const float*>(b) + s, static_cast<float>(alpha), len);
-    });
-    return true;
-  }
-  if (t == DType::BFloat16) {
-    parallel_chunks(n, [&](int64_t s, int64_t len) {
-      HWY_DYNAMIC_DISPATCH(BinaryBF16)(code, static_cast<BFloat16*>(out) + s, static_cast<const BFloat16*>(a) + s,
-                                       static_cast<const BFloat16*>(b) + s, static_cast<float>(alpha), len);
-    });
-    return true;
-  }
-  return false;
+  const size_t es = element_size(t);
+  parallel_chunks(n, [&](int64_t s, int64_t len) {
+    const size_t at = static_cast<size_t>(s) * es;
+    binary_run(code, t, static_cast<char*>(out) + at, static_cast<const char*>(a) + at, true,
+               static_cast<const char*>(b) + at, true, static_cast<float>(alpha), len);
+  });
+  return true;
+}
+
+bool has_binary_row(BinaryOp op, DType t) { return binary_code(op, t) >= 0; }
+
+void binary_row(BinaryOp op, DType t, void* out, const void* a, bool a_run, const void* b, bool b_run, double alpha,
+                int64_t n) {
+  binary_run(binary_code(op, t), t, out, a, a_run, b, b_run, static_cast<float>(alpha), n);
 }
 
 bool sum(DType t, const void* in, int64_t n, double* out) {

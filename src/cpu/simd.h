@@ -10,7 +10,14 @@
 namespace anvil::cpu::simd {
 
 bool convert(DType to, DType from, void* dst, const void* src, int64_t n);
+// out = a op b (add / sub with alpha, mul) over n contiguous float32 / bfloat16 elements,
+// computed in float32 as apply_binary computes them; false (nothing written) for other ops / dtypes.
 bool binary(BinaryOp op, DType t, void* out, const void* a, const void* b, double alpha, int64_t n);
+// The same over one row on the calling thread, a / b either a run of n elements (a_run / b_run)
+// or one element repeated (a broadcast along the row); for ops and dtypes has_binary_row accepts.
+bool has_binary_row(BinaryOp op, DType t);
+void binary_row(BinaryOp op, DType t, void* out, const void* a, bool a_run, const void* b, bool b_run, double alpha,
+                int64_t n);
 // out = op(in) over n contiguous elements of a float32 / bfloat16 / float16 dtype for silu,
 // sigmoid and exp (float32 compute, Highway's Exp, one rounding; cpu/activation.cpp); false
 // (nothing written) for other ops and dtypes.

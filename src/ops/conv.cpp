@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 
 #include "anvil/conv.h"
@@ -363,16 +364,13 @@ void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Te
 // [1, 512, 128, 128]: 142 us channels-first, 98 channels-last (the conversions move 64 MiB). With
 // the conversions as tiled transposes (session 31, H200, one run, PyTorch channels-first beside):
 // FLUX [1, 128, 1024, 1024] 1225 vs 1273 us, [1, 512, 256, 256] 633 vs 620 (10.6 ms kept, H100),
-// but SD 184 vs 144 (kept: 148, H100): a bound on the input's size (32 MiB would split these) is
-// the next step, not yet run on a GPU. 3-d convs keep their layout (not measured yet).
-// ANVIL_CONV_CUDA_KEEP_LAYOUT=1 turns this off.
+// but SD 184 vs 144 (kept: 148, H100). So only inputs of at least conv_cuda_channels_last_min_bytes
+// (default 32 MiB: SD's 16 MiB input keeps its layout, FLUX's 64 / 256 MiB ones move). 3-d convs
+// keep their layout (not measured yet).
 bool cuda_channels_last_redirect(const Problem& p) {
-  static const bool off = [] {
-    const char* e = std::getenv("ANVIL_CONV_CUDA_KEEP_LAYOUT");
-    return e && *e && *e != '0';
-  }();
-  return !off && (p.dtype == kBFloat16 || p.dtype == kFloat16) && p.groups == 1 && !p.pointwise() &&
-         !p.channels_last() && p.spatial == 2;
+  const int64_t bytes = p.n * p.c_in * p.in_plane() * static_cast<int64_t>(element_size(p.dtype));
+  return (p.dtype == kBFloat16 || p.dtype == kFloat16) && p.groups == 1 && !p.pointwise() && !p.channels_last() &&
+         p.spatial == 2 && bytes >= conv_cuda_channels_last_min_bytes();
 }
 
 // A problem in the other memory format, when the backend runs that pass better there: on CUDA,
@@ -796,6 +794,21 @@ int64_t env_workspace_limit() {
   return bytes;
 }
 }  // namespace
+
+namespace {
+std::atomic<int64_t> g_channels_last_min{-1};  // < 0: the default
+}  // namespace
+
+void set_conv_cuda_channels_last_min_bytes(int64_t bytes) { g_channels_last_min.store(bytes < 0 ? -1 : bytes); }
+
+int64_t conv_cuda_channels_last_min_bytes() {
+  static const int64_t fallback = [] {
+    const char* e = std::getenv("ANVIL_CONV_CUDA_KEEP_LAYOUT");
+    return e && *e && *e != '0' ? std::numeric_limits<int64_t>::max() : int64_t{32} << 20;
+  }();
+  const int64_t set = g_channels_last_min.load();
+  return set >= 0 ? set : fallback;
+}
 
 int64_t conv_workspace_limit(const Device& device) {
   const int64_t set = g_workspace_limit.load() > 0 ? g_workspace_limit.load() : env_workspace_limit();
