@@ -229,6 +229,13 @@ TEST_P(Conv, Plans) {
                              {1}, {1}, false, {0}, 1),
             want);
   EXPECT_EQ(convolution_plan(x.to(kFloat32), w.to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
+  // Channels-first 2-d stride-1 forwards of at most 4 output channels: the CPU's row kernel (any
+  // float32 / bfloat16 CPU); strided, 3-d or 5 channels: not that one.
+  const Tensor w3 = ones({3, 8, 3, 3}, o);
+  EXPECT_EQ(convolution_plan(x.to(kFloat32), w3.to(kFloat32), {1}, {1}, {1}, false, {0}, 1),
+            dev().is_cpu() ? FusedPlan::Fused : want);
+  EXPECT_EQ(convolution_plan(x, w3, {1}, {1}, {1}, false, {0}, 1), dev().is_cpu() ? FusedPlan::Fused : want);
+  EXPECT_EQ(convolution_plan(x.to(kFloat32), ones({5, 8, 3, 3}, o).to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
   // float32 channels-last, one group, not pointwise, 32 output channels or more, weights of at
   // most 1 MiB: the CPU's FMA implicit GEMM (AVX-512 CPUs).
   const FusedPlan cpu_f32 = cpu_has_avx512() ? FusedPlan::Fused : FusedPlan::Composed;
@@ -333,6 +340,11 @@ TEST_P(Conv, ShiftedGemms) {
       {{2, 32, 5, 113}, {40, 32, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
       {{1, 32, 6, 64}, {32, 32, 3, 3}, {1, 2}, {2, 1}, {2, 1}, {0}, 1, false, true},
       {{1, 32, 3, 4, 32}, {32, 32, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
+      // Channels-first 2-d forwards of at most 4 output channels: output rows as sums of shifted
+      // input rows (an odd channel count leaves the last bf16 pair half empty; dilation with
+      // pads past (k - 1) d along H, rows longer than one 64-position block and shorter).
+      {{2, 5, 20, 70}, {3, 5, 3, 5}, {1}, {5, 3}, {2, 1}, {0}, 1, false, true},
+      {{1, 3, 6, 5}, {1, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, false},
   };
   for (int64_t limit : {int64_t{0}, int64_t{4096}})
     for (const Case& c : cases)

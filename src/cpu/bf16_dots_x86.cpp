@@ -275,6 +275,49 @@ ANVIL_TARGET_VBMI_BF16 void transpose_tile_u16(const uint16_t* src, int64_t src_
   for (int c = 0; c < cols; ++c) _mm512_mask_storeu_epi16(dst + c * dst_stride, row_mask, r[c]);
 }
 
+// conv_row_pairs' kernel, CO output channels x 64 positions in registers.
+template <int CO>
+ANVIL_TARGET_VBMI_BF16 void conv_row_pairs_to(const uint32_t* const* rows, int64_t nrows, const uint32_t* w,
+                                               int64_t kw, int64_t d, int64_t width, const float* bias, float* out,
+                                               int64_t ldo) {
+  for (int64_t i = 0; i < width; i += 64) {
+    __m512 a[CO][4];
+    for (int c = 0; c < CO; ++c)
+      for (int v = 0; v < 4; ++v) a[c][v] = _mm512_set1_ps(bias ? bias[c] : 0.0f);
+    for (int64_t r = 0; r < nrows; ++r) {
+      if (!rows[r]) continue;
+      for (int64_t t = 0; t < kw; ++t) {
+        const uint32_t* x = rows[r] + i + t * d;
+        __m512bh xv[4];
+        for (int v = 0; v < 4; ++v) {
+          __m512i l = _mm512_loadu_si512(x + 16 * v);
+          asm("" : "+v"(l));  // kept in a register: GCC otherwise reloads it (a split load) per channel
+          xv[v] = (__m512bh)l;
+        }
+        for (int c = 0; c < CO; ++c) {
+          const __m512bh wv = (__m512bh)_mm512_set1_epi32(static_cast<int>(w[(c * nrows + r) * kw + t]));
+          for (int v = 0; v < 4; ++v) a[c][v] = _mm512_dpbf16_ps(a[c][v], xv[v], wv);
+        }
+      }
+    }
+    for (int c = 0; c < CO; ++c)
+      for (int v = 0; v < 4; ++v) _mm512_storeu_ps(out + c * ldo + i + 16 * v, a[c][v]);
+  }
+}
+
+ANVIL_TARGET_VBMI_BF16 void interleave_pairs(const uint16_t* a, const uint16_t* b, uint32_t* out, int64_t n) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
+                                      5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    const __m512i x = _mm512_loadu_si512(a + j), y = b ? _mm512_loadu_si512(b + j) : _mm512_setzero_si512();
+    _mm512_storeu_si512(out + j, _mm512_permutex2var_epi16(x, lo, y));
+    _mm512_storeu_si512(out + j + 16, _mm512_permutex2var_epi16(x, hi, y));
+  }
+  for (; j < n; ++j) out[j] = a[j] | (b ? static_cast<uint32_t>(b[j]) << 16 : 0u);
+}
+
 }  // namespace
 
 bool transpose_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride, int64_t rows,
@@ -284,6 +327,24 @@ bool transpose_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64
     for (int64_t c0 = 0; c0 < cols; c0 += 32)
       transpose_tile_u16(src + r0 * src_stride + c0, src_stride, dst + c0 * dst_stride + r0, dst_stride,
                          static_cast<int>(std::min<int64_t>(32, rows - r0)), static_cast<int>(std::min<int64_t>(32, cols - c0)));
+  return true;
+}
+
+bool conv_row_pairs(const uint32_t* const* rows, int64_t nrows, const uint32_t* w, int64_t co, int64_t kw, int64_t d,
+                    int64_t width, const float* bias, float* out, int64_t ldo) {
+  if (!bf16_dots_supported() || co < 1 || co > 4) return false;
+  switch (co) {
+    case 1: conv_row_pairs_to<1>(rows, nrows, w, kw, d, width, bias, out, ldo); break;
+    case 2: conv_row_pairs_to<2>(rows, nrows, w, kw, d, width, bias, out, ldo); break;
+    case 3: conv_row_pairs_to<3>(rows, nrows, w, kw, d, width, bias, out, ldo); break;
+    default: conv_row_pairs_to<4>(rows, nrows, w, kw, d, width, bias, out, ldo); break;
+  }
+  return true;
+}
+
+bool interleave_u16(const uint16_t* a, const uint16_t* b, uint32_t* out, int64_t n) {
+  if (!bf16_dots_supported()) return false;
+  interleave_pairs(a, b, out, n);
   return true;
 }
 
@@ -328,6 +389,11 @@ bool bf16_dots(DType, const void*, int64_t, const float*, int64_t, int64_t, floa
   return false;
 }
 bool bf16_dots_supported() { return false; }
+bool conv_row_pairs(const uint32_t* const*, int64_t, const uint32_t*, int64_t, int64_t, int64_t, int64_t, const float*,
+                    float*, int64_t) {
+  return false;
+}
+bool interleave_u16(const uint16_t*, const uint16_t*, uint32_t*, int64_t) { return false; }
 bool transpose_u16(const uint16_t*, int64_t, uint16_t*, int64_t, int64_t, int64_t) { return false; }
 bool bf16_dots_packed(const void*, int64_t, const uint16_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t,
                       int64_t, int64_t) {

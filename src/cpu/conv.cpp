@@ -1230,6 +1230,97 @@ void dense_weight_grad_channels_last(const ConvDirectParams& p) {
 // 13.9 ms that way): the forward in either layout; the input grad with every stride 1 as the
 // forward over grad_output with reversed taps and padding (k - 1) d - p (when that is >= 0); the
 // weight grad channels-first.
+// ---- channels-first 2-d forwards with at most 4 output channels (a VAE's conv_out) -------------
+// A GEMM of 3 rows spends its time packing B (FLUX conv_out [1, 32, 512, 512] bf16 on the pair
+// GEMM: packing and phase images 2 / 3 of 6.5 ms, PyTorch 3.6). Here each output row is a sum of
+// input rows shifted by the taps: the input rows decoded once into float32 (zero-padded along W,
+// a ring of the (k0 - 1) d0 + 1 latest rows per thread; bfloat16 as interleaved channel pairs
+// on AVX512-BF16 CPUs) and every output channel's accumulators kept in registers across all
+// channels and taps (simd::conv_row_few / conv_row_pairs).
+bool few_outputs_direct(const ConvDirectParams& p) {
+  if (p.pass != ConvPass::Forward || p.channels_last || p.groups != 1 || p.spatial != 2 || p.c_out > 4) return false;
+  if (p.dtype != kFloat32 && p.dtype != kBFloat16) return false;
+  bool pointwise = true;
+  for (int i = 0; i < 2; ++i) {
+    if (p.axis[i].stride != 1 || p.axis[i].pad < 0) return false;
+    pointwise &= p.axis[i].kernel == 1 && p.axis[i].pad == 0;
+  }
+  return !pointwise;
+}
+
+// R: float (decoded rows, fused multiply-adds) or uint32_t (bfloat16 channel pairs, vdpbf16ps).
+template <typename R>
+void few_outputs_rows(const ConvDirectParams& p) {
+  constexpr bool kPairs = std::is_same_v<R, uint32_t>;
+  const ConvAxis a0 = p.axis[0], a1 = p.axis[1];
+  const int64_t C = p.c_in, Co = p.c_out, B = kPairs ? 64 : simd::conv_row_few_block();
+  const int64_t width = (a1.out + B - 1) / B * B, L = width + (a1.kernel - 1) * a1.dilation;
+  const int64_t Cr = kPairs ? (C + 1) / 2 : C;  // rows per input row: channels or channel pairs
+  const int64_t ring = (a0.kernel - 1) * a0.dilation + 1, nrows = Cr * a0.kernel, K = a0.kernel * a1.kernel;
+  const size_t es = element_size(p.dtype);
+  // Weights [Co][Cr * k0][k1] in the rows' form: the kernel's row r = c k0 + t0.
+  std::vector<R> w(static_cast<size_t>(Co * nrows * a1.kernel));
+  if constexpr (kPairs) {
+    const auto* wb = static_cast<const uint16_t*>(p.w);
+    for (int64_t co = 0; co < Co; ++co)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t t = 0; t < K; ++t)
+          w[static_cast<size_t>((co * Cr + c / 2) * K + t)] |= static_cast<uint32_t>(wb[(co * C + c) * K + t])
+                                                               << (c % 2 * 16);
+  } else {
+    simd::decode_f32(p.dtype, p.w, w.data(), static_cast<int64_t>(w.size()));
+  }
+  const std::vector<float> bias = float_bias(p, Co);
+  const int threads = omp_get_max_threads();
+  const int64_t bands = std::max<int64_t>(1, std::min<int64_t>(a0.out, (threads + p.n - 1) / p.n));
+  const int64_t band = (a0.out + bands - 1) / bands;
+#pragma omp parallel for schedule(static) if (p.n * C * a0.out * a1.out * K >= kParallelGrain)
+  for (int64_t item = 0; item < p.n * bands; ++item) {
+    const int64_t n = item / bands, o_begin = item % bands * band, o_end = std::min(a0.out, o_begin + band);
+    R* ring_buf = scratch<R, 0>(ring * Cr * L);
+    float* out = scratch<float, 1>(Co * width);
+    std::vector<int64_t> held(static_cast<size_t>(ring), -1);  // the input row each ring slot holds
+    std::vector<const R*> rows(static_cast<size_t>(nrows));
+    const char* x = static_cast<const char*>(p.x) + static_cast<size_t>(n * C * a0.in * a1.in) * es;
+    auto x_row = [&](int64_t c, int64_t i) { return x + static_cast<size_t>((c * a0.in + i) * a1.in) * es; };
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      for (int64_t t = 0; t < a0.kernel; ++t) {
+        const int64_t i = o - a0.pad + t * a0.dilation;
+        const bool inside = i >= 0 && i < a0.in;
+        R* slot = ring_buf + (inside ? i % ring : 0) * Cr * L;
+        if (inside && held[static_cast<size_t>(i % ring)] != i) {
+          for (int64_t c = 0; c < Cr; ++c) {
+            R* r = slot + c * L;
+            std::fill(r, r + a1.pad, R{0});
+            if constexpr (kPairs)
+              simd::interleave_u16(reinterpret_cast<const uint16_t*>(x_row(2 * c, i)),
+                                   2 * c + 1 < C ? reinterpret_cast<const uint16_t*>(x_row(2 * c + 1, i)) : nullptr,
+                                   r + a1.pad, a1.in);
+            else
+              simd::decode_f32(p.dtype, x_row(c, i), r + a1.pad, a1.in);
+            std::fill(r + a1.pad + a1.in, r + L, R{0});
+          }
+          held[static_cast<size_t>(i % ring)] = i;
+        }
+        for (int64_t c = 0; c < Cr; ++c) rows[static_cast<size_t>(c * a0.kernel + t)] = inside ? slot + c * L : nullptr;
+      }
+      if constexpr (kPairs)
+        simd::conv_row_pairs(rows.data(), nrows, w.data(), Co, a1.kernel, a1.dilation, a1.out, bias.data(), out, width);
+      else
+        simd::conv_row_few(rows.data(), nrows, w.data(), Co, a1.kernel, a1.dilation, a1.out, bias.data(), out, width);
+      for (int64_t c = 0; c < Co; ++c)
+        simd::encode_f32(p.dtype, out + c * width,
+                         static_cast<char*>(p.y) + static_cast<size_t>(((n * Co + c) * a0.out + o) * a1.out) * es,
+                         a1.out);
+    }
+  }
+}
+
+void few_outputs_forward(const ConvDirectParams& p) {
+  if (p.dtype == kBFloat16 && simd::bf16_dots_supported()) return few_outputs_rows<uint32_t>(p);
+  few_outputs_rows<float>(p);
+}
+
 bool depthwise_direct(const ConvDirectParams& p) {
   if (p.groups <= 1 || p.groups != p.c_in || p.c_out != p.c_in) return false;
   switch (p.pass) {
@@ -1262,10 +1353,13 @@ bool rows_first(const ConvDirectParams& p) {
 }
 
 FusedPlan conv_direct_plan(const ConvDirectParams& p) {
-  return depthwise_direct(p) || dense_pair_direct(p) || dense_f32_direct(p) ? FusedPlan::Fused : FusedPlan::Composed;
+  return depthwise_direct(p) || few_outputs_direct(p) || dense_pair_direct(p) || dense_f32_direct(p)
+             ? FusedPlan::Fused
+             : FusedPlan::Composed;
 }
 
 void conv_direct(const ConvDirectParams& given) {
+  if (few_outputs_direct(given)) return few_outputs_forward(given);
   if (dense_pair_direct(given))
     return given.pass == ConvPass::BackwardWeight ? dense_pair_weight_grad(given)
            : given.channels_last || rows_first(given) ? dense_forward_rows<uint16_t>(given)

@@ -121,6 +121,22 @@ bool sum_rows(DType t, const void* const* x, int64_t count, void* y, int64_t n);
 // dst[r * i + m] = src[i] for m < r, i < n: each element repeated r times, as bits, for elements
 // of 1, 2, 4 or 8 bytes; false for r outside [2, 4] or other sizes (nothing done).
 bool repeat_lanes(size_t elem, const void* src, void* dst, int64_t n, int r);
+// One output row of a stride-1 conv with co <= 4 output channels, in float32:
+// out[c * ldo + i] = bias[c] (0 without) + sum over r < nrows (rows[r] null: a padding row,
+// skipped) and t < kw of w[(c * nrows + r) * kw + t] * rows[r][i + t d], fused multiply-adds,
+// for i < width rounded up to conv_row_few_block() (out and every row readable that far, rows
+// (kw - 1) d further).
+void conv_row_few(const float* const* rows, int64_t nrows, const float* w, int64_t co, int64_t kw, int64_t d,
+                  int64_t width, const float* bias, float* out, int64_t ldo);
+int64_t conv_row_few_block();
+// conv_row_few in bfloat16 pairs (vdpbf16ps, AVX512-BF16 CPUs: false elsewhere, nothing done):
+// rows[r] holds channels (2 j, 2 j + 1) of one input row interleaved, element i the pair at
+// position i (the low half the even channel); w[(c * nrows + r) * kw + t] the matching pair of
+// weights; widths rounded up to 64 positions.
+bool conv_row_pairs(const uint32_t* const* rows, int64_t nrows, const uint32_t* w, int64_t co, int64_t kw, int64_t d,
+                    int64_t width, const float* bias, float* out, int64_t ldo);
+// out[i] = a[i] | b[i] << 16 for i < n (b null: zeros); false without AVX512-BF16 / VBMI.
+bool interleave_u16(const uint16_t* a, const uint16_t* b, uint32_t* out, int64_t n);
 // mul_add_taps for groups of kw consecutive taps along the positions' axis (stride and dilation
 // 1, positions n apart): y[p * n + i] = init[i] + the sum over g < groups, t < kw (in that
 // order) of w[g * kw + t][i] * x[g][(p + t) * n + i], each product and sum rounded, stored as
