@@ -182,10 +182,13 @@ struct CudnnUse {
   ~CudnnUse() { set_cudnn_enabled(true); }
 };
 
-// Sets conv_cuda_channels_last_min_bytes for a test; restores the default when it ends.
+// Sets conv_cuda_channels_last_min_bytes for a test; restores the value before when it ends.
 struct ChannelsLastMin {
-  explicit ChannelsLastMin(int64_t bytes) { set_conv_cuda_channels_last_min_bytes(bytes); }
-  ~ChannelsLastMin() { set_conv_cuda_channels_last_min_bytes(-1); }
+  explicit ChannelsLastMin(int64_t bytes) : before(conv_cuda_channels_last_min_bytes()) {
+    set_conv_cuda_channels_last_min_bytes(bytes);
+  }
+  ~ChannelsLastMin() { set_conv_cuda_channels_last_min_bytes(before); }
+  int64_t before;
 };
 
 // On CUDA both plans: cuDNN's (where it has one; half-precision channels-first 2-d convs on its
@@ -229,13 +232,19 @@ TEST_P(Conv, Plans) {
                              {1}, {1}, false, {0}, 1),
             want);
   EXPECT_EQ(convolution_plan(x.to(kFloat32), w.to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
-  // Channels-first 2-d stride-1 forwards of at most 4 output channels: the CPU's row kernel (any
-  // float32 / bfloat16 CPU); strided, 3-d or 5 channels: not that one.
-  const Tensor w3 = ones({3, 8, 3, 3}, o);
-  EXPECT_EQ(convolution_plan(x.to(kFloat32), w3.to(kFloat32), {1}, {1}, {1}, false, {0}, 1),
+  // Channels-first 2-d stride-1 forwards of at most 4 output channels and rows of 32 or more:
+  // the CPU's row kernel (any float32 / bfloat16 CPU); strided, 3-d, 5 channels or 12-wide rows:
+  // not that one (float32 then composed).
+  const TensorOptions f32o = TensorOptions(kFloat32).device(dev());
+  const Tensor w3 = ones({3, 8, 3, 3}, o), xw = ones({1, 8, 6, 40}, o);
+  EXPECT_EQ(convolution_plan(xw.to(kFloat32), w3.to(kFloat32), {1}, {1}, {1}, false, {0}, 1),
             dev().is_cpu() ? FusedPlan::Fused : want);
-  EXPECT_EQ(convolution_plan(x, w3, {1}, {1}, {1}, false, {0}, 1), dev().is_cpu() ? FusedPlan::Fused : want);
-  EXPECT_EQ(convolution_plan(x.to(kFloat32), ones({5, 8, 3, 3}, o).to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
+  EXPECT_EQ(convolution_plan(xw, w3, {1}, {1}, {1}, false, {0}, 1), dev().is_cpu() ? FusedPlan::Fused : want);
+  EXPECT_EQ(convolution_plan(xw.to(kFloat32), ones({5, 8, 3, 3}, o).to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
+  EXPECT_EQ(convolution_plan(xw.to(kFloat32), w3.to(kFloat32), {2}, {1}, {1}, false, {0}, 1), want);
+  EXPECT_EQ(convolution_plan(x.to(kFloat32), w3.to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
+  EXPECT_EQ(convolution_plan(ones({1, 8, 4, 6, 40}, f32o), ones({3, 8, 3, 3, 3}, f32o), {1}, {1}, {1}, false, {0}, 1),
+            want);
   // float32 channels-last, one group, not pointwise, 32 output channels or more, weights of at
   // most 1 MiB: the CPU's FMA implicit GEMM (AVX-512 CPUs).
   const FusedPlan cpu_f32 = cpu_has_avx512() ? FusedPlan::Fused : FusedPlan::Composed;
@@ -292,7 +301,8 @@ TEST_P(Conv, Plans) {
 }
 
 // Outputs of 1024 positions or more with every stride 1: the CPU's float32 / float64 shifted
-// GEMMs (a GEMM per tap over the zero-padded input, src/ops/conv.cpp) and its bfloat16
+// GEMMs (a GEMM per tap over the zero-padded input, src/ops/conv.cpp; channels-first 2-d
+// float32 forwards of <= 4 output channels and rows of 32+ take the row kernel instead) and its bfloat16
 // implicit-GEMM kernel (src/cpu/conv.cpp, one group), with dilation, groups, uneven kernels and
 // pads, a pad past (k - 1) d (the input grad then takes the columns), 1-d and 3-d, stride-1
 // transposed convs, and chunks of a few rows under a small workspace limit.
@@ -341,9 +351,11 @@ TEST_P(Conv, ShiftedGemms) {
       {{1, 32, 6, 64}, {32, 32, 3, 3}, {1, 2}, {2, 1}, {2, 1}, {0}, 1, false, true},
       {{1, 32, 3, 4, 32}, {32, 32, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
       // Channels-first 2-d forwards of at most 4 output channels: output rows as sums of shifted
-      // input rows (an odd channel count leaves the last bf16 pair half empty; dilation with
-      // pads past (k - 1) d along H, rows longer than one 64-position block and shorter).
-      {{2, 5, 20, 70}, {3, 5, 3, 5}, {1}, {5, 3}, {2, 1}, {0}, 1, false, true},
+      // input rows (an odd channel count leaves the last bf16 pair half empty; dilation along
+      // both axes with a pad past (k - 1) d along H, rows past one 64-position block and not a
+      // multiple of it; taps along H only; rows under 32 outputs take the other kernels).
+      {{2, 5, 20, 70}, {3, 5, 3, 5}, {1}, {5, 4}, {2, 2}, {0}, 1, false, true},
+      {{1, 4, 9, 40}, {2, 4, 3, 1}, {1}, {1, 0}, {1}, {0}, 1, false, false},
       {{1, 3, 6, 5}, {1, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, false},
   };
   for (int64_t limit : {int64_t{0}, int64_t{4096}})

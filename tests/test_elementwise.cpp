@@ -273,7 +273,9 @@ TEST_P(Elementwise, RowsOfPacks) {
   struct Pair {
     Shape a, b;
   };
-  const std::vector<Pair> pairs = {{{3, 5, 32}, {5, 1}}, {{4, 2, 48}, {48}}, {{2, 16, 3, 5}, {1, 16, 1, 1}}};
+  // The last: rows past the CPU's 8192-element chunks.
+  const std::vector<Pair> pairs = {
+      {{3, 5, 32}, {5, 1}}, {{4, 2, 48}, {48}}, {{2, 16, 3, 5}, {1, 16, 1, 1}}, {{2, 8256}, {2, 1}}};
   for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64, kInt8, kInt64})
     for (const Pair& pr : pairs)
       for (int view = 0; view < 4; ++view) {
@@ -314,6 +316,9 @@ TEST_P(Elementwise, RowsOfPacks) {
                                            th::elementwise_tol(t, 1, scale)));
               ASSERT_TRUE(th::expect_close(mul(bt, at), rounded(ref::zip(av, bb, [](double x, double y) { return x * y; }), t),
                                            th::elementwise_tol(t, 1, scale)));
+              ASSERT_TRUE(th::expect_close(sub(at, bt, 3),
+                                           rounded(ref::zip(av, bb, [](double x, double y) { return x - 3 * y; }), t),
+                                           th::elementwise_tol(t, 2, scale)));
               ASSERT_TRUE(th::expect_equal(lt(at, bt), ref::zip(av, bb, [](double x, double y) { return x < y ? 1.0 : 0.0; })));
               const Tensor be = bt.expand(pr.a);
               ASSERT_TRUE(th::expect_equal(neg(be), rounded(ref::map(bb, [](double x) { return -x; }), t)));

@@ -82,8 +82,9 @@ ANVIL_API std::tuple<Tensor, Tensor, Tensor> convolution_backward(
 ANVIL_API void set_conv_workspace_limit(int64_t bytes);
 ANVIL_API int64_t conv_workspace_limit(const Device& device);
 
-// CUDA bfloat16 / float16 channels-first 2-d convs of one group (not 1x1) whose input holds at
-// least this many bytes run on cuDNN's channels-last plans between two tiled layout conversions
+// CUDA bfloat16 / float16 channels-first 2-d convs of one group (not 1x1) whose input (for a
+// transposed conv: its output, the input of the conv it runs as) holds at least this many bytes
+// run on cuDNN's channels-last plans between two tiled layout conversions
 // (H200, the FLUX VAE's [1, 128, 1024, 1024] 3x3: 1.2 ms instead of 10.4; SD's 16 MiB
 // [1, 512, 128, 128] runs faster in its own layout). Default 32 MiB, or never (INT64_MAX) when
 // the environment sets ANVIL_CONV_CUDA_KEEP_LAYOUT=1; 0 moves every such conv; a negative value

@@ -1225,21 +1225,21 @@ void dense_weight_grad_channels_last(const ConvDirectParams& p) {
 
 }  // namespace
 
-// Depthwise convolutions (one input and one output channel per group), which im2col + GEMM runs
-// as thousands of tiny GEMMs (Zen 5, 2 threads: [1, 1536, 512] k4 bf16 forward 12 ms, backward
-// 13.9 ms that way): the forward in either layout; the input grad with every stride 1 as the
-// forward over grad_output with reversed taps and padding (k - 1) d - p (when that is >= 0); the
-// weight grad channels-first.
 // ---- channels-first 2-d forwards with at most 4 output channels (a VAE's conv_out) -------------
 // A GEMM of 3 rows spends its time packing B (FLUX conv_out [1, 32, 512, 512] bf16 on the pair
 // GEMM: packing and phase images 2 / 3 of 6.5 ms, PyTorch 3.6). Here each output row is a sum of
 // input rows shifted by the taps: the input rows decoded once into float32 (zero-padded along W,
 // a ring of the (k0 - 1) d0 + 1 latest rows per thread; bfloat16 as interleaved channel pairs
 // on AVX512-BF16 CPUs) and every output channel's accumulators kept in registers across all
-// channels and taps (simd::conv_row_few / conv_row_pairs).
+// channels and taps (simd::conv_row_few / conv_row_pairs; vdpbf16ps reads subnormal bfloat16
+// inputs as zero, as the pair GEMMs do). Rows of at least 32 outputs (the kernels compute whole
+// blocks of 64 positions on AVX-512) and per-thread rings of at most 8 MiB.
 bool few_outputs_direct(const ConvDirectParams& p) {
   if (p.pass != ConvPass::Forward || p.channels_last || p.groups != 1 || p.spatial != 2 || p.c_out > 4) return false;
   if (p.dtype != kFloat32 && p.dtype != kBFloat16) return false;
+  const int64_t ring_bytes = ((p.axis[0].kernel - 1) * p.axis[0].dilation + 1) * p.c_in *
+                             (p.axis[1].out + 64 + (p.axis[1].kernel - 1) * p.axis[1].dilation) * 4;
+  if (p.axis[1].out < 32 || ring_bytes > (int64_t{8} << 20)) return false;
   bool pointwise = true;
   for (int i = 0; i < 2; ++i) {
     if (p.axis[i].stride != 1 || p.axis[i].pad < 0) return false;
@@ -1321,6 +1321,11 @@ void few_outputs_forward(const ConvDirectParams& p) {
   few_outputs_rows<float>(p);
 }
 
+// Depthwise convolutions (one input and one output channel per group), which im2col + GEMM runs
+// as thousands of tiny GEMMs (Zen 5, 2 threads: [1, 1536, 512] k4 bf16 forward 12 ms, backward
+// 13.9 ms that way): the forward in either layout; the input grad with every stride 1 as the
+// forward over grad_output with reversed taps and padding (k - 1) d - p (when that is >= 0); the
+// weight grad channels-first.
 bool depthwise_direct(const ConvDirectParams& p) {
   if (p.groups <= 1 || p.groups != p.c_in || p.c_out != p.c_in) return false;
   switch (p.pass) {

@@ -28,9 +28,8 @@ inline unsigned grid_for(int64_t items, int per_thread, int64_t max_blocks) {
 // Whether a strided map runs as rows of V-element packs (MapPath::InnerPacks): the innermost dim
 // a multiple of V, dense in the output, dense or broadcast (stride 0) in each input, and every
 // dense operand's packs 16-byte aligned (its pointer and every outer stride). One index
-// decomposition and one 16-byte access per operand serve V elements (a bf16 bias added over
-// [1, 128, 1024, 1024]: ~0.8 ms element by element on the H200; 248 us this way on an H100,
-// PyTorch 339; two packs in flight per thread, as the packed path, measured 286 us).
+// decomposition and one 16-byte access per operand serve V elements (H100, a bf16 bias added
+// over [1, 128, 1024, 1024]: 248 us, PyTorch 339; docs/PERFORMANCE.md session 32).
 template <typename P>
 bool inner_packs_fit(const P& p, int V, const size_t* element_bytes) {
   if (p.contiguous || p.ndim < 1 || p.sizes[p.ndim - 1] % V != 0 || p.strides[0][p.ndim - 1] != 1) return false;
