@@ -232,9 +232,9 @@ TEST_P(Conv, Plans) {
                              {1}, {1}, false, {0}, 1),
             want);
   EXPECT_EQ(convolution_plan(x.to(kFloat32), w.to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
-  // Channels-first 2-d stride-1 forwards of at most 4 output channels and rows of 32 or more:
-  // the CPU's row kernel (any float32 / bfloat16 CPU); strided, 3-d, 5 channels or 12-wide rows:
-  // not that one (float32 then composed).
+  // Channels-first 2-d / 3-d stride-1 forwards of at most 4 output channels and rows of 32 or
+  // more: the CPU's row kernel (any float32 / bfloat16 CPU); strided, 1-d, 5 channels or 12-wide
+  // rows: not that one (float32 then composed).
   const TensorOptions f32o = TensorOptions(kFloat32).device(dev());
   const Tensor w3 = ones({3, 8, 3, 3}, o), xw = ones({1, 8, 6, 40}, o);
   EXPECT_EQ(convolution_plan(xw.to(kFloat32), w3.to(kFloat32), {1}, {1}, {1}, false, {0}, 1),
@@ -244,7 +244,8 @@ TEST_P(Conv, Plans) {
   EXPECT_EQ(convolution_plan(xw.to(kFloat32), w3.to(kFloat32), {2}, {1}, {1}, false, {0}, 1), want);
   EXPECT_EQ(convolution_plan(x.to(kFloat32), w3.to(kFloat32), {1}, {1}, {1}, false, {0}, 1), want);
   EXPECT_EQ(convolution_plan(ones({1, 8, 4, 6, 40}, f32o), ones({3, 8, 3, 3, 3}, f32o), {1}, {1}, {1}, false, {0}, 1),
-            want);
+            dev().is_cpu() ? FusedPlan::Fused : want);
+  EXPECT_EQ(convolution_plan(ones({1, 8, 40}, f32o), ones({3, 8, 3}, f32o), {1}, {1}, {1}, false, {0}, 1), want);
   // float32 channels-last, one group, not pointwise, 32 output channels or more, weights of at
   // most 1 MiB: the CPU's FMA implicit GEMM (AVX-512 CPUs).
   const FusedPlan cpu_f32 = cpu_has_avx512() ? FusedPlan::Fused : FusedPlan::Composed;
@@ -350,13 +351,16 @@ TEST_P(Conv, ShiftedGemms) {
       {{2, 32, 5, 113}, {40, 32, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
       {{1, 32, 6, 64}, {32, 32, 3, 3}, {1, 2}, {2, 1}, {2, 1}, {0}, 1, false, true},
       {{1, 32, 3, 4, 32}, {32, 32, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
-      // Channels-first 2-d forwards of at most 4 output channels: output rows as sums of shifted
+      // Channels-first 2-d / 3-d forwards of at most 4 output channels: output rows as sums of shifted
       // input rows (an odd channel count leaves the last bf16 pair half empty; dilation along
       // both axes with a pad past (k - 1) d along H, rows past one 64-position block and not a
       // multiple of it; taps along H only; rows under 32 outputs take the other kernels).
       {{2, 5, 20, 70}, {3, 5, 3, 5}, {1}, {5, 4}, {2, 2}, {0}, 1, false, true},
       {{1, 4, 9, 40}, {2, 4, 3, 1}, {1}, {1, 0}, {1}, {0}, 1, false, false},
       {{1, 3, 6, 5}, {1, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, false},
+      // ... and 3-d (rings per depth and height; dilation and a pad past (k - 1) d along D).
+      {{1, 3, 4, 6, 40}, {3, 3, 3, 3, 3}, {1}, {1}, {1}, {0}, 1, false, true},
+      {{2, 5, 5, 4, 36}, {2, 5, 2, 3, 3}, {1}, {3, 1, 0}, {2, 1, 1}, {0}, 1, false, false},
   };
   for (int64_t limit : {int64_t{0}, int64_t{4096}})
     for (const Case& c : cases)

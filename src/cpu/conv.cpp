@@ -1225,25 +1225,35 @@ void dense_weight_grad_channels_last(const ConvDirectParams& p) {
 
 }  // namespace
 
-// ---- channels-first 2-d forwards with at most 4 output channels (a VAE's conv_out) -------------
+// ---- channels-first 2-d / 3-d forwards with at most 4 output channels (a VAE's conv_out) ------
 // A GEMM of 3 rows spends its time packing B (FLUX conv_out [1, 32, 512, 512] bf16 on the pair
-// GEMM: packing and phase images 2 / 3 of 6.5 ms, PyTorch 3.6). Here each output row is a sum of
-// input rows shifted by the taps: the input rows decoded once into float32 (zero-padded along W,
-// a ring of the (k0 - 1) d0 + 1 latest rows per thread; bfloat16 as interleaved channel pairs
-// on AVX512-BF16 CPUs) and every output channel's accumulators kept in registers across all
-// channels and taps (simd::conv_row_few / conv_row_pairs; vdpbf16ps reads subnormal bfloat16
-// inputs as zero, as the pair GEMMs do). Rows of at least 32 outputs (the kernels compute whole
-// blocks of 64 positions on AVX-512) and per-thread rings of at most 8 MiB.
+// GEMM: packing and phase images 2 / 3 of 6.5 ms, PyTorch 3.6). Here each output row (along W)
+// is a sum of input rows shifted by the taps: the input rows decoded once into float32
+// (zero-padded along W, a per-thread ring of the latest (k - 1) d + 1 rows along H for each of
+// the latest along D; bfloat16 as interleaved channel pairs on AVX512-BF16 CPUs) and every
+// output channel's accumulators kept in registers across all channels and taps
+// (simd::conv_row_few / conv_row_pairs; vdpbf16ps reads subnormal bfloat16 inputs as zero, as
+// the pair GEMMs do). Rows of at least 32 outputs (the kernels compute whole blocks of 64
+// positions on AVX-512) and per-thread rings of at most 8 MiB.
+
+// The axes as (D, H, W): a 2-d conv as depth 1.
+void dhw_axes(const ConvDirectParams& p, ConvAxis (&ax)[3]) {
+  for (int i = 0; i < 3; ++i) ax[i] = ConvAxis{};
+  for (int i = 0; i < p.spatial; ++i) ax[3 - p.spatial + i] = p.axis[i];
+}
+int64_t window(const ConvAxis& a) { return (a.kernel - 1) * a.dilation + 1; }
+
 bool few_outputs_direct(const ConvDirectParams& p) {
-  if (p.pass != ConvPass::Forward || p.channels_last || p.groups != 1 || p.spatial != 2 || p.c_out > 4) return false;
+  if (p.pass != ConvPass::Forward || p.channels_last || p.groups != 1 || p.spatial < 2 || p.c_out > 4) return false;
   if (p.dtype != kFloat32 && p.dtype != kBFloat16) return false;
-  const int64_t ring_bytes = ((p.axis[0].kernel - 1) * p.axis[0].dilation + 1) * p.c_in *
-                             (p.axis[1].out + 64 + (p.axis[1].kernel - 1) * p.axis[1].dilation) * 4;
-  if (p.axis[1].out < 32 || ring_bytes > (int64_t{8} << 20)) return false;
+  ConvAxis ax[3];
+  dhw_axes(p, ax);
+  const int64_t ring_bytes = window(ax[0]) * window(ax[1]) * p.c_in * (ax[2].out + 64 + window(ax[2])) * 4;
+  if (ax[2].out < 32 || ring_bytes > (int64_t{8} << 20)) return false;
   bool pointwise = true;
-  for (int i = 0; i < 2; ++i) {
-    if (p.axis[i].stride != 1 || p.axis[i].pad < 0) return false;
-    pointwise &= p.axis[i].kernel == 1 && p.axis[i].pad == 0;
+  for (const ConvAxis& a : ax) {
+    if (a.stride != 1 || a.pad < 0) return false;
+    pointwise &= a.kernel == 1 && a.pad == 0;
   }
   return !pointwise;
 }
@@ -1252,14 +1262,17 @@ bool few_outputs_direct(const ConvDirectParams& p) {
 template <typename R>
 void few_outputs_rows(const ConvDirectParams& p) {
   constexpr bool kPairs = std::is_same_v<R, uint32_t>;
-  const ConvAxis a0 = p.axis[0], a1 = p.axis[1];
+  ConvAxis ax[3];
+  dhw_axes(p, ax);
+  const ConvAxis a0 = ax[0], a1 = ax[1], a2 = ax[2];
   const int64_t C = p.c_in, Co = p.c_out, B = kPairs ? 64 : simd::conv_row_few_block();
-  const int64_t width = (a1.out + B - 1) / B * B, L = width + (a1.kernel - 1) * a1.dilation;
+  const int64_t width = (a2.out + B - 1) / B * B, L = width + (a2.kernel - 1) * a2.dilation;
   const int64_t Cr = kPairs ? (C + 1) / 2 : C;  // rows per input row: channels or channel pairs
-  const int64_t ring = (a0.kernel - 1) * a0.dilation + 1, nrows = Cr * a0.kernel, K = a0.kernel * a1.kernel;
+  const int64_t ring0 = window(a0), ring1 = window(a1), taps01 = a0.kernel * a1.kernel;
+  const int64_t nrows = Cr * taps01, K = taps01 * a2.kernel;
   const size_t es = element_size(p.dtype);
-  // Weights [Co][Cr * k0][k1] in the rows' form: the kernel's row r = c k0 + t0.
-  std::vector<R> w(static_cast<size_t>(Co * nrows * a1.kernel));
+  // Weights [Co][Cr * k0 * k1][k2] in the rows' form: the kernel's row r = (c k0 + t0) k1 + t1.
+  std::vector<R> w(static_cast<size_t>(Co * nrows * a2.kernel));
   if constexpr (kPairs) {
     const auto* wb = static_cast<const uint16_t*>(p.w);
     for (int64_t co = 0; co < Co; ++co)
@@ -1271,47 +1284,57 @@ void few_outputs_rows(const ConvDirectParams& p) {
     simd::decode_f32(p.dtype, p.w, w.data(), static_cast<int64_t>(w.size()));
   }
   const std::vector<float> bias = float_bias(p, Co);
+  // Work items: (image, output plane along D, band of output rows along H).
   const int threads = omp_get_max_threads();
-  const int64_t bands = std::max<int64_t>(1, std::min<int64_t>(a0.out, (threads + p.n - 1) / p.n));
-  const int64_t band = (a0.out + bands - 1) / bands;
-#pragma omp parallel for schedule(static) if (p.n * C * a0.out * a1.out * K >= kParallelGrain)
-  for (int64_t item = 0; item < p.n * bands; ++item) {
-    const int64_t n = item / bands, o_begin = item % bands * band, o_end = std::min(a0.out, o_begin + band);
-    R* ring_buf = scratch<R, 0>(ring * Cr * L);
+  const int64_t planes = p.n * a0.out;
+  const int64_t bands = std::max<int64_t>(1, std::min<int64_t>(a1.out, (threads + planes - 1) / planes));
+  const int64_t band = (a1.out + bands - 1) / bands;
+#pragma omp parallel for schedule(static) if (planes * C * a1.out * a2.out * K >= kParallelGrain)
+  for (int64_t item = 0; item < planes * bands; ++item) {
+    const int64_t n = item / bands / a0.out, o0 = item / bands % a0.out;
+    const int64_t o_begin = item % bands * band, o_end = std::min(a1.out, o_begin + band);
+    R* ring_buf = scratch<R, 0>(ring0 * ring1 * Cr * L);
     float* out = scratch<float, 1>(Co * width);
-    std::vector<int64_t> held(static_cast<size_t>(ring), -1);  // the input row each ring slot holds
+    std::vector<int64_t> held(static_cast<size_t>(ring0 * ring1), -1);  // the input row each slot holds
     std::vector<const R*> rows(static_cast<size_t>(nrows));
-    const char* x = static_cast<const char*>(p.x) + static_cast<size_t>(n * C * a0.in * a1.in) * es;
-    auto x_row = [&](int64_t c, int64_t i) { return x + static_cast<size_t>((c * a0.in + i) * a1.in) * es; };
-    for (int64_t o = o_begin; o < o_end; ++o) {
-      for (int64_t t = 0; t < a0.kernel; ++t) {
-        const int64_t i = o - a0.pad + t * a0.dilation;
-        const bool inside = i >= 0 && i < a0.in;
-        R* slot = ring_buf + (inside ? i % ring : 0) * Cr * L;
-        if (inside && held[static_cast<size_t>(i % ring)] != i) {
-          for (int64_t c = 0; c < Cr; ++c) {
-            R* r = slot + c * L;
-            std::fill(r, r + a1.pad, R{0});
-            if constexpr (kPairs)
-              simd::interleave_u16(reinterpret_cast<const uint16_t*>(x_row(2 * c, i)),
-                                   2 * c + 1 < C ? reinterpret_cast<const uint16_t*>(x_row(2 * c + 1, i)) : nullptr,
-                                   r + a1.pad, a1.in);
-            else
-              simd::decode_f32(p.dtype, x_row(c, i), r + a1.pad, a1.in);
-            std::fill(r + a1.pad + a1.in, r + L, R{0});
+    const char* x = static_cast<const char*>(p.x) + static_cast<size_t>(n * C * a0.in * a1.in * a2.in) * es;
+    auto x_row = [&](int64_t c, int64_t i0, int64_t i1) {
+      return x + static_cast<size_t>(((c * a0.in + i0) * a1.in + i1) * a2.in) * es;
+    };
+    for (int64_t o1 = o_begin; o1 < o_end; ++o1) {
+      for (int64_t t0 = 0; t0 < a0.kernel; ++t0)
+        for (int64_t t1 = 0; t1 < a1.kernel; ++t1) {
+          const int64_t i0 = o0 - a0.pad + t0 * a0.dilation, i1 = o1 - a1.pad + t1 * a1.dilation;
+          const bool inside = i0 >= 0 && i0 < a0.in && i1 >= 0 && i1 < a1.in;
+          const int64_t s = inside ? i0 % ring0 * ring1 + i1 % ring1 : 0;
+          R* slot = ring_buf + s * Cr * L;
+          if (inside && held[static_cast<size_t>(s)] != i0 * a1.in + i1) {
+            for (int64_t c = 0; c < Cr; ++c) {
+              R* r = slot + c * L;
+              std::fill(r, r + a2.pad, R{0});
+              if constexpr (kPairs)
+                simd::interleave_u16(
+                    reinterpret_cast<const uint16_t*>(x_row(2 * c, i0, i1)),
+                    2 * c + 1 < C ? reinterpret_cast<const uint16_t*>(x_row(2 * c + 1, i0, i1)) : nullptr,
+                    r + a2.pad, a2.in);
+              else
+                simd::decode_f32(p.dtype, x_row(c, i0, i1), r + a2.pad, a2.in);
+              std::fill(r + a2.pad + a2.in, r + L, R{0});
+            }
+            held[static_cast<size_t>(s)] = i0 * a1.in + i1;
           }
-          held[static_cast<size_t>(i % ring)] = i;
+          for (int64_t c = 0; c < Cr; ++c)
+            rows[static_cast<size_t>((c * a0.kernel + t0) * a1.kernel + t1)] = inside ? slot + c * L : nullptr;
         }
-        for (int64_t c = 0; c < Cr; ++c) rows[static_cast<size_t>(c * a0.kernel + t)] = inside ? slot + c * L : nullptr;
-      }
       if constexpr (kPairs)
-        simd::conv_row_pairs(rows.data(), nrows, w.data(), Co, a1.kernel, a1.dilation, a1.out, bias.data(), out, width);
+        simd::conv_row_pairs(rows.data(), nrows, w.data(), Co, a2.kernel, a2.dilation, a2.out, bias.data(), out, width);
       else
-        simd::conv_row_few(rows.data(), nrows, w.data(), Co, a1.kernel, a1.dilation, a1.out, bias.data(), out, width);
+        simd::conv_row_few(rows.data(), nrows, w.data(), Co, a2.kernel, a2.dilation, a2.out, bias.data(), out, width);
       for (int64_t c = 0; c < Co; ++c)
         simd::encode_f32(p.dtype, out + c * width,
-                         static_cast<char*>(p.y) + static_cast<size_t>(((n * Co + c) * a0.out + o) * a1.out) * es,
-                         a1.out);
+                         static_cast<char*>(p.y) +
+                             static_cast<size_t>((((n * Co + c) * a0.out + o0) * a1.out + o1) * a2.out) * es,
+                         a2.out);
     }
   }
 }
