@@ -32,7 +32,8 @@ bool binary_rows(BinaryOp op, const ElementwiseParams& p) {
   const int nd = p.ndim;
   const int64_t inner = p.sizes[nd - 1], s1 = p.strides[1][nd - 1], s2 = p.strides[2][nd - 1];
   if (p.strides[0][nd - 1] != 1 || (s1 != 0 && s1 != 1) || (s2 != 0 && s2 != 1) || inner == 0) return false;
-  const int64_t chunk = 8192, per_row = (inner + chunk - 1) / chunk, items = p.numel / inner * per_row;
+  constexpr int64_t kChunk = 8192;  // elements per task: rows past it split over the team
+  const int64_t per_row = (inner + kChunk - 1) / kChunk, items = p.numel / inner * per_row;
   const size_t es = element_size(p.dtype);
 #pragma omp parallel for schedule(static) if (p.numel >= kParallelGrain)
   for (int64_t item = 0; item < items; ++item) {
@@ -42,9 +43,9 @@ bool binary_rows(BinaryOp op, const ElementwiseParams& p) {
       rem /= p.sizes[d];
       for (int s = 0; s < 3; ++s) off[s] += idx * p.strides[s][d];
     }
-    const int64_t j = item % per_row * chunk;
+    const int64_t j = item % per_row * kChunk;
     auto at = [&](int s, int64_t step) { return static_cast<char*>(p.ptr[s]) + static_cast<size_t>(off[s] + j * step) * es; };
-    simd::binary_row(op, p.dtype, at(0, 1), at(1, s1), s1 == 1, at(2, s2), s2 == 1, p.alpha.f, std::min(chunk, inner - j));
+    simd::binary_row(op, p.dtype, at(0, 1), at(1, s1), s1 == 1, at(2, s2), s2 == 1, p.alpha.f, std::min(kChunk, inner - j));
   }
   return true;
 }

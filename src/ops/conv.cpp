@@ -355,18 +355,13 @@ void shifted_weight_grad(const Problem& p, const Tensor& x, const Tensor& gy, Te
   gw.copy_(gwr.permute({1, 2, 3, 0}).reshape(gw.sizes()));
 }
 
-// CUDA half-precision channels-first 2-d convs of one group run channels-last between layout
-// conversions. H200, bf16 3x3 +bias, cuDNN 9.14 (docs/PERFORMANCE.md, session 30): the heuristics'
-// first channels-first engine for the FLUX VAE's [1, 128, 1024, 1024] conv needs more workspace
-// than the operands (barred under 128 MiB and at x + w + y; the engine cuDNN fell back to ran
-// 10.4 ms, PyTorch 1.26), and with the workspace unbounded it ran 1.16 ms, where the channels-last
-// plan takes 0.44-0.51 and both conversions move 1 GiB (~0.3 ms at the copy ceiling); SD's
-// [1, 512, 128, 128]: 142 us channels-first, 98 channels-last (the conversions move 64 MiB). With
-// the conversions as tiled transposes (session 31, H200, one run, PyTorch channels-first beside):
-// FLUX [1, 128, 1024, 1024] 1225 vs 1273 us, [1, 512, 256, 256] 633 vs 620 (10.6 ms kept, H100),
-// but SD 184 vs 144 (kept: 148, H100). So only inputs of at least conv_cuda_channels_last_min_bytes
-// (default 32 MiB: SD's 16 MiB input keeps its layout, FLUX's 64 / 256 MiB ones move). 3-d convs
-// keep their layout (not measured yet).
+// CUDA half-precision channels-first 2-d convs of one group whose input holds at least
+// conv_cuda_channels_last_min_bytes (32 MiB) run channels-last between two tiled layout
+// conversions: cuDNN's fast channels-first engines for the FLUX VAE's big convs need more
+// workspace than the 128 MiB bound, the engine it falls back to is ~8x slower (H200, [1, 128,
+// 1024, 1024] 3x3 bf16 +bias: 10.4 ms kept, 1.23 ms redirected, PyTorch 1.27), while SD's 16 MiB
+// [1, 512, 128, 128] runs faster kept (H100: 145 us, 184 redirected; docs/PERFORMANCE.md,
+// sessions 30-32). 3-d convs keep their layout (not measured).
 bool cuda_channels_last_redirect(const Problem& p) {
   const int64_t bytes = p.n * p.c_in * p.in_plane() * static_cast<int64_t>(element_size(p.dtype));
   return (p.dtype == kBFloat16 || p.dtype == kFloat16) && p.groups == 1 && !p.pointwise() && !p.channels_last() &&
