@@ -37,12 +37,8 @@ bool binary_rows(BinaryOp op, const ElementwiseParams& p) {
   const size_t es = element_size(p.dtype);
 #pragma omp parallel for schedule(static) if (p.numel >= kParallelGrain)
   for (int64_t item = 0; item < items; ++item) {
-    int64_t off[3] = {0, 0, 0}, rem = item / per_row;
-    for (int d = nd - 2; d >= 0; --d) {
-      const int64_t idx = rem % p.sizes[d];
-      rem /= p.sizes[d];
-      for (int s = 0; s < 3; ++s) off[s] += idx * p.strides[s][d];
-    }
+    int64_t off[4];
+    row_offsets(p, item / per_row, off);
     const int64_t j = item % per_row * kChunk;
     auto at = [&](int s, int64_t step) { return static_cast<char*>(p.ptr[s]) + static_cast<size_t>(off[s] + j * step) * es; };
     simd::binary_row(op, p.dtype, at(0, 1), at(1, s1), s1 == 1, at(2, s2), s2 == 1, p.alpha.f, std::min(kChunk, inner - j));

@@ -10,6 +10,16 @@ namespace anvil::cpu {
 // Below this many elements a launch stays on the calling thread: a team costs ~2-5 us.
 inline constexpr int64_t kParallelGrain = 32768;
 
+// Each slot's offset of the first element of row `row` (the dims before the last, row-major).
+inline void row_offsets(const ElementwiseParams& p, int64_t row, int64_t (&off)[4]) {
+  off[0] = off[1] = off[2] = off[3] = 0;
+  for (int d = p.ndim - 2; d >= 0; --d) {
+    const int64_t idx = row % p.sizes[d];
+    row /= p.sizes[d];
+    for (int s = 0; s < 4; ++s) off[s] += idx * p.strides[s][d];
+  }
+}
+
 template <typename F>
 void for_each_element(const ElementwiseParams& p, F&& f) {
   const int64_t n = p.numel;
@@ -24,16 +34,9 @@ void for_each_element(const ElementwiseParams& p, F&& f) {
   const int64_t s0 = p.strides[0][nd - 1], s1 = p.strides[1][nd - 1], s2 = p.strides[2][nd - 1], s3 = p.strides[3][nd - 1];
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
   for (int64_t o = 0; o < outer; ++o) {
-    int64_t b0 = 0, b1 = 0, b2 = 0, b3 = 0, rem = o;
-    for (int d = nd - 2; d >= 0; --d) {
-      int64_t idx = rem % p.sizes[d];
-      rem /= p.sizes[d];
-      b0 += idx * p.strides[0][d];
-      b1 += idx * p.strides[1][d];
-      b2 += idx * p.strides[2][d];
-      b3 += idx * p.strides[3][d];
-    }
-    for (int64_t j = 0; j < inner; ++j) f(b0 + j * s0, b1 + j * s1, b2 + j * s2, b3 + j * s3);
+    int64_t b[4];
+    row_offsets(p, o, b);
+    for (int64_t j = 0; j < inner; ++j) f(b[0] + j * s0, b[1] + j * s1, b[2] + j * s2, b[3] + j * s3);
   }
 }
 

@@ -207,7 +207,9 @@ void BinaryF32(int op, T* HWY_RESTRICT out, const T* HWY_RESTRICT a, const T* HW
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const auto valpha = hn::Set(df, alpha);
-  const auto a0 = hn::Set(df, static_cast<float>(a[0])), b0 = hn::Set(df, static_cast<float>(b[0]));
+  // The repeated values (read only for an operand that repeats one).
+  const auto a0 = kA ? hn::Zero(df) : hn::Set(df, static_cast<float>(a[0]));
+  const auto b0 = kB ? hn::Zero(df) : hn::Set(df, static_cast<float>(b[0]));
   int64_t i = 0;
   for (; i + N <= n; i += N) {
     auto x = kA ? LoadAsF32(df, a + i) : a0, y = kB ? LoadAsF32(df, b + i) : b0;
