@@ -5,6 +5,7 @@
 #include "anvil/device.h"
 #include "anvil/dropout.h"
 #include "anvil/dtype.h"
+#include "anvil/linalg.h"
 #include "anvil/error.h"
 #include "anvil/memory.h"
 #include "anvil/nn.h"

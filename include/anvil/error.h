@@ -21,6 +21,9 @@ class ANVIL_API OutOfMemoryError : public Error { public: using Error::Error; };
 // An argument's value outside what the op takes: an unknown mode string, a probability outside
 // [0, 1] (Python's ValueError / NotImplementedError where PyTorch raises those).
 class ANVIL_API ValueError : public Error { public: using Error::Error; };
+// A matrix the algorithm cannot factor or invert (singular, not positive-definite), as
+// torch.linalg.LinAlgError: the message names the batch element and the failing pivot.
+class ANVIL_API LinAlgError : public Error { public: using Error::Error; };
 
 namespace detail {
 template <typename... Args>

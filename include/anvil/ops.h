@@ -30,6 +30,8 @@ ANVIL_API Tensor maximum(const Tensor& a, const Tensor& b);
 ANVIL_API Tensor minimum(const Tensor& a, const Tensor& b);
 ANVIL_API Tensor neg(const Tensor& x);
 ANVIL_API Tensor abs(const Tensor& x);
+// The complex conjugate as a new tensor (a copy for real dtypes), as torch.conj_physical.
+ANVIL_API Tensor conj_physical(const Tensor& x);
 ANVIL_API Tensor exp(const Tensor& x);
 ANVIL_API Tensor log(const Tensor& x);
 ANVIL_API Tensor sqrt(const Tensor& x);

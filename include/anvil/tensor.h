@@ -155,6 +155,9 @@ ANVIL_API Tensor empty(const Shape& sizes, TensorOptions opts = {});
 ANVIL_API Tensor empty(const Shape& sizes, TensorOptions opts, MemoryFormat format);
 ANVIL_API Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions opts = {});
 ANVIL_API Tensor zeros(const Shape& sizes, TensorOptions opts = {});
+// The n x m matrix (m = n when unset) with ones on the diagonal, as torch.eye.
+ANVIL_API Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions opts = {});
+ANVIL_API Tensor eye(int64_t n, TensorOptions opts);
 ANVIL_API Tensor ones(const Shape& sizes, TensorOptions opts = {});
 ANVIL_API Tensor full(const Shape& sizes, const Scalar& value, TensorOptions opts = {});
 // The *_like factories lay their result out as t (torch's memory_format=preserve_format): t's
@@ -179,6 +182,7 @@ ANVIL_API void manual_seed(uint64_t seed);
 ANVIL_API uint64_t rng_offset();
 ANVIL_API void set_rng_offset(uint64_t offset);
 ANVIL_API Tensor rand(const Shape& sizes, TensorOptions opts = {});
+// Standard normal values; complex dtypes draw real and imaginary parts each N(0, 1/2), as torch.
 ANVIL_API Tensor randn(const Shape& sizes, TensorOptions opts = {});
 ANVIL_API Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opts = kInt64);
 // Borrows `data` (no copy); `deleter`, when given, is called when the last view goes.

@@ -94,6 +94,20 @@ decltype(auto) dispatch_float_complex_types(DType t, const char* op, F&& f) {
   throw DTypeError(detail::cat_message(op, " not implemented for '", dtype_name(t), "'"));
 }
 
+// float32, float64, complex64: linear algebra (LAPACK's s / d / c and cuSOLVER's).
+template <typename F>
+decltype(auto) dispatch_linalg_types(DType t, const char* op, F&& f) {
+  switch (t) {
+    ANVIL_DISPATCH_CASE(DType::Float32, float)
+    ANVIL_DISPATCH_CASE(DType::Float64, double)
+    ANVIL_DISPATCH_CASE(DType::Complex64, Complex64)
+    default:
+      break;
+  }
+  throw DTypeError(detail::cat_message(op, " not implemented for '", dtype_name(t),
+                                       "' (float32, float64 and complex64 are supported)"));
+}
+
 // Ops that only move elements (same-dtype copy, fill, where, index_select, gather, scatter
 // without accumulation, pads) are instantiated per element size, not per dtype.
 template <typename F>

@@ -134,7 +134,8 @@ template <typename T> ANVIL_HD T wrap_mul(T a, T b) {
 template <typename M>
 ANVIL_HD M apply_unary(UnaryOp op, M x) {
   if constexpr (is_complex_v<M>) {
-    return op == UnaryOp::Neg ? Complex64(-x.re, -x.im) : x;  // front end admits only Neg
+    if (op == UnaryOp::Neg) return Complex64(-x.re, -x.im);
+    return op == UnaryOp::Conj ? Complex64(x.re, -x.im) : x;  // front end admits only Neg and Conj
   } else if constexpr (std::is_same_v<M, bool>) {
     return op == UnaryOp::LogicalNot ? !x : x;
   } else if constexpr (is_int_v<M>) {

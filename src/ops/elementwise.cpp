@@ -153,7 +153,7 @@ Tensor unary(const char* name, UnaryOp op, const Tensor& x) {
               " Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, use "
               "the `~` or `logical_not()` operator instead.");
   if (is_complex(t)) {
-    ANVIL_CHECK(op == UnaryOp::Neg, DTypeError, name, " not implemented for 'complex64'");
+    ANVIL_CHECK(op == UnaryOp::Neg || op == UnaryOp::Conj, DTypeError, name, " not implemented for 'complex64'");
   } else if (transcendental) {
     dispatch_float_types(t, name, [](auto) {});
   } else {
@@ -210,6 +210,10 @@ Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 
 Tensor neg(const Tensor& x) { return unary("[neg]", UnaryOp::Neg, x); }
+Tensor conj_physical(const Tensor& x) {
+  ANVIL_CHECK(x.defined(), Error, "[conj_physical] undefined tensor");
+  return is_complex(x.dtype()) ? unary("[conj_physical]", UnaryOp::Conj, x) : x.clone();
+}
 Tensor abs(const Tensor& x) {
   ANVIL_CHECK(!(x.defined() && is_complex(x.dtype())), DTypeError, "[abs] not implemented for 'complex64'");
   return unary("[abs]", UnaryOp::Abs, x);

@@ -1,8 +1,10 @@
 // Factories: empty/zeros/ones/full, arange/linspace, seeded random, from_blob, cat/stack.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <mutex>
 
+#include "anvil/ops.h"
 #include "core/dispatch.h"
 #include "core/element.h"
 #include "core/kernels/random.h"
@@ -49,6 +51,16 @@ Tensor full(const Shape& sizes, const Scalar& value, TensorOptions opts) {
 }
 Tensor zeros(const Shape& sizes, TensorOptions opts) { return full(sizes, 0, opts); }
 Tensor ones(const Shape& sizes, TensorOptions opts) { return full(sizes, 1, opts); }
+Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions opts) {
+  const int64_t cols = m.value_or(n);
+  ANVIL_CHECK(n >= 0, ValueError, "[eye] n must be greater or equal to 0, got ", n);
+  ANVIL_CHECK(cols >= 0, ValueError, "[eye] m must be greater or equal to 0, got ", cols);
+  Tensor out = zeros({n, cols}, opts);
+  const int64_t diag = std::min(n, cols);
+  if (diag > 0) out.as_strided({diag}, {cols + 1}, 0).fill_(1);
+  return out;
+}
+Tensor eye(int64_t n, TensorOptions opts) { return eye(n, std::nullopt, opts); }
 // The *_like factories keep t's layout (torch's default memory_format=preserve_format).
 Tensor empty_like(const Tensor& t) { return empty_preserving(t, TensorOptions(t.dtype()).device(t.device())); }
 Tensor empty_like(const Tensor& t, MemoryFormat format) {
@@ -218,6 +230,16 @@ Tensor rand(const Shape& sizes, TensorOptions opts) {
 }
 
 Tensor randn(const Shape& sizes, TensorOptions opts) {
+  if (is_complex(opts.dtype_)) {
+    // As PyTorch: real and imaginary parts each N(0, 1/2) (unit variance in all), drawn as one
+    // float32 stream of (re, im) pairs.
+    Shape pairs = sizes;
+    pairs.push_back(2);
+    const Tensor parts = mul(random_tensor("[randn]", pairs, TensorOptions(kFloat32).device(opts.device_),
+                                           RandomKind::Normal, 0, 1),
+                             std::sqrt(0.5));
+    return Tensor(parts.storage(), sizes, contiguous_strides(sizes), 0, opts.dtype_);
+  }
   ANVIL_CHECK(is_floating_point(opts.dtype_), DTypeError, "[randn] \"normal_kernel\" not implemented for '",
               dtype_name(opts.dtype_), "'");
   return random_tensor("[randn]", sizes, opts, RandomKind::Normal, 0, 1);

@@ -4,6 +4,7 @@
 #include "reference/ref_elementwise.h"
 #include "reference/ref_float.h"
 #include "reference/ref_index.h"
+#include "reference/ref_linalg.h"
 #include "reference/ref_matmul.h"
 #include "reference/ref_nn.h"
 #include "reference/ref_pad.h"

@@ -6,7 +6,8 @@
 
 namespace anvil {
 
-enum class UnaryOp : int8_t { Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sigmoid, Silu, Gelu, GeluTanh, Tanh, LogicalNot };
+// Conj: complex64 only (the front end copies real tensors).
+enum class UnaryOp : int8_t { Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sigmoid, Silu, Gelu, GeluTanh, Tanh, LogicalNot, Conj };
 enum class BinaryOp : int8_t {
   Add,       // a + alpha * b
   Sub,       // a - alpha * b

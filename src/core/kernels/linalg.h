@@ -1,0 +1,68 @@
+#pragma once
+// Linear algebra: LU factorisation, solves from it, determinants and the unpacking of P, L, U.
+// Params and the kernel entry points of both backends (the backend boundary: core/kernels.h).
+// Matrices are batches of column-major matrices (LAPACK's layout, leading dimension = rows)
+// stored one after another; dtypes float32, float64, complex64.
+
+#include "core/kernels.h"
+
+namespace anvil {
+
+// a is (batch, m, n) column-major, factored in place into L (unit diagonal, below) and U;
+// pivots (batch, min(m, n)) 1-based, info (batch): 0, or i when U[i-1, i-1] == 0.
+// pivot = false: no row exchanges, pivots 1..k.
+struct LuFactorParams {
+  void* a = nullptr;
+  int32_t* pivots = nullptr;
+  int32_t* info = nullptr;
+  DType dtype = kFloat32;
+  int64_t batch = 0, m = 0, n = 0;
+  bool pivot = true;
+};
+
+// op(A) X = B for A = P L U given as (lu, pivots); b (batch, n, nrhs) column-major holds B and
+// is overwritten with X. op: A, A^T or A^H (LAPACK's trans 'N', 'T', 'C').
+enum class LinalgOp : int8_t { None, Transpose, Adjoint };
+struct LuSolveParams {
+  const void* lu = nullptr;
+  const int32_t* pivots = nullptr;
+  void* b = nullptr;
+  DType dtype = kFloat32;
+  LinalgOp op = LinalgOp::None;
+  int64_t batch = 0, n = 0, nrhs = 0;
+};
+
+// From the (batch, n, n) factors: det, or (sign, logabsdet) with log_abs set. det / sign are of
+// dtype, logabsdet of its real dtype; sign of a singular matrix 0 with logabsdet -inf.
+struct LuDetParams {
+  const void* lu = nullptr;
+  const int32_t* pivots = nullptr;
+  void* det = nullptr;          // det, or sign with log_abs
+  void* log_abs_det = nullptr;  // with log_abs only
+  DType dtype = kFloat32;
+  bool log_abs = false;
+  int64_t batch = 0, n = 0;
+};
+
+// (P, L, U) from the (batch, m, n) factors, k = min(m, n); each output row-major contiguous,
+// null when not wanted: p (batch, m, m) with P[r[j], j] = 1 where r is the row order the pivots
+// make; l (batch, m, k) unit lower; u (batch, k, n) upper. scratch: batch * m int32 (for r).
+struct LuUnpackParams {
+  const void* lu = nullptr;
+  const int32_t* pivots = nullptr;
+  void* p = nullptr;
+  void* l = nullptr;
+  void* u = nullptr;
+  int32_t* scratch = nullptr;
+  DType dtype = kFloat32;
+  int64_t batch = 0, m = 0, n = 0;
+};
+
+#define ANVIL_LINALG_KERNELS(X)            \
+  X(lu_factor, const LuFactorParams&)      \
+  X(lu_solve, const LuSolveParams&)        \
+  X(lu_det, const LuDetParams&)            \
+  X(lu_unpack, const LuUnpackParams&)
+ANVIL_DECLARE_KERNELS(ANVIL_LINALG_KERNELS)
+
+}  // namespace anvil

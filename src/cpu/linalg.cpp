@@ -1,0 +1,179 @@
+// CPU linear algebra: LAPACK's getrf / getrs from OpenBLAS (its Fortran entry points through
+// LAPACK's own lapack.h), batches over the OpenMP team; unpivoted LU, determinants and the
+// unpacking of P, L, U as loops. Matrices are column-major (core/kernels/linalg.h).
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <limits>
+#include <numeric>
+#include <type_traits>
+#include <vector>
+
+#define lapack_complex_float std::complex<float>
+#define lapack_complex_double std::complex<double>
+#include <lapack.h>
+
+#include "core/dispatch.h"
+#include "core/element.h"
+#include "core/kernels/linalg.h"
+
+namespace anvil::cpu {
+namespace {
+
+static_assert(sizeof(lapack_int) == sizeof(int32_t), "pivots are int32: LAPACK with 32-bit integers (LP64)");
+
+void getrf(lapack_int m, lapack_int n, float* a, lapack_int* ipiv, lapack_int* info) {
+  LAPACK_sgetrf(&m, &n, a, &m, ipiv, info);
+}
+void getrf(lapack_int m, lapack_int n, double* a, lapack_int* ipiv, lapack_int* info) {
+  LAPACK_dgetrf(&m, &n, a, &m, ipiv, info);
+}
+void getrf(lapack_int m, lapack_int n, Complex64* a, lapack_int* ipiv, lapack_int* info) {
+  LAPACK_cgetrf(&m, &n, reinterpret_cast<std::complex<float>*>(a), &m, ipiv, info);
+}
+void getrs(char op, lapack_int n, lapack_int nrhs, const float* a, const lapack_int* ipiv, float* b, lapack_int* info) {
+  LAPACK_sgetrs(&op, &n, &nrhs, a, &n, ipiv, b, &n, info);
+}
+void getrs(char op, lapack_int n, lapack_int nrhs, const double* a, const lapack_int* ipiv, double* b, lapack_int* info) {
+  LAPACK_dgetrs(&op, &n, &nrhs, a, &n, ipiv, b, &n, info);
+}
+void getrs(char op, lapack_int n, lapack_int nrhs, const Complex64* a, const lapack_int* ipiv, Complex64* b,
+           lapack_int* info) {
+  LAPACK_cgetrs(&op, &n, &nrhs, reinterpret_cast<const std::complex<float>*>(a), &n, ipiv,
+                reinterpret_cast<std::complex<float>*>(b), &n, info);
+}
+
+// float64 or complex<double>: where products of many factors are formed.
+template <typename T>
+using Wide = std::conditional_t<std::is_same_v<T, Complex64>, std::complex<double>, double>;
+template <typename T> Wide<T> widen(T v) {
+  if constexpr (std::is_same_v<T, Complex64>) return {v.re, v.im};
+  else return static_cast<double>(v);
+}
+template <typename T> T narrow(Wide<T> v) {
+  if constexpr (std::is_same_v<T, Complex64>) return Complex64(static_cast<float>(v.real()), static_cast<float>(v.imag()));
+  else return static_cast<T>(v);
+}
+
+// Right-looking LU without row exchanges (LAPACK has none). A zero pivot is recorded in info
+// (the first one) and its column left unscaled, as LAPACK's getf2 leaves a singular column.
+template <typename T>
+void lu_no_pivot(T* a, int64_t m, int64_t n, int32_t* pivots, int32_t* info) {
+  const int64_t k = std::min(m, n);
+  *info = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    pivots[j] = static_cast<int32_t>(j + 1);
+    const T d = a[j + j * m];
+    if (d == T(0)) {
+      if (*info == 0) *info = static_cast<int32_t>(j + 1);
+      continue;
+    }
+    for (int64_t i = j + 1; i < m; ++i) a[i + j * m] = a[i + j * m] / d;
+    for (int64_t c = j + 1; c < n; ++c) {
+      const T f = a[j + c * m];
+      for (int64_t i = j + 1; i < m; ++i) a[i + c * m] = a[i + c * m] - a[i + j * m] * f;
+    }
+  }
+}
+
+// Several matrices: one per thread (LAPACK then runs single-threaded inside the team); one
+// matrix: OpenBLAS's own threads.
+bool over_batch(int64_t batch) { return batch > 1; }
+
+}  // namespace
+
+void lu_factor(const LuFactorParams& p) {
+  dispatch_linalg_types(p.dtype, "[lu_factor]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* a = static_cast<T*>(p.a);
+    const int64_t k = std::min(p.m, p.n), mat = p.m * p.n;
+#pragma omp parallel for schedule(dynamic, 1) if (over_batch(p.batch))
+    for (int64_t b = 0; b < p.batch; ++b) {
+      if (p.pivot) {
+        lapack_int info = 0;
+        getrf(static_cast<lapack_int>(p.m), static_cast<lapack_int>(p.n), a + b * mat, p.pivots + b * k, &info);
+        p.info[b] = info;
+      } else {
+        lu_no_pivot(a + b * mat, p.m, p.n, p.pivots + b * k, p.info + b);
+      }
+    }
+  });
+}
+
+void lu_solve(const LuSolveParams& p) {
+  const char op = p.op == LinalgOp::Adjoint ? 'C' : p.op == LinalgOp::Transpose ? 'T' : 'N';
+  dispatch_linalg_types(p.dtype, "[lu_solve]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* lu = static_cast<const T*>(p.lu);
+    T* x = static_cast<T*>(p.b);
+#pragma omp parallel for schedule(dynamic, 1) if (over_batch(p.batch))
+    for (int64_t b = 0; b < p.batch; ++b) {
+      lapack_int info = 0;  // < 0 only for an argument the op layer never passes
+      getrs(op, static_cast<lapack_int>(p.n), static_cast<lapack_int>(p.nrhs), lu + b * p.n * p.n, p.pivots + b * p.n,
+            x + b * p.n * p.nrhs, &info);
+    }
+  });
+}
+
+void lu_det(const LuDetParams& p) {
+  dispatch_linalg_types(p.dtype, "[lu_det]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Real = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const T* lu = static_cast<const T*>(p.lu);
+    T* det = static_cast<T*>(p.det);
+    Real* log_abs = static_cast<Real*>(p.log_abs_det);
+#pragma omp parallel for schedule(static) if (p.batch * p.n >= 4096)
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const T* a = lu + b * p.n * p.n;
+      const int32_t* piv = p.pivots + b * p.n;
+      bool odd = false;
+      for (int64_t i = 0; i < p.n; ++i) odd ^= piv[i] != i + 1;
+      Wide<T> prod = odd ? -1.0 : 1.0;
+      double log_sum = 0;
+      for (int64_t i = 0; i < p.n; ++i) {
+        const Wide<T> d = widen(a[i + i * p.n]);
+        if (!p.log_abs) {
+          prod *= d;
+          continue;
+        }
+        const double mag = std::abs(d);
+        log_sum += std::log(mag);
+        prod *= mag == 0 ? Wide<T>(0) : d / mag;
+      }
+      det[b] = narrow<T>(prod);
+      if (p.log_abs) log_abs[b] = static_cast<Real>(log_sum);
+    }
+  });
+}
+
+void lu_unpack(const LuUnpackParams& p) {
+  dispatch_linalg_types(p.dtype, "[lu_unpack]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t m = p.m, n = p.n, k = std::min(m, n);
+    const T* lu = static_cast<const T*>(p.lu);
+#pragma omp parallel for schedule(static) if (p.batch * m * std::max(m, n) >= 16384)
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const T* a = lu + b * m * n;
+      if (p.p) {
+        int32_t* r = p.scratch + b * m;
+        std::iota(r, r + m, 0);
+        for (int64_t i = 0; i < k; ++i) std::swap(r[i], r[p.pivots[b * k + i] - 1]);
+        T* out = static_cast<T*>(p.p) + b * m * m;
+        std::fill(out, out + m * m, T(0));
+        for (int64_t j = 0; j < m; ++j) out[r[j] * m + j] = T(1);
+      }
+      if (p.l) {
+        T* out = static_cast<T*>(p.l) + b * m * k;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < k; ++j) out[i * k + j] = i > j ? a[i + j * m] : i == j ? T(1) : T(0);
+      }
+      if (p.u) {
+        T* out = static_cast<T*>(p.u) + b * k * n;
+        for (int64_t i = 0; i < k; ++i)
+          for (int64_t j = 0; j < n; ++j) out[i * n + j] = i <= j ? a[i + j * m] : T(0);
+      }
+    }
+  });
+}
+
+}  // namespace anvil::cpu

@@ -1,0 +1,300 @@
+// torch.linalg's LU family: validation, batch broadcasting and the column-major work buffers the
+// backends factor and solve in place (LAPACK's layout, which PyTorch's results also have).
+#include "anvil/linalg.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "anvil/ops.h"
+#include "core/dispatch.h"
+#include "core/kernels/linalg.h"
+#include "core/util.h"
+
+namespace anvil::linalg {
+namespace {
+
+Shape batch_of(const Tensor& t, int64_t matrix_dims = 2) {
+  return Shape(t.sizes().begin(), t.sizes().end() - matrix_dims);
+}
+Shape with(Shape s, std::initializer_list<int64_t> tail) {
+  s.insert(s.end(), tail);
+  return s;
+}
+
+void check_matrix(const char* name, const char* what, const Tensor& t, bool square) {
+  ANVIL_CHECK(t.defined(), Error, name, " undefined tensor ", what);
+  ANVIL_CHECK(t.dim() >= 2, ShapeError, name, " The input tensor ", what, " must have at least 2 dimensions, got ",
+              describe(t));
+  dispatch_linalg_types(t.dtype(), name, [](auto) {});
+  if (square)
+    ANVIL_CHECK(t.size(-1) == t.size(-2), ShapeError, name, " ", what, " must be batches of square matrices, but they are ",
+                t.size(-2), " by ", t.size(-1), " matrices");
+}
+
+// Strides of a batch of column-major matrices of `sizes` (matrices one after another).
+Shape column_major_strides(const Shape& sizes) {
+  const size_t nd = sizes.size();
+  Shape strides(nd);
+  const int64_t m = sizes[nd - 2], n = sizes[nd - 1];
+  strides[nd - 2] = 1;
+  strides[nd - 1] = std::max<int64_t>(m, 1);
+  int64_t s = std::max<int64_t>(m * n, 1);
+  for (size_t d = nd - 2; d-- > 0;) {
+    strides[d] = s;
+    s *= std::max<int64_t>(sizes[d], 1);
+  }
+  return strides;
+}
+
+bool is_column_major(const Tensor& t) {
+  const Shape want = column_major_strides(t.sizes());
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1 && t.stride(d) != want[static_cast<size_t>(d)]) return false;
+  return true;
+}
+
+// A new column-major batch holding t's values (t may be an expanded view).
+Tensor column_major_copy(const Tensor& t) {
+  Tensor out = empty_strided(t.sizes(), column_major_strides(t.sizes()), TensorOptions(t.dtype()).device(t.device()));
+  if (out.numel() > 0) out.copy_(t);
+  return out;
+}
+Tensor as_column_major(const Tensor& t) { return is_column_major(t) ? t : column_major_copy(t); }
+
+enum class ErrorKind { LuFactor, Solve, Inverse };
+
+// Raises LinAlgError for the first batch element whose info is not 0. Reads info to the host:
+// one device-to-host copy and a stream wait (the non-_ex functions only).
+void check_info(const char* name, const Tensor& info, ErrorKind kind, bool is_matrix) {
+  if (info.numel() == 0) return;
+  const Tensor host = info.to(Device(kCPU)).contiguous();
+  const int32_t* v = host.data_ptr<int32_t>();
+  for (int64_t b = 0; b < host.numel(); ++b) {
+    const int32_t i = v[b];
+    if (i == 0) continue;
+    const std::string where = is_matrix ? std::string() : detail::cat_message(" (Batch element ", b, ")");
+    switch (kind) {
+      case ErrorKind::LuFactor:
+        throw LinAlgError(detail::cat_message(
+            name, where, ": U[", i, ",", i,
+            "] is zero and using it on lu_solve would result in a division by zero. If you still want to perform the "
+            "factorization, consider calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)"));
+      case ErrorKind::Solve:
+        throw LinAlgError(detail::cat_message(name, where,
+                                              ": The solver failed because the input matrix is singular (U[", i, ",",
+                                              i, "] is zero)."));
+      case ErrorKind::Inverse:
+        throw LinAlgError(detail::cat_message(name, where, ": The diagonal element ", i,
+                                              " is zero, the inversion could not be completed because the input "
+                                              "matrix is singular."));
+    }
+  }
+}
+
+std::tuple<Tensor, Tensor, Tensor> lu_factor_core(const char* name, const Tensor& A, bool pivot) {
+  check_matrix(name, "A", A, false);
+  const int64_t m = A.size(-2), n = A.size(-1), k = std::min(m, n);
+  const Shape batch = batch_of(A);
+  const TensorOptions ints = TensorOptions(kInt32).device(A.device());
+  Tensor lu = column_major_copy(A);
+  Tensor pivots = empty(with(batch, {k}), ints);
+  Tensor info = zeros(batch, ints);
+  if (lu.numel() == 0) return {lu, pivots, info};
+  LuFactorParams p;
+  p.a = lu.raw_data_ptr();
+  p.pivots = pivots.data_ptr<int32_t>();
+  p.info = info.data_ptr<int32_t>();
+  p.dtype = A.dtype();
+  p.batch = shape_numel(batch);
+  p.m = m;
+  p.n = n;
+  p.pivot = pivot;
+  ANVIL_KERNEL(A.device(), lu_factor, p);
+  return {lu, pivots, info};
+}
+
+// X for op(A) X = B with B (*, n, k) already broadcast to the factors' batch: a column-major
+// copy of B solved in place.
+Tensor lu_solve_left(const Tensor& lu, const Tensor& pivots, const Tensor& b, LinalgOp op) {
+  Tensor x = column_major_copy(b);
+  if (x.numel() == 0) return x;
+  LuSolveParams p;
+  p.lu = lu.raw_data_ptr();
+  p.pivots = pivots.data_ptr<int32_t>();
+  p.b = x.raw_data_ptr();
+  p.dtype = lu.dtype();
+  p.op = op;
+  p.batch = shape_numel(batch_of(x));
+  p.n = x.size(-2);
+  p.nrhs = x.size(-1);
+  ANVIL_KERNEL(lu.device(), lu_solve, p);
+  return x;
+}
+
+Tensor adjoint_of(const Tensor& t) { return conj_physical(t.transpose(-2, -1)); }
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> lu_factor_ex(const Tensor& A, bool pivot, bool check_errors) {
+  auto [lu, pivots, info] = lu_factor_core("[linalg.lu_factor_ex]", A, pivot);
+  if (check_errors) check_info("[linalg.lu_factor_ex]", info, ErrorKind::LuFactor, A.dim() == 2);
+  return {lu, pivots, info};
+}
+
+std::tuple<Tensor, Tensor> lu_factor(const Tensor& A, bool pivot) {
+  auto [lu, pivots, info] = lu_factor_core("[linalg.lu_factor]", A, pivot);
+  check_info("[linalg.lu_factor]", info, ErrorKind::LuFactor, A.dim() == 2);
+  return {lu, pivots};
+}
+
+std::tuple<Tensor, Tensor, Tensor> lu_unpack(const Tensor& LU, const Tensor& pivots, bool unpack_data,
+                                             bool unpack_pivots) {
+  const char* name = "[lu_unpack]";
+  check_matrix(name, "LU", LU, false);
+  const int64_t m = LU.size(-2), n = LU.size(-1), k = std::min(m, n);
+  const Shape batch = batch_of(LU);
+  ANVIL_CHECK(pivots.defined() && pivots.dtype() == kInt32, DTypeError, name,
+              " LU_pivots is expected to be a tensor of int32 dtype, got ",
+              pivots.defined() ? dtype_name(pivots.dtype()) : "an undefined tensor");
+  ANVIL_CHECK(pivots.sizes() == with(batch, {k}), ShapeError, name, " Expected LU_pivots of shape ",
+              shape_str(with(batch, {k})), " for LU of shape ", shape_str(LU.sizes()), ", got ",
+              shape_str(pivots.sizes()));
+  check_same_device(name, LU, pivots);
+  const TensorOptions opts = TensorOptions(LU.dtype()).device(LU.device());
+  Tensor P = unpack_pivots ? empty(with(batch, {m, m}), opts) : empty({0}, opts);
+  Tensor L = unpack_data ? empty(with(batch, {m, k}), opts) : empty({0}, opts);
+  Tensor U = unpack_data ? empty(with(batch, {k, n}), opts) : empty({0}, opts);
+  const int64_t nb = shape_numel(batch);
+  if (nb == 0 || m == 0 || (!unpack_data && !unpack_pivots)) return {P, L, U};
+  const Tensor lu = as_column_major(LU);
+  const Tensor piv = pivots.contiguous();
+  Tensor scratch = empty({nb, m}, TensorOptions(kInt32).device(LU.device()));
+  LuUnpackParams p;
+  p.lu = lu.raw_data_ptr();
+  p.pivots = piv.data_ptr<int32_t>();
+  p.p = unpack_pivots ? P.raw_data_ptr() : nullptr;
+  p.l = unpack_data && L.numel() > 0 ? L.raw_data_ptr() : nullptr;
+  p.u = unpack_data && U.numel() > 0 ? U.raw_data_ptr() : nullptr;
+  p.scratch = scratch.data_ptr<int32_t>();
+  p.dtype = LU.dtype();
+  p.batch = nb;
+  p.m = m;
+  p.n = n;
+  ANVIL_KERNEL(LU.device(), lu_unpack, p);
+  return {P, L, U};
+}
+
+std::tuple<Tensor, Tensor, Tensor> lu(const Tensor& A, bool pivot) {
+  auto [factors, pivots, info] = lu_factor_core("[linalg.lu]", A, pivot);
+  return lu_unpack(factors, pivots, true, true);
+}
+
+Tensor lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& B, bool left, bool adjoint) {
+  const char* name = "[linalg.lu_solve]";
+  check_matrix(name, "LU", LU, true);
+  check_matrix(name, "B", B, false);
+  ANVIL_CHECK(B.dtype() == LU.dtype(), DTypeError, name, " Expected LU and B to have the same dtype, but found LU of type ",
+              dtype_name(LU.dtype()), " and B of type ", dtype_name(B.dtype()), " instead");
+  ANVIL_CHECK(pivots.defined() && pivots.dtype() == kInt32, DTypeError, name,
+              " pivots should be a Tensor of scalar type int32, got ",
+              pivots.defined() ? dtype_name(pivots.dtype()) : "an undefined tensor");
+  const int64_t n = LU.size(-1);
+  ANVIL_CHECK(pivots.sizes() == batch_of(LU, 1), ShapeError, name,
+              " Expected LU.shape[:-1] and pivots.shape to be the same, but got pivots with shape ",
+              shape_str(pivots.sizes()), " instead of ", shape_str(batch_of(LU, 1)));
+  check_same_device(name, LU, B);
+  check_same_device(name, LU, pivots);
+  if (left)
+    ANVIL_CHECK(B.size(-2) == n, ShapeError, name, " Incompatible shapes of A and B for the equation AX = B (", n, "x", n,
+                " and ", B.size(-2), "x", B.size(-1), ")");
+  else
+    ANVIL_CHECK(B.size(-1) == n, ShapeError, name, " Incompatible shapes of A and B for the equation XA = B (", n, "x", n,
+                " and ", B.size(-2), "x", B.size(-1), ")");
+  Shape batch;
+  try {
+    batch = broadcast_shapes(batch_of(LU), batch_of(B));
+  } catch (const ShapeError&) {
+    throw ShapeError(detail::cat_message(name, " batch dims of LU ", shape_str(LU.sizes()), " and B ",
+                                         shape_str(B.sizes()), " are not broadcastable"));
+  }
+  const Tensor lu = as_column_major(LU.expand(with(batch, {n, n})));
+  const Tensor piv = pivots.expand(with(batch, {n})).contiguous();
+  if (left) {
+    const Tensor b = B.expand(with(batch, {n, B.size(-1)}));
+    return lu_solve_left(lu, piv, b, adjoint ? LinalgOp::Adjoint : LinalgOp::None);
+  }
+  // X A = B  <=>  A^T X^T = B^T;  X A^H = B  <=>  A X^H = B^H.
+  const Tensor b = B.expand(with(batch, {B.size(-2), n}));
+  if (!adjoint) return lu_solve_left(lu, piv, b.transpose(-2, -1), LinalgOp::Transpose).transpose(-2, -1);
+  return adjoint_of(lu_solve_left(lu, piv, adjoint_of(b), LinalgOp::None));
+}
+
+std::tuple<Tensor, Tensor> solve_ex(const Tensor& A, const Tensor& B, bool left, bool check_errors) {
+  const char* name = "[linalg.solve]";
+  check_matrix(name, "A", A, true);
+  ANVIL_CHECK(B.defined(), Error, name, " undefined tensor B");
+  ANVIL_CHECK(B.dtype() == A.dtype(), DTypeError, name, " Expected A and B to have the same dtype, but found A of type ",
+              dtype_name(A.dtype()), " and B of type ", dtype_name(B.dtype()), " instead");
+  const int64_t n = A.size(-1);
+  // torch.linalg.solve's vector case: B (n) or B of A's shape without its last dim.
+  const bool vector = B.dim() == 1 || (B.dim() == A.dim() - 1 && B.sizes() == batch_of(A, 1));
+  ANVIL_CHECK(!(vector && !left), ShapeError, name,
+              " Vector broadcasting of the left hand side is not supported for left=False. In this case linalg.solve "
+              "is equivalent to B / A.squeeze(-1)");
+  const Tensor b = vector ? B.unsqueeze(-1) : B;
+  ANVIL_CHECK(b.dim() >= 2, ShapeError, name, " The input tensor B must have at least 1 dimension");
+  const int64_t bn = left ? b.size(-2) : b.size(-1);
+  ANVIL_CHECK(bn == n, ShapeError, name, " Incompatible shapes of A and B for the equation ", left ? "AX = B" : "XA = B",
+              " (", n, "x", n, " and ", b.size(-2), "x", b.size(-1), ")");
+  auto [lu, pivots, info] = lu_factor_core(name, A, true);
+  if (check_errors) check_info(name, info, ErrorKind::Solve, A.dim() == 2);
+  Tensor x = lu_solve(lu, pivots, b, left, false);
+  return {vector ? x.squeeze(-1) : x, info};
+}
+
+Tensor solve(const Tensor& A, const Tensor& B, bool left) { return std::get<0>(solve_ex(A, B, left, true)); }
+
+namespace {
+// (det or sign, logabsdet) of square A from its LU factors.
+std::tuple<Tensor, Tensor> det_core(const char* name, const Tensor& A, bool log_abs) {
+  check_matrix(name, "A", A, true);
+  const Shape batch = batch_of(A);
+  const TensorOptions opts = TensorOptions(A.dtype()).device(A.device());
+  const DType real = A.dtype() == kComplex64 ? kFloat32 : A.dtype();
+  if (A.size(-1) == 0 || shape_numel(batch) == 0)
+    return {ones(batch, opts), zeros(batch, TensorOptions(real).device(A.device()))};
+  auto [lu, pivots, info] = lu_factor_core(name, A, true);
+  Tensor d = empty(batch, opts);
+  Tensor la = log_abs ? empty(batch, TensorOptions(real).device(A.device())) : Tensor();
+  LuDetParams p;
+  p.lu = lu.raw_data_ptr();
+  p.pivots = pivots.data_ptr<int32_t>();
+  p.det = d.raw_data_ptr();
+  p.log_abs_det = log_abs ? la.raw_data_ptr() : nullptr;
+  p.dtype = A.dtype();
+  p.log_abs = log_abs;
+  p.batch = shape_numel(batch);
+  p.n = A.size(-1);
+  ANVIL_KERNEL(A.device(), lu_det, p);
+  return {d, la};
+}
+}  // namespace
+
+Tensor det(const Tensor& A) { return std::get<0>(det_core("[linalg.det]", A, false)); }
+
+std::tuple<Tensor, Tensor> slogdet(const Tensor& A) { return det_core("[linalg.slogdet]", A, true); }
+
+std::tuple<Tensor, Tensor> inv_ex(const Tensor& A, bool check_errors) {
+  const char* name = "[linalg.inv]";
+  check_matrix(name, "A", A, true);
+  const int64_t n = A.size(-1);
+  auto [lu, pivots, info] = lu_factor_core(name, A, true);
+  if (check_errors) check_info(name, info, ErrorKind::Inverse, A.dim() == 2);
+  const Tensor identity = eye(n, TensorOptions(A.dtype()).device(A.device())).expand(A.sizes());
+  return {lu_solve_left(lu, pivots, identity, LinalgOp::None), info};
+}
+
+Tensor inv(const Tensor& A) { return std::get<0>(inv_ex(A, true)); }
+
+}  // namespace anvil::linalg
