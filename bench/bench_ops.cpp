@@ -135,6 +135,7 @@ int run_bench_ops(const BenchOpsOptions& o) {
   for (Case& c : release_cases(dev)) cases.push_back(std::move(c));
   for (Case& c : conv_cases(dev)) cases.push_back(std::move(c));
   for (Case& c : vision_cases(dev)) cases.push_back(std::move(c));
+  for (Case& c : linalg_cases(dev)) cases.push_back(std::move(c));
   // GEMM ceilings in TFLOP/s per dtype, measured when a case needs one (square mm, the best of
   // every measurement): CUDA 8192 (float32: 4096, no TF32), CPU 1024.
   std::map<DType, double> gemm_tflops;

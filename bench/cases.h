@@ -38,5 +38,6 @@ std::vector<Case> pad_cases(Device dev);     // the models' pads and their backw
 std::vector<Case> release_cases(Device dev);  // bincount, var_mean, losses (bench/cases_release.cpp)
 std::vector<Case> conv_cases(Device dev);     // the models' convolutions, forward and backward (bench/cases_conv.cpp)
 std::vector<Case> vision_cases(Device dev);   // dropout, batch norm, the decoders' upsampling (bench/cases_vision.cpp)
+std::vector<Case> linalg_cases(Device dev);   // small inverses / solves, LU, solves (bench/cases_linalg.cpp)
 
 }  // namespace anvil::bench

@@ -8,8 +8,9 @@
 # the NVIDIA driver (libcuda) always comes from the GPU machine.
 #   scripts/gpu-bundle.sh BUILD_DIR OUT_DIR
 # GPU_BUNDLE_EXCLUDE (an extended regex on library names) leaves more libraries to the target,
-# e.g. GPU_BUNDLE_EXCLUDE='^lib(cudart|cublas|cublasLt)\.' when it has the same CUDA toolkit
-# (libcublasLt alone is over 500 MB).
+# e.g. GPU_BUNDLE_EXCLUDE='^lib(cudart|cublas|cublasLt|cusolver|cusparse|nvJitLink)[.-]' when it
+# has the same CUDA toolkit (libcublasLt alone is over 500 MB; cuSOLVER pulls in cuSPARSE and
+# nvJitLink, 260 MB).
 set -euo pipefail
 
 if [[ $# -ne 2 ]]; then

@@ -205,6 +205,25 @@ def build_vision(op, spec, dev, t):
     return lambda i: F.interpolate(xs[i % rot], size=size, mode=spec["mode"])
 
 
+def build_linalg(spec, dev, t):
+    """torch.linalg's *_ex forms on randn + n I, as bench/cases_linalg.cpp."""
+    # Inputs drawn on the CPU: a case that failed graph capture before leaves the CUDA generator
+    # refusing to draw ("Offset increment outside graph capture").
+    shape, fn, rhs = spec["shape"], spec["fn"], spec["rhs"]
+    n = shape[-1]
+    small = len(shape) == 3 and n <= 4
+    rot = rotations(dev, 4 * math.prod(shape)) if small else 1
+    eye = torch.eye(n, dtype=t) * n
+    a = [(torch.randn(*shape, dtype=t) + eye).to(dev) for _ in range(rot)]
+    if fn == "inv_ex":
+        return lambda i: torch.linalg.inv_ex(a[i % rot])
+    if fn == "lu_factor_ex":
+        return lambda i: torch.linalg.lu_factor_ex(a[i % rot])
+    b = [torch.randn(shape[0], n, 1, dtype=t).to(dev) for _ in range(rot)] if small else \
+        [torch.randn(n, rhs, dtype=t).to(dev)]
+    return lambda i: torch.linalg.solve_ex(a[i % rot], b[i % rot])
+
+
 def build(spec, dev):
     """Returns fn(i) for call i, the PyTorch composition of the anvil op the spec names."""
     op = spec["op"]
@@ -305,6 +324,8 @@ def build(spec, dev):
         return build_conv(op, spec, dev, t)
     if op in ("dropout", "batch_norm", "group_norm", "normalize", "upsample", "upsample_backward"):
         return build_vision(op, spec, dev, t)
+    if op == "linalg":
+        return build_linalg(spec, dev, t)
     if op == "bincount":
         n, bins, hot = spec["n"], spec["bins"], spec["hot"]
         rot = rotations(dev, n * 8)

@@ -381,6 +381,69 @@ TEST_P(Linalg, InputErrors) {
   EXPECT_THROWS_SAYING(ShapeError, "lu_unpack", "Expected LU_pivots of shape [3]", linalg::lu_unpack(LU, pivots.narrow(0, 0, 2)));
 }
 
+// Order <= 4: one kernel (LU in registers) for inv, solve, det and slogdet; it must give the
+// composed path's results (lu_factor + lu_solve here) and the same info, for any layout.
+TEST_P(Linalg, SmallMatricesInOneKernel) {
+  for (int64_t n = 1; n <= 5; ++n)
+    EXPECT_EQ(linalg::lu_plan(ones({2, n, n}, TensorOptions(kFloat32).device(dev()))),
+              n <= 4 ? FusedPlan::Fused : FusedPlan::Composed);
+  EXPECT_EQ(linalg::lu_plan(ones({2, 0, 0}, TensorOptions(kFloat32).device(dev()))), FusedPlan::Composed);
+  for (DType t : kLinalgDtypes)
+    for (int64_t n = 1; n <= 4; ++n)
+      for (bool transposed : {false, true}) {
+        SCOPED_TRACE(th::dtype_str(t) + " n " + std::to_string(n) + (transposed ? " transposed" : ""));
+        const int64_t count = 5000;  // past the CPU's parallel grain
+        auto mats = random_mats(count, n, n, t, 100 + n, 0.5);
+        for (int64_t i = 0; i < n; ++i) mats[7].at(i, n - 1) = 0.0;  // singular: info n
+        mats = rounded(mats, t);
+        const Tensor A = to_tensor(mats, {count}, n, n, t, dev(), transposed);
+        ASSERT_EQ(linalg::lu_plan(A), FusedPlan::Fused);
+        auto [LU, pivots, info] = linalg::lu_factor_ex(A);
+        const Tensor eye_b = eye(n, TensorOptions(t).device(dev())).expand({count, n, n});
+        const auto want_inv = from_tensor(linalg::lu_solve(LU, pivots, eye_b));
+        auto [inv, inv_info] = linalg::inv_ex(A);
+        EXPECT_EQ(ints_of(inv_info), ints_of(info));
+        EXPECT_EQ(ints_of(info)[7], n);
+        const auto got_inv = from_tensor(inv);
+        // A second right-hand side shared by every matrix (stride-0 batch), and X A = B.
+        const auto rhs = rounded(random_mats(1, n, 3, t, 5), t);
+        const Tensor B = to_tensor(rhs, {}, n, 3, t, dev());
+        auto [x, x_info] = linalg::solve_ex(A, B.expand({count, n, 3}));
+        EXPECT_EQ(ints_of(x_info), ints_of(info));
+        const auto got_x = from_tensor(x);
+        const Tensor xr = linalg::solve(A.narrow(0, 0, 7), B.transpose(-2, -1).expand({7, 3, n}), false);
+        const auto got_xr = from_tensor(xr);
+        const auto got_det = from_tensor(linalg::det(A).view({count, 1, 1}));
+        auto [sign, logabs] = linalg::slogdet(A);
+        const auto got_sign = from_tensor(sign.view({count, 1, 1})), got_la = from_tensor(logabs.view({count, 1, 1}));
+        const auto lus = from_tensor(LU);
+        const auto piv = ints_of(pivots);
+        for (int64_t b = 0; b < count; ++b) {
+          ref::LuFactors f;
+          f.lu = lus[b];
+          f.pivots.assign(piv.begin() + b * n, piv.begin() + (b + 1) * n);
+          const Cplx d = ref::det(f);  // the composed path's det, from the library's own factors
+          if (b == 7) {
+            ASSERT_EQ(got_det[b].at(0, 0), Cplx(0.0));
+            ASSERT_EQ(got_sign[b].at(0, 0), Cplx(0.0));
+            ASSERT_EQ(got_la[b].at(0, 0).real(), -std::numeric_limits<double>::infinity());
+            continue;
+          }
+          // Backward-stable results (residuals), and det within n u cond(A) of the composed one.
+          ASSERT_LE(solve_residual(mats[b], got_inv[b], ref::identity(n), t), 4.0) << "batch " << b;
+          ASSERT_LE(solve_residual(mats[b], got_x[b], rhs[0], t), 4.0) << "batch " << b;
+          if (b < 7) {
+            ASSERT_LE(solve_residual(ref::transpose(mats[b]), ref::transpose(got_xr[b]), rhs[0], t), 4.0);
+          }
+          const double cond = n * ref::max_abs(mats[b]) * ref::max_abs(want_inv[b]);
+          const double tol = 16.0 * n * eps_of(t) * cond;
+          ASSERT_LE(std::abs(got_det[b].at(0, 0) - d), tol * std::abs(d)) << "batch " << b;
+          ASSERT_NEAR(got_la[b].at(0, 0).real(), std::log(std::abs(d)), tol);
+          ASSERT_LE(std::abs(got_sign[b].at(0, 0) - d / std::abs(d)), tol);
+        }
+      }
+}
+
 // The release's example: a complex64 8x8 system plus 8 I through lu_factor + lu_solve.
 TEST_P(Linalg, SeedExampleComplexSystem) {
   const TensorOptions c64 = TensorOptions(kComplex64).device(dev());
@@ -408,5 +471,48 @@ TEST_P(Linalg, ConjPhysical) {
 }
 
 ANVIL_INSTANTIATE_DEVICE_TESTS(Linalg);
+
+// The _ex forms record into a CUDA graph (workspaces and pointer arrays from the capture's pool)
+// and replay on new matrices bit for bit as eager calls; the checking forms read info back to the
+// host, which capture refuses.
+TEST(LinalgGraph, ExFormsReplayCheckingFormsRefuse) {
+  ANVIL_REQUIRE_CUDA();
+  const Device g(kCUDA, 0);
+  Stream s = Stream::create(g);
+  StreamGuard guard(s);
+  struct GraphCase {
+    int64_t batch, n;  // the small kernel, cuBLAS batched, cuSOLVER
+  };
+  for (GraphCase c : {GraphCase{64, 4}, GraphCase{16, 12}, GraphCase{1, 600}}) {
+    SCOPED_TRACE("batch " + std::to_string(c.batch) + " n " + std::to_string(c.n));
+    Tensor A = to_tensor(random_mats(c.batch, c.n, c.n, kFloat32, 1, 2.0), {c.batch}, c.n, c.n, kFloat32, g);
+    const Tensor B = to_tensor(random_mats(c.batch, c.n, 2, kFloat32, 2), {c.batch}, c.n, 2, kFloat32, g);
+    (void)linalg::solve_ex(A, B);  // handles and workspaces made outside the capture
+    s.synchronize();
+    cuda::Graph graph;
+    graph.capture_begin();
+    auto [x, info] = linalg::solve_ex(A, B);
+    auto [inverse, inv_info] = linalg::inv_ex(A);
+    const Tensor d = linalg::det(A);
+    graph.capture_end();
+    for (int round = 0; round < 2; ++round) {
+      A.copy_(to_tensor(random_mats(c.batch, c.n, c.n, kFloat32, 10 + round, 2.0), {c.batch}, c.n, c.n, kFloat32, g));
+      graph.replay();
+      s.synchronize();
+      auto [xe, ie] = linalg::solve_ex(A, B);
+      auto [inve, iie] = linalg::inv_ex(A);
+      EXPECT_EQ(th::to_bits(x), th::to_bits(xe)) << "round " << round;
+      EXPECT_EQ(th::to_bits(inverse), th::to_bits(inve)) << "round " << round;
+      EXPECT_EQ(th::to_bits(d), th::to_bits(linalg::det(A))) << "round " << round;
+      EXPECT_EQ(ints_of(info), ints_of(ie));
+    }
+    graph.reset();
+  }
+  const Tensor A = to_tensor(random_mats(2, 4, 4, kFloat32, 3, 2.0), {2}, 4, 4, kFloat32, g);
+  cuda::Graph graph;
+  graph.capture_begin();
+  EXPECT_THROW((void)linalg::inv(A), DeviceError);
+  graph.reset();
+}
 
 }  // namespace

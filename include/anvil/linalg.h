@@ -11,6 +11,7 @@
 // Ill-conditioned input is not an error.
 #include <tuple>
 
+#include "anvil/plan.h"
 #include "anvil/tensor.h"
 
 namespace anvil::linalg {
@@ -46,5 +47,11 @@ ANVIL_API std::tuple<Tensor, Tensor> slogdet(const Tensor& A);
 ANVIL_API Tensor inv(const Tensor& A);
 // (A^-1, info); info as lu_factor_ex's, the inverse then not finite.
 ANVIL_API std::tuple<Tensor, Tensor> inv_ex(const Tensor& A, bool check_errors = false);
+
+// How inv, inv_ex, solve, solve_ex, det and slogdet run for A (anvil/plan.h): Fused, one kernel
+// per batch (matrices of order 1 to 4: LU with partial pivoting in registers, one thread per
+// matrix, then the inverse, solve or determinant); Composed, lu_factor then lu_solve (or the
+// product of U's diagonal). Both give LAPACK's pivots and info.
+ANVIL_API FusedPlan lu_plan(const Tensor& A);
 
 }  // namespace anvil::linalg

@@ -16,6 +16,7 @@
 #include "core/dispatch.h"
 #include "core/element.h"
 #include "core/kernels/linalg.h"
+#include "core/small_lu.h"
 
 namespace anvil::cpu {
 namespace {
@@ -173,6 +174,17 @@ void lu_unpack(const LuUnpackParams& p) {
           for (int64_t j = 0; j < n; ++j) out[i * n + j] = i <= j ? a[i + j * m] : T(0);
       }
     }
+  });
+}
+
+FusedPlan small_lu_plan(const SmallLuParams& p) { return small_lu::plan(p); }
+
+void small_lu(const SmallLuParams& p) {
+  small_lu::dispatch(p, [&](auto tag, auto order) {
+    using T = typename decltype(tag)::type;
+    constexpr int N = decltype(order)::value;
+#pragma omp parallel for schedule(static) if (p.batch >= 4096)
+    for (int64_t b = 0; b < p.batch; ++b) small_lu::run_one<T, N>(p, b, false);
   });
 }
 

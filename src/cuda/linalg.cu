@@ -15,6 +15,7 @@
 #include "core/dispatch.h"
 #include "core/element.h"
 #include "core/kernels/linalg.h"
+#include "core/small_lu.h"
 #include "cuda/device/map.cuh"
 #include "cuda/runtime.h"
 
@@ -118,6 +119,14 @@ cublasStatus_t getrs_batched(cublasHandle_t h, cublasOperation_t op, int n, int 
 // Many small square matrices go to cuBLAS's batched kernels, the rest to cuSOLVER one matrix
 // at a time (PyTorch's BatchLinearAlgebra.cpp split; cuBLAS's batched getrf is square only).
 bool use_batched(int64_t batch, int64_t m, int64_t n) { return batch > 1 && m == n && m < 512; }
+// cuBLAS's complex getrfBatched and cuSOLVER's cgetrf do not pivot on LAPACK's |Re| + |Im|
+// (H100: 4x4 complex64 batched, a different row at step 3; 64x64 cgetrf at step 2): complex
+// matrices factor on our own kernels, batches of square ones up to 32 one per thread, the rest
+// by blocks (lu_factor_blocked).
+constexpr int64_t kThreadLuMax = 32;
+bool use_thread_lu(DType t, int64_t batch, int64_t m, int64_t n) {
+  return t == kComplex64 && batch > 1 && m == n && m <= kThreadLuMax;
+}
 
 // ---- small kernels
 __global__ void matrix_pointers_kernel(void** out, char* base, int64_t stride_bytes, int64_t batch) {
@@ -138,6 +147,149 @@ std::shared_ptr<StorageImpl> matrix_pointers(const KernelLaunch& launch, const v
 __global__ void identity_pivots_kernel(int32_t* pivots, int64_t k, int64_t total) {
   for (int64_t i = cuda_device::global_thread(); i < total; i += cuda_device::grid_threads())
     pivots[i] = static_cast<int32_t>(i % k + 1);
+}
+
+// getf2 on one column-major matrix per thread, in place (the pivot rule of core/small_lu.h).
+template <typename T>
+__global__ void lu_factor_thread_kernel(const __grid_constant__ LuFactorParams p) {
+  const int64_t m = p.m, n = p.n, k = m < n ? m : n;
+  for (int64_t b = cuda_device::global_thread(); b < p.batch; b += cuda_device::grid_threads()) {
+    T* a = static_cast<T*>(p.a) + b * m * n;
+    int32_t* piv = p.pivots + b * k;
+    int32_t info = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t r = j;
+      if (p.pivot) {
+        double best = small_lu::abs1(a[j + j * m]);
+        for (int64_t i = j + 1; i < m; ++i) {
+          const double v = small_lu::abs1(a[i + j * m]);
+          if (v > best) {
+            best = v;
+            r = i;
+          }
+        }
+      }
+      piv[j] = static_cast<int32_t>(r + 1);
+      if (r != j)
+        for (int64_t c = 0; c < n; ++c) {
+          const T t = a[j + c * m];
+          a[j + c * m] = a[r + c * m];
+          a[r + c * m] = t;
+        }
+      const T d = a[j + j * m];
+      if (d == T(0)) {
+        if (info == 0) info = static_cast<int32_t>(j + 1);
+        continue;
+      }
+      for (int64_t i = j + 1; i < m; ++i) a[i + j * m] = a[i + j * m] / d;
+      for (int64_t c = j + 1; c < n; ++c) {
+        const T f = a[j + c * m];
+        for (int64_t i = j + 1; i < m; ++i) a[i + c * m] = a[i + c * m] - a[i + j * m] * f;
+      }
+    }
+    p.info[b] = info;
+  }
+}
+
+// ---- blocked LU (complex64): panels of kPanel columns factored by one block with LAPACK's
+// pivot rule, the exchanges applied to the other columns, then cuBLAS's trsm and gemm for U's
+// rows and the trailing matrix (right-looking, LAPACK getrf's order).
+constexpr int64_t kPanel = 32;
+
+// getf2 on columns [j0, j0 + nb) of the column-major m-row matrix a, rows j0.. (one block).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) lu_panel_kernel(T* a, int64_t m, int64_t j0, int64_t nb, int32_t* piv,
+                                                            int32_t* info, bool pivot) {
+  __shared__ double best_v[kThreads];
+  __shared__ int64_t best_i[kThreads];
+  const int tid = threadIdx.x;
+  for (int64_t j = j0; j < j0 + nb; ++j) {
+    T* col = a + j * m;
+    int64_t r = j;
+    if (pivot) {  // the first row of largest |Re| + |Im|: ties go to the lower index
+      double bv = -1.0;
+      int64_t bi = j;
+      for (int64_t i = j + tid; i < m; i += kThreads) {
+        const double v = small_lu::abs1(col[i]);
+        if (v > bv) {
+          bv = v;
+          bi = i;
+        }
+      }
+      best_v[tid] = bv;
+      best_i[tid] = bi;
+      __syncthreads();
+      for (int s = kThreads / 2; s > 0; s >>= 1) {
+        if (tid < s && (best_v[tid + s] > best_v[tid] || (best_v[tid + s] == best_v[tid] && best_i[tid + s] < best_i[tid]))) {
+          best_v[tid] = best_v[tid + s];
+          best_i[tid] = best_i[tid + s];
+        }
+        __syncthreads();
+      }
+      r = best_i[0];
+    }
+    if (tid == 0) piv[j] = static_cast<int32_t>(r + 1);
+    if (r != j)
+      for (int64_t c = j0 + tid; c < j0 + nb; c += kThreads) {
+        const T t = a[j + c * m];
+        a[j + c * m] = a[r + c * m];
+        a[r + c * m] = t;
+      }
+    __syncthreads();
+    const T d = col[j];
+    if (d == T(0)) {  // the same value in every thread: a uniform branch
+      if (tid == 0 && *info == 0) *info = static_cast<int32_t>(j + 1);
+      continue;
+    }
+    for (int64_t i = j + 1 + tid; i < m; i += kThreads) col[i] = col[i] / d;
+    __syncthreads();
+    for (int64_t c = j + 1; c < j0 + nb; ++c) {
+      const T f = a[j + c * m];
+      for (int64_t i = j + 1 + tid; i < m; i += kThreads) a[i + c * m] = a[i + c * m] - col[i] * f;
+    }
+    __syncthreads();
+  }
+}
+
+// The panel's row exchanges on every column outside it, one thread per column.
+template <typename T>
+__global__ void lu_swap_rows_kernel(T* a, int64_t m, int64_t n, int64_t j0, int64_t nb, const int32_t* piv) {
+  for (int64_t t = cuda_device::global_thread(); t < n - nb; t += cuda_device::grid_threads()) {
+    const int64_t c = t < j0 ? t : t + nb;
+    for (int64_t j = j0; j < j0 + nb; ++j) {
+      const int64_t r = piv[j] - 1;
+      if (r == j) continue;
+      const T x = a[j + c * m];
+      a[j + c * m] = a[r + c * m];
+      a[r + c * m] = x;
+    }
+  }
+}
+
+void lu_factor_blocked(const KernelLaunch& launch, cublasHandle_t h, Complex64* a, int64_t m, int64_t n, int32_t* piv,
+                       int32_t* info, bool pivot) {
+  const int64_t k = std::min(m, n);
+  ANVIL_CUDA_CHECK("[lu_factor]", cudaMemsetAsync(info, 0, sizeof(int32_t), launch.stream()));
+  const cuComplex one = make_cuComplex(1.f, 0.f), minus_one = make_cuComplex(-1.f, 0.f);
+  auto at = [&](int64_t i, int64_t j) { return reinterpret_cast<cuComplex*>(a + i + j * m); };
+  for (int64_t j0 = 0; j0 < k; j0 += kPanel) {
+    const int64_t nb = std::min(kPanel, k - j0);
+    lu_panel_kernel<Complex64><<<1, kThreads, 0, launch.stream()>>>(a, m, j0, nb, piv, info, pivot);
+    launch.check("[lu_factor]");
+    if (pivot && n > nb) {
+      lu_swap_rows_kernel<Complex64><<<launch.blocks(n - nb), kThreads, 0, launch.stream()>>>(a, m, n, j0, nb, piv);
+      launch.check("[lu_factor]");
+    }
+    const int right = static_cast<int>(n - j0 - nb), below = static_cast<int>(m - j0 - nb), w = static_cast<int>(nb);
+    if (right <= 0) continue;
+    check(cublasCtrsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_UNIT, w, right, &one,
+                      at(j0, j0), static_cast<int>(m), at(j0, j0 + nb), static_cast<int>(m)),
+          "[lu_factor]");
+    if (below > 0)
+      check(cublasCgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, below, right, w, &minus_one, at(j0 + nb, j0), static_cast<int>(m),
+                        at(j0, j0 + nb), static_cast<int>(m), &one, at(j0 + nb, j0 + nb), static_cast<int>(m)),
+            "[lu_factor]");
+  }
 }
 
 // float64 / complex<double> products of the diagonal, one thread per matrix.
@@ -216,6 +368,12 @@ __global__ void lu_unpack_kernel(const __grid_constant__ LuUnpackParams p) {
   }
 }
 
+template <typename T, int N>
+__global__ void __launch_bounds__(kThreads) small_lu_kernel(const __grid_constant__ SmallLuParams p, bool dense_a) {
+  for (int64_t b = cuda_device::global_thread(); b < p.batch; b += cuda_device::grid_threads())
+    small_lu::run_one<T, N>(p, b, dense_a);
+}
+
 cublasOperation_t op_of(LinalgOp op) {
   return op == LinalgOp::Adjoint ? CUBLAS_OP_C : op == LinalgOp::Transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
@@ -231,8 +389,19 @@ void lu_factor(const LuFactorParams& p) {
     const Device dev(kCUDA, launch.device());
     T* a = static_cast<T*>(p.a);
     const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = std::min(m, n);
+    if (use_thread_lu(p.dtype, p.batch, p.m, p.n)) {
+      lu_factor_thread_kernel<T><<<launch.blocks(p.batch), kThreads, 0, launch.stream()>>>(p);
+      launch.check("[lu_factor]");
+      return;
+    }
     std::lock_guard<std::mutex> lock(handles_mutex());
     Handles& h = handles_locked(launch.device());
+    if constexpr (std::is_same_v<T, Complex64>) {
+      check(cublasSetStream(h.blas, launch.stream()), "[lu_factor]");
+      for (int64_t b = 0; b < p.batch; ++b)
+        lu_factor_blocked(launch, h.blas, a + b * p.m * p.n, p.m, p.n, p.pivots + b * k, p.info + b, p.pivot);
+      return;
+    }
     if (use_batched(p.batch, p.m, p.n)) {
       check(cublasSetStream(h.blas, launch.stream()), "[lu_factor]");
       auto ptrs = matrix_pointers(launch, a, p.m * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
@@ -305,6 +474,19 @@ void lu_unpack(const LuUnpackParams& p) {
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.batch, launch.max_blocks()));
     lu_unpack_kernel<T><<<blocks, kThreads, 0, launch.stream()>>>(p);
     launch.check("[lu_unpack]");
+  });
+}
+
+FusedPlan small_lu_plan(const SmallLuParams& p) { return small_lu::plan(p); }
+
+void small_lu(const SmallLuParams& p) {
+  small_lu::dispatch(p, [&](auto tag, auto order) {
+    using T = typename decltype(tag)::type;
+    constexpr int N = decltype(order)::value;
+    KernelLaunch launch(p.a);
+    const bool dense_a = small_lu::dense_aligned_a(p, sizeof(T));
+    small_lu_kernel<T, N><<<launch.blocks(p.batch), kThreads, 0, launch.stream()>>>(p, dense_a);
+    launch.check("[small_lu]");
   });
 }
 

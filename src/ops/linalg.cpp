@@ -62,6 +62,9 @@ Tensor column_major_copy(const Tensor& t) {
 }
 Tensor as_column_major(const Tensor& t) { return is_column_major(t) ? t : column_major_copy(t); }
 
+// An int32 tensor's elements on any device (data_ptr<T>() is for CPU tensors).
+int32_t* int_ptr(const Tensor& t) { return static_cast<int32_t*>(t.raw_data_ptr()); }
+
 enum class ErrorKind { LuFactor, Solve, Inverse };
 
 // Raises LinAlgError for the first batch element whose info is not 0. Reads info to the host:
@@ -103,8 +106,8 @@ std::tuple<Tensor, Tensor, Tensor> lu_factor_core(const char* name, const Tensor
   if (lu.numel() == 0) return {lu, pivots, info};
   LuFactorParams p;
   p.a = lu.raw_data_ptr();
-  p.pivots = pivots.data_ptr<int32_t>();
-  p.info = info.data_ptr<int32_t>();
+  p.pivots = int_ptr(pivots);
+  p.info = int_ptr(info);
   p.dtype = A.dtype();
   p.batch = shape_numel(batch);
   p.m = m;
@@ -121,7 +124,7 @@ Tensor lu_solve_left(const Tensor& lu, const Tensor& pivots, const Tensor& b, Li
   if (x.numel() == 0) return x;
   LuSolveParams p;
   p.lu = lu.raw_data_ptr();
-  p.pivots = pivots.data_ptr<int32_t>();
+  p.pivots = int_ptr(pivots);
   p.b = x.raw_data_ptr();
   p.dtype = lu.dtype();
   p.op = op;
@@ -133,6 +136,25 @@ Tensor lu_solve_left(const Tensor& lu, const Tensor& pivots, const Tensor& b, Li
 }
 
 Tensor adjoint_of(const Tensor& t) { return conj_physical(t.transpose(-2, -1)); }
+
+// The small path's params for A (nb, n, n) (a view where the batch flattens, else a copy).
+SmallLuParams small_params(const Tensor& a3, SmallLuResult result) {
+  SmallLuParams p;
+  p.a = a3.raw_data_ptr();
+  p.dtype = a3.dtype();
+  p.result = result;
+  p.batch = a3.size(0);
+  p.n = a3.size(1);
+  p.stride_a_batch = a3.stride(0);
+  p.stride_a_row = a3.stride(1);
+  p.stride_a_col = a3.stride(2);
+  return p;
+}
+Tensor flat_batch(const Tensor& t) { return t.reshape({-1, t.size(-2), t.size(-1)}); }
+bool small_path(const Tensor& A) {
+  if (A.numel() == 0) return false;
+  return ANVIL_PLAN(A.device(), small_lu, small_params(flat_batch(A), SmallLuResult::Det)) == FusedPlan::Fused;
+}
 
 }  // namespace
 
@@ -172,11 +194,11 @@ std::tuple<Tensor, Tensor, Tensor> lu_unpack(const Tensor& LU, const Tensor& piv
   Tensor scratch = empty({nb, m}, TensorOptions(kInt32).device(LU.device()));
   LuUnpackParams p;
   p.lu = lu.raw_data_ptr();
-  p.pivots = piv.data_ptr<int32_t>();
+  p.pivots = int_ptr(piv);
   p.p = unpack_pivots ? P.raw_data_ptr() : nullptr;
   p.l = unpack_data && L.numel() > 0 ? L.raw_data_ptr() : nullptr;
   p.u = unpack_data && U.numel() > 0 ? U.raw_data_ptr() : nullptr;
-  p.scratch = scratch.data_ptr<int32_t>();
+  p.scratch = int_ptr(scratch);
   p.dtype = LU.dtype();
   p.batch = nb;
   p.m = m;
@@ -247,6 +269,35 @@ std::tuple<Tensor, Tensor> solve_ex(const Tensor& A, const Tensor& B, bool left,
   const int64_t bn = left ? b.size(-2) : b.size(-1);
   ANVIL_CHECK(bn == n, ShapeError, name, " Incompatible shapes of A and B for the equation ", left ? "AX = B" : "XA = B",
               " (", n, "x", n, " and ", b.size(-2), "x", b.size(-1), ")");
+  check_same_device(name, A, b);
+  Shape batch;
+  try {
+    batch = broadcast_shapes(batch_of(A), batch_of(b));
+  } catch (const ShapeError&) {
+    throw ShapeError(detail::cat_message(name, " batch dims of A ", shape_str(A.sizes()), " and B ",
+                                         shape_str(b.sizes()), " are not broadcastable"));
+  }
+  // The small path where info has A's batch shape, as PyTorch's (B not broadcasting A).
+  if (small_path(A) && b.numel() > 0 && batch == batch_of(A)) {
+    // X A = B  <=>  A^T X^T = B^T: transposed views, no copies.
+    const Tensor a = left ? A : A.transpose(-2, -1), rhs = left ? b : b.transpose(-2, -1);
+    const int64_t k = rhs.size(-1);
+    const Tensor a3 = flat_batch(a.expand(with(batch, {n, n}))), b3 = flat_batch(rhs.expand(with(batch, {n, k})));
+    Tensor x = empty(with(batch, {n, k}), TensorOptions(A.dtype()).device(A.device()));
+    Tensor info = empty(batch, TensorOptions(kInt32).device(A.device()));
+    SmallLuParams p = small_params(a3, SmallLuResult::Solve);
+    p.b = b3.raw_data_ptr();
+    p.out = x.raw_data_ptr();
+    p.info = int_ptr(info);
+    p.nrhs = k;
+    p.stride_b_batch = b3.stride(0);
+    p.stride_b_row = b3.stride(1);
+    p.stride_b_col = b3.stride(2);
+    ANVIL_KERNEL(A.device(), small_lu, p);
+    if (check_errors) check_info(name, info, ErrorKind::Solve, A.dim() == 2);
+    if (!left) x = x.transpose(-2, -1);
+    return {vector ? x.squeeze(-1) : x, info};
+  }
   auto [lu, pivots, info] = lu_factor_core(name, A, true);
   if (check_errors) check_info(name, info, ErrorKind::Solve, A.dim() == 2);
   Tensor x = lu_solve(lu, pivots, b, left, false);
@@ -264,12 +315,19 @@ std::tuple<Tensor, Tensor> det_core(const char* name, const Tensor& A, bool log_
   const DType real = A.dtype() == kComplex64 ? kFloat32 : A.dtype();
   if (A.size(-1) == 0 || shape_numel(batch) == 0)
     return {ones(batch, opts), zeros(batch, TensorOptions(real).device(A.device()))};
-  auto [lu, pivots, info] = lu_factor_core(name, A, true);
   Tensor d = empty(batch, opts);
   Tensor la = log_abs ? empty(batch, TensorOptions(real).device(A.device())) : Tensor();
+  if (small_path(A)) {
+    SmallLuParams p = small_params(flat_batch(A), log_abs ? SmallLuResult::SignLogAbsDet : SmallLuResult::Det);
+    p.out = d.raw_data_ptr();
+    p.log_abs_det = log_abs ? la.raw_data_ptr() : nullptr;
+    ANVIL_KERNEL(A.device(), small_lu, p);
+    return {d, la};
+  }
+  auto [lu, pivots, info] = lu_factor_core(name, A, true);
   LuDetParams p;
   p.lu = lu.raw_data_ptr();
-  p.pivots = pivots.data_ptr<int32_t>();
+  p.pivots = int_ptr(pivots);
   p.det = d.raw_data_ptr();
   p.log_abs_det = log_abs ? la.raw_data_ptr() : nullptr;
   p.dtype = A.dtype();
@@ -289,6 +347,16 @@ std::tuple<Tensor, Tensor> inv_ex(const Tensor& A, bool check_errors) {
   const char* name = "[linalg.inv]";
   check_matrix(name, "A", A, true);
   const int64_t n = A.size(-1);
+  if (small_path(A)) {
+    Tensor out = empty(A.sizes(), TensorOptions(A.dtype()).device(A.device()));
+    Tensor info = empty(batch_of(A), TensorOptions(kInt32).device(A.device()));
+    SmallLuParams p = small_params(flat_batch(A), SmallLuResult::Inverse);
+    p.out = out.raw_data_ptr();
+    p.info = int_ptr(info);
+    ANVIL_KERNEL(A.device(), small_lu, p);
+    if (check_errors) check_info(name, info, ErrorKind::Inverse, A.dim() == 2);
+    return {out, info};
+  }
   auto [lu, pivots, info] = lu_factor_core(name, A, true);
   if (check_errors) check_info(name, info, ErrorKind::Inverse, A.dim() == 2);
   const Tensor identity = eye(n, TensorOptions(A.dtype()).device(A.device())).expand(A.sizes());
@@ -296,5 +364,10 @@ std::tuple<Tensor, Tensor> inv_ex(const Tensor& A, bool check_errors) {
 }
 
 Tensor inv(const Tensor& A) { return std::get<0>(inv_ex(A, true)); }
+
+FusedPlan lu_plan(const Tensor& A) {
+  check_matrix("[linalg.lu_plan]", "A", A, true);
+  return small_path(A) ? FusedPlan::Fused : FusedPlan::Composed;
+}
 
 }  // namespace anvil::linalg

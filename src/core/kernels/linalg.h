@@ -58,11 +58,32 @@ struct LuUnpackParams {
   int64_t batch = 0, m = 0, n = 0;
 };
 
+// Square matrices of order n <= 4 (core/small_lu.h), one per thread: LU with partial pivoting
+// in registers and, from it, the inverse, the solve of B, det or (sign, logabsdet). A and B may
+// have any strides (batch stride 0: broadcast). Inverse (batch, n, n) and Solve (batch, n,
+// nrhs) write `out` row-major and info (batch) as lu_factor's; Det / SignLogAbsDet write det /
+// sign to `out` and, for the latter, logabsdet (real dtype) to log_abs_det.
+enum class SmallLuResult : int8_t { Inverse, Solve, Det, SignLogAbsDet };
+struct SmallLuParams {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* out = nullptr;
+  void* log_abs_det = nullptr;
+  int32_t* info = nullptr;
+  DType dtype = kFloat32;
+  SmallLuResult result = SmallLuResult::Inverse;
+  int64_t batch = 0, n = 0, nrhs = 0;
+  int64_t stride_a_batch = 0, stride_a_row = 0, stride_a_col = 0;
+  int64_t stride_b_batch = 0, stride_b_row = 0, stride_b_col = 0;
+};
+
 #define ANVIL_LINALG_KERNELS(X)            \
   X(lu_factor, const LuFactorParams&)      \
   X(lu_solve, const LuSolveParams&)        \
   X(lu_det, const LuDetParams&)            \
   X(lu_unpack, const LuUnpackParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_LINALG_KERNELS)
+#define ANVIL_LINALG_FUSED(X) X(small_lu, const SmallLuParams&)
+ANVIL_DECLARE_FUSED(ANVIL_LINALG_FUSED)
 
 }  // namespace anvil

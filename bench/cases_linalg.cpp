@@ -1,0 +1,72 @@
+// Linear algebra at the release's shapes: batched inverses and solves of 3x3 / 4x4 float32
+// matrices (camera geometry: 100,000 at once, the one-kernel small path), LU of one 1024^2
+// matrix and of a batch of 64^2 ones (cuSOLVER / cuBLAS batched, LAPACK on the CPU), and a
+// solve with 16 right-hand sides. Matrices are randn + n I (well conditioned). The _ex forms:
+// no read back of info, as torch.linalg's *_ex.
+#include "cases.h"
+
+namespace anvil::bench {
+namespace {
+
+Tensor well_conditioned(const Shape& shape, DType t, Device dev) {
+  const int64_t n = shape.back();
+  return add(randn(shape, TensorOptions(t).device(dev)), mul(eye(n, TensorOptions(t).device(dev)), static_cast<double>(n)));
+}
+
+}  // namespace
+
+std::vector<Case> linalg_cases(Device dev) {
+  std::vector<Case> cases;
+  const std::string ceil = ceiling_for(dev);
+  // Small matrices: memory-bound (A read, the inverse / solution written).
+  for (int64_t n : {3, 4})
+    for (const char* fn : {"inv_ex", "solve_ex"}) {
+      const int64_t batch = 100000;
+      const bool solve = std::string(fn) == "solve_ex";
+      const Shape shape = {batch, n, n};
+      const double bytes = 4.0 * static_cast<double>(batch * n * n) * 2 + (solve ? 8.0 * batch * n : 0.0);
+      nlohmann::json spec{{"op", "linalg"}, {"fn", fn}, {"shape", shape}, {"rhs", 1}, {"dtype", "float32"}};
+      cases.push_back({std::string("linalg ") + fn + " float32 " + shape_str(shape) + (solve ? " x [" + std::to_string(n) + ", 1]" : ""),
+                       bytes, ceil, [=]() -> Runner {
+                         const int rot = rotations_for(dev, 4.0 * static_cast<double>(batch * n * n));
+                         std::vector<Tensor> as, bs;
+                         for (int r = 0; r < rot; ++r) {
+                           as.push_back(well_conditioned(shape, kFloat32, dev));
+                           bs.push_back(randn({batch, n, 1}, TensorOptions(kFloat32).device(dev)));
+                         }
+                         if (solve) return [=](int i) { (void)linalg::solve_ex(as[i % rot], bs[i % rot]); };
+                         return [=](int i) { (void)linalg::inv_ex(as[i % rot]); };
+                       }, "linalg", spec});
+    }
+  // LU and solves against the GEMM ceiling: 2/3 n^3 flops per LU, + 2 n^2 k per solve.
+  struct Big {
+    const char* fn;
+    Shape shape;
+    int64_t rhs;
+    DType dtype;
+  };
+  const std::vector<Big> bigs = {{"lu_factor_ex", {1024, 1024}, 0, kFloat32},
+                                 {"lu_factor_ex", {256, 64, 64}, 0, kFloat32},
+                                 {"lu_factor_ex", {1024, 1024}, 0, kFloat64},
+                                 {"solve_ex", {1024, 1024}, 16, kFloat32}};
+  for (const Big& b : bigs) {
+    const int64_t n = b.shape.back(), batch = b.shape.size() == 3 ? b.shape[0] : 1;
+    const double flops = static_cast<double>(batch) * (2.0 / 3.0 * n * n * n + 2.0 * n * n * b.rhs);
+    nlohmann::json spec{{"op", "linalg"}, {"fn", b.fn}, {"shape", b.shape}, {"rhs", b.rhs}, {"dtype", dtype_name(b.dtype)}};
+    Case c{std::string("linalg ") + b.fn + " " + dtype_name(b.dtype) + " " + shape_str(b.shape) +
+               (b.rhs ? " x " + std::to_string(b.rhs) + " rhs" : ""),
+           0, "gemm", [=]() -> Runner {
+             const Tensor a = well_conditioned(b.shape, b.dtype, dev);
+             const Tensor r = randn({n, std::max<int64_t>(b.rhs, 1)}, TensorOptions(b.dtype).device(dev));
+             if (b.rhs) return [=](int) { (void)linalg::solve_ex(a, r); };
+             return [=](int) { (void)linalg::lu_factor_ex(a); };
+           }, "linalg", spec};
+    c.graphable = false;  // milliseconds per call: launch gaps do not matter (tests cover capture)
+    c.flops = flops;
+    c.dtype = b.dtype;
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+}  // namespace anvil::bench
