@@ -349,6 +349,13 @@ TEST_P(Linalg, InverseAndItsErrors) {
   EXPECT_EQ(ints_of(sinfo), (std::vector<int>{0, 3, 0}));
   auto [LU, pivots, finfo] = linalg::lu_factor_ex(A);
   EXPECT_EQ(ints_of(finfo), (std::vector<int>{0, 3, 0}));
+  // A large singular matrix (the blocked paths): the zero pivot of its third panel.
+  for (DType t : kLinalgDtypes) {
+    auto big = random_mats(1, 300, 300, t, 9, 1.0);
+    for (int64_t i = 0; i < 300; ++i) big[0].at(i, 150) = 0.0;
+    auto [blu, bpiv, binfo] = linalg::lu_factor_ex(to_tensor(rounded(big, t), {}, 300, 300, t, dev()));
+    EXPECT_EQ(ints_of(binfo), std::vector<int>{151}) << th::dtype_str(t);
+  }
   // Not an error: ill-conditioned but not singular.
   CMatrix hilbert(8, 8);
   for (int64_t i = 0; i < 8; ++i)
