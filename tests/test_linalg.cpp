@@ -451,6 +451,106 @@ TEST_P(Linalg, SmallMatricesInOneKernel) {
       }
 }
 
+// Only the named triangle of A is read (the other one holds garbage here), the diagonal too
+// unless unitriangular; residuals of the effective triangular matrix T: T X = B or X T = B.
+TEST_P(Linalg, SolveTriangularEveryForm) {
+  struct TriCase {
+    Shape a_batch, b_batch;
+    int64_t n, k;
+  };
+  const std::vector<TriCase> cases = {{{}, {}, 1, 1}, {{}, {}, 5, 3}, {{3}, {3}, 33, 2}, {{2, 1}, {3}, 6, 4},
+                                      {{}, {4}, 16, 8}, {{2}, {2}, 0, 3}, {{2}, {2}, 3, 0}};
+  for (DType t : kLinalgDtypes)
+    for (const TriCase& c : cases)
+      for (bool upper : {false, true})
+        for (bool left : {true, false})
+          for (bool unit : {false, true}) {
+            SCOPED_TRACE(th::dtype_str(t) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) +
+                         (upper ? " upper" : " lower") + (left ? " left" : " right") + (unit ? " unit" : ""));
+            const auto as = rounded(random_mats(numel_of(c.a_batch), c.n, c.n, t, 70 + c.n, 2.0 + c.n / 4.0), t);
+            const int64_t br = left ? c.n : c.k, bc = left ? c.k : c.n;
+            const auto bs = rounded(random_mats(numel_of(c.b_batch), br, bc, t, 71 + c.k), t);
+            const Tensor X = linalg::solve_triangular(to_tensor(as, c.a_batch, c.n, c.n, t, dev(), upper),
+                                                      to_tensor(bs, c.b_batch, br, bc, t, dev()), upper, left, unit);
+            const Shape batch = broadcast_shapes(c.a_batch, c.b_batch);
+            ASSERT_EQ(X.sizes(), with(batch, {br, bc}));
+            const auto xs = from_tensor(X);
+            for (int64_t e = 0; e < numel_of(batch); ++e) {
+              CMatrix tri = as[static_cast<size_t>(source_index(batch, c.a_batch, e))];
+              for (int64_t i = 0; i < c.n; ++i)
+                for (int64_t j = 0; j < c.n; ++j) {
+                  if (upper ? i > j : i < j) tri.at(i, j) = 0.0;
+                  if (i == j && unit) tri.at(i, j) = 1.0;
+                }
+              const CMatrix& b0 = bs[static_cast<size_t>(source_index(batch, c.b_batch, e))];
+              const double res = left ? solve_residual(tri, xs[e], b0, t)
+                                      : solve_residual(ref::transpose(tri), ref::transpose(xs[e]), ref::transpose(b0), t);
+              EXPECT_LE(res, 4.0) << "batch " << e;
+            }
+          }
+  const TensorOptions f32 = TensorOptions(kFloat32).device(dev());
+  EXPECT_THROWS_SAYING(ShapeError, "linalg.solve_triangular", "equation AX = B (3x3 and 4x2)",
+                       linalg::solve_triangular(ones({3, 3}, f32), ones({4, 2}, f32), true));
+  EXPECT_THROWS_SAYING(DTypeError, "linalg.solve_triangular", "same dtype",
+                       linalg::solve_triangular(ones({3, 3}, f32), ones({3, 2}, f32).to(kFloat64), false));
+}
+
+// A = M M^H + n I: L L^H = A with L lower and a real positive diagonal (U^H U with U = L^H for
+// upper); a matrix that is not positive-definite names its first failing minor.
+TEST_P(Linalg, CholeskyRebuildsA) {
+  for (DType t : kLinalgDtypes)
+    for (int64_t n : {1, 4, 17, 64, 300})
+      for (int64_t batch : {1, 3}) {
+        SCOPED_TRACE(th::dtype_str(t) + " n " + std::to_string(n) + " batch " + std::to_string(batch));
+        if (n == 300 && batch == 3) continue;
+        std::vector<CMatrix> as;
+        for (const CMatrix& m : random_mats(batch, n, n, t, 90 + n)) {
+          CMatrix a = ref::matmul(m, ref::adjoint(m));
+          for (int64_t i = 0; i < n; ++i) a.at(i, i) += static_cast<double>(n);
+          as.push_back(a);
+        }
+        as = rounded(as, t);
+        for (CMatrix& a : as)  // exactly Hermitian after rounding
+          for (int64_t i = 0; i < n; ++i) {
+            a.at(i, i) = a.at(i, i).real();
+            for (int64_t j = 0; j < i; ++j) a.at(j, i) = std::conj(a.at(i, j));
+          }
+        const Tensor A = to_tensor(as, {batch}, n, n, t, dev());
+        const auto ls = from_tensor(linalg::cholesky(A));
+        const auto us = from_tensor(linalg::cholesky(A, true));
+        auto [l2, info] = linalg::cholesky_ex(A);
+        EXPECT_EQ(ints_of(info), std::vector<int>(static_cast<size_t>(batch), 0));
+        for (int64_t b = 0; b < batch; ++b) {
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_GT(ls[b].at(i, i).real(), 0.0);
+            ASSERT_EQ(ls[b].at(i, i).imag(), 0.0);
+            for (int64_t j = i + 1; j < n; ++j) {
+              ASSERT_EQ(ls[b].at(i, j), Cplx(0.0));
+              ASSERT_EQ(us[b].at(j, i), Cplx(0.0));
+            }
+          }
+          const double tol = 4.0 * n * eps_of(t) * ref::max_abs(as[b]);
+          EXPECT_LE(ref::max_abs_diff(ref::matmul(ls[b], ref::adjoint(ls[b])), as[b]), tol) << "batch " << b;
+          EXPECT_LE(ref::max_abs_diff(ref::matmul(ref::adjoint(us[b]), us[b]), as[b]), tol) << "batch " << b;
+        }
+      }
+  auto mats = random_mats(3, 4, 4, kFloat64, 5);
+  for (CMatrix& a : mats) {
+    for (Cplx& x : a.v) x *= 0.01;
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < i; ++j) a.at(j, i) = a.at(i, j);
+    for (int64_t i = 0; i < 4; ++i) a.at(i, i) = 1.0;
+  }
+  mats[1].at(2, 2) = -1.0;  // the leading minor of order 3 is not positive-definite
+  const Tensor A = to_tensor(mats, {3}, 4, 4, kFloat64, dev());
+  EXPECT_THROWS_SAYING(LinAlgError, "linalg.cholesky",
+                       "(Batch element 1): The factorization could not be completed because the input is not "
+                       "positive-definite (the leading minor of order 3 is not positive-definite).",
+                       linalg::cholesky(A));
+  auto [L, info] = linalg::cholesky_ex(A);
+  EXPECT_EQ(ints_of(info), (std::vector<int>{0, 3, 0}));
+}
+
 // The release's example: a complex64 8x8 system plus 8 I through lu_factor + lu_solve.
 TEST_P(Linalg, SeedExampleComplexSystem) {
   const TensorOptions c64 = TensorOptions(kComplex64).device(dev());

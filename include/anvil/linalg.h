@@ -1,9 +1,10 @@
 #pragma once
 // Linear algebra, as torch.linalg (names and argument order): LU factorisation and solves,
-// determinants, inverses. Matrices are the last two dims of (*, m, n) tensors of float32,
-// float64 or complex64, with any batch dims. Results that hold factors (LU) are batches of
-// column-major matrices (LU.transpose(-2, -1) is contiguous), as PyTorch's; pivots and info are
-// int32, pivots 1-based as LAPACK's getrf (row i was swapped with row pivots[i] - 1).
+// determinants, inverses, triangular solves, Cholesky. Matrices are the last two dims of
+// (*, m, n) tensors of float32, float64 or complex64, with any batch dims. Results that hold
+// factors (LU) are batches of column-major matrices (LU.transpose(-2, -1) is contiguous), as
+// PyTorch's; pivots and info are int32, pivots 1-based as LAPACK's getrf (row i was swapped
+// with row pivots[i] - 1).
 //
 // The functions without `_ex` raise LinAlgError where PyTorch does, which reads `info` back to
 // the host: one device-to-host copy and a wait for the stream (not allowed under CUDA graph
@@ -47,6 +48,18 @@ ANVIL_API std::tuple<Tensor, Tensor> slogdet(const Tensor& A);
 ANVIL_API Tensor inv(const Tensor& A);
 // (A^-1, info); info as lu_factor_ex's, the inverse then not finite.
 ANVIL_API std::tuple<Tensor, Tensor> inv_ex(const Tensor& A, bool check_errors = false);
+
+// X with A X = B (left) or X A = B for triangular A: only A's upper (upper) or lower triangle is
+// read, its diagonal taken as ones when unitriangular. A (*, n, n), B (*, n, k) (left) or
+// (*, k, n); batch dims broadcast. (PyTorch makes `upper` keyword-only.)
+ANVIL_API Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left = true,
+                                  bool unitriangular = false);
+// The Cholesky factor of Hermitian positive-definite A (*, n, n): L lower with A = L L^H, or
+// U = L^H upper with A = U^H U (upper); only A's lower triangle is read. Raises LinAlgError
+// naming the first leading minor that is not positive-definite.
+ANVIL_API Tensor cholesky(const Tensor& A, bool upper = false);
+// (L, info): info (*) 0, or the order of that minor (the factor is then not complete).
+ANVIL_API std::tuple<Tensor, Tensor> cholesky_ex(const Tensor& A, bool upper = false, bool check_errors = false);
 
 // How inv, inv_ex, solve, solve_ex, det and slogdet run for A (anvil/plan.h): Fused, one kernel
 // per batch (matrices of order 1 to 4: LU with partial pivoting in registers, one thread per

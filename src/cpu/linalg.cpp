@@ -81,6 +81,32 @@ void getrs(char op, lapack_int n, lapack_int nrhs, const Complex64* a, const lap
                 reinterpret_cast<std::complex<float>*>(b), &n, info);
 }
 
+void trsm(bool left, bool upper, bool unit, int rows, int cols, const float* a, int lda, float* b) {
+  cblas_strsm(CblasColMajor, left ? CblasLeft : CblasRight, upper ? CblasUpper : CblasLower, CblasNoTrans,
+              unit ? CblasUnit : CblasNonUnit, rows, cols, 1.f, a, lda, b, rows);
+}
+void trsm(bool left, bool upper, bool unit, int rows, int cols, const double* a, int lda, double* b) {
+  cblas_dtrsm(CblasColMajor, left ? CblasLeft : CblasRight, upper ? CblasUpper : CblasLower, CblasNoTrans,
+              unit ? CblasUnit : CblasNonUnit, rows, cols, 1.0, a, lda, b, rows);
+}
+void trsm(bool left, bool upper, bool unit, int rows, int cols, const Complex64* a, int lda, Complex64* b) {
+  const std::complex<float> one(1.f, 0.f);
+  cblas_ctrsm(CblasColMajor, left ? CblasLeft : CblasRight, upper ? CblasUpper : CblasLower, CblasNoTrans,
+              unit ? CblasUnit : CblasNonUnit, rows, cols, &one, a, lda, b, rows);
+}
+void potrf_lower(lapack_int n, float* a, lapack_int* info) {
+  const char uplo = 'L';
+  LAPACK_spotrf(&uplo, &n, a, &n, info);
+}
+void potrf_lower(lapack_int n, double* a, lapack_int* info) {
+  const char uplo = 'L';
+  LAPACK_dpotrf(&uplo, &n, a, &n, info);
+}
+void potrf_lower(lapack_int n, Complex64* a, lapack_int* info) {
+  const char uplo = 'L';
+  LAPACK_cpotrf(&uplo, &n, reinterpret_cast<std::complex<float>*>(a), &n, info);
+}
+
 // float64 or complex<double>: where products of many factors are formed.
 template <typename T>
 using Wide = std::conditional_t<std::is_same_v<T, Complex64>, std::complex<double>, double>;
@@ -185,6 +211,34 @@ void lu_solve(const LuSolveParams& p) {
       lapack_int info = 0;  // < 0 only for an argument the op layer never passes
       getrs(op, static_cast<lapack_int>(p.n), static_cast<lapack_int>(p.nrhs), lu + b * p.n * p.n, p.pivots + b * p.n,
             x + b * p.n * p.nrhs, &info);
+    }
+  });
+}
+
+void triangular_solve(const TriangularSolveParams& p) {
+  dispatch_linalg_types(p.dtype, "[triangular_solve]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* a = static_cast<const T*>(p.a);
+    T* x = static_cast<T*>(p.b);
+#pragma omp parallel for schedule(dynamic, 1) if (over_batch(p.batch))
+    for (int64_t b = 0; b < p.batch; ++b)
+      trsm(p.left, p.upper, p.unit, static_cast<int>(p.rows), static_cast<int>(p.cols), a + b * p.n * p.n,
+           static_cast<int>(p.n), x + b * p.rows * p.cols);
+  });
+}
+
+void cholesky(const CholeskyParams& p) {
+  dispatch_linalg_types(p.dtype, "[cholesky]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* a = static_cast<T*>(p.a);
+#pragma omp parallel for schedule(dynamic, 1) if (over_batch(p.batch))
+    for (int64_t b = 0; b < p.batch; ++b) {
+      T* m = a + b * p.n * p.n;
+      lapack_int info = 0;
+      potrf_lower(static_cast<lapack_int>(p.n), m, &info);
+      p.info[b] = info;
+      for (int64_t j = 1; j < p.n; ++j)
+        for (int64_t i = 0; i < j; ++i) m[i + j * p.n] = T(0);
     }
   });
 }

@@ -116,6 +116,66 @@ cublasStatus_t getrs_batched(cublasHandle_t h, cublasOperation_t op, int n, int 
                              reinterpret_cast<cuComplex* const*>(b), n, info, batch);
 }
 
+cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag, int rows,
+                    int cols, const float* a, int lda, float* b) {
+  const float one = 1.f;
+  return cublasStrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, rows);
+}
+cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag, int rows,
+                    int cols, const double* a, int lda, double* b) {
+  const double one = 1.0;
+  return cublasDtrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, rows);
+}
+cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag, int rows,
+                    int cols, const Complex64* a, int lda, Complex64* b) {
+  const cuComplex one = make_cuComplex(1.f, 0.f);
+  return cublasCtrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, native(a), lda, native(b), rows);
+}
+cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag,
+                            int rows, int cols, const float* const* a, int lda, float* const* b, int batch) {
+  const float one = 1.f;
+  return cublasStrsmBatched(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, rows, batch);
+}
+cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag,
+                            int rows, int cols, const double* const* a, int lda, double* const* b, int batch) {
+  const double one = 1.0;
+  return cublasDtrsmBatched(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, rows, batch);
+}
+cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag,
+                            int rows, int cols, const Complex64* const* a, int lda, Complex64* const* b, int batch) {
+  const cuComplex one = make_cuComplex(1.f, 0.f);
+  return cublasCtrsmBatched(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one,
+                            reinterpret_cast<const cuComplex* const*>(a), lda, reinterpret_cast<cuComplex* const*>(b),
+                            rows, batch);
+}
+cusolverStatus_t potrf_buffer(cusolverDnHandle_t h, int n, float* a, int* lwork) {
+  return cusolverDnSpotrf_bufferSize(h, CUBLAS_FILL_MODE_LOWER, n, a, n, lwork);
+}
+cusolverStatus_t potrf_buffer(cusolverDnHandle_t h, int n, double* a, int* lwork) {
+  return cusolverDnDpotrf_bufferSize(h, CUBLAS_FILL_MODE_LOWER, n, a, n, lwork);
+}
+cusolverStatus_t potrf_buffer(cusolverDnHandle_t h, int n, Complex64* a, int* lwork) {
+  return cusolverDnCpotrf_bufferSize(h, CUBLAS_FILL_MODE_LOWER, n, native(a), n, lwork);
+}
+cusolverStatus_t potrf(cusolverDnHandle_t h, int n, float* a, float* work, int lwork, int* info) {
+  return cusolverDnSpotrf(h, CUBLAS_FILL_MODE_LOWER, n, a, n, work, lwork, info);
+}
+cusolverStatus_t potrf(cusolverDnHandle_t h, int n, double* a, double* work, int lwork, int* info) {
+  return cusolverDnDpotrf(h, CUBLAS_FILL_MODE_LOWER, n, a, n, work, lwork, info);
+}
+cusolverStatus_t potrf(cusolverDnHandle_t h, int n, Complex64* a, Complex64* work, int lwork, int* info) {
+  return cusolverDnCpotrf(h, CUBLAS_FILL_MODE_LOWER, n, native(a), n, native(work), lwork, info);
+}
+cusolverStatus_t potrf_batched(cusolverDnHandle_t h, int n, float** a, int* info, int batch) {
+  return cusolverDnSpotrfBatched(h, CUBLAS_FILL_MODE_LOWER, n, a, n, info, batch);
+}
+cusolverStatus_t potrf_batched(cusolverDnHandle_t h, int n, double** a, int* info, int batch) {
+  return cusolverDnDpotrfBatched(h, CUBLAS_FILL_MODE_LOWER, n, a, n, info, batch);
+}
+cusolverStatus_t potrf_batched(cusolverDnHandle_t h, int n, Complex64** a, int* info, int batch) {
+  return cusolverDnCpotrfBatched(h, CUBLAS_FILL_MODE_LOWER, n, reinterpret_cast<cuComplex**>(a), n, info, batch);
+}
+
 // Many small square matrices go to cuBLAS's batched kernels, the rest to cuSOLVER one matrix
 // at a time (PyTorch's BatchLinearAlgebra.cpp split; cuBLAS's batched getrf is square only).
 bool use_batched(int64_t batch, int64_t m, int64_t n) { return batch > 1 && m == n && m < 512; }
@@ -140,7 +200,7 @@ std::shared_ptr<StorageImpl> matrix_pointers(const KernelLaunch& launch, const v
   auto ptrs = allocate(Device(kCUDA, launch.device()), static_cast<size_t>(batch) * sizeof(void*));
   matrix_pointers_kernel<<<launch.blocks(batch), kThreads, 0, launch.stream()>>>(
       static_cast<void**>(ptrs->data), static_cast<char*>(const_cast<void*>(base)), stride_bytes, batch);
-  launch.check("[lu_factor]");
+  launch.check("[linalg]");
   return ptrs;
 }
 
@@ -289,6 +349,15 @@ void lu_factor_blocked(const KernelLaunch& launch, cublasHandle_t h, Complex64* 
       check(cublasCgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, below, right, w, &minus_one, at(j0 + nb, j0), static_cast<int>(m),
                         at(j0, j0 + nb), static_cast<int>(m), &one, at(j0 + nb, j0 + nb), static_cast<int>(m)),
             "[lu_factor]");
+  }
+}
+
+// Zeroes the strict upper triangle of (batch, n, n) column-major matrices.
+template <typename T>
+__global__ void zero_upper_kernel(T* a, int64_t n, int64_t total) {
+  for (int64_t e = cuda_device::global_thread(); e < total; e += cuda_device::grid_threads()) {
+    const int64_t i = e % n, j = e / n % n;
+    if (i < j) a[e] = T(0);
   }
 }
 
@@ -455,6 +524,62 @@ void lu_solve(const LuSolveParams& p) {
                     static_cast<int*>(info->data)),
               "[lu_solve]");
     }
+  });
+}
+
+void triangular_solve(const TriangularSolveParams& p) {
+  ANVIL_CHECK(p.n <= INT32_MAX && p.rows <= INT32_MAX && p.cols <= INT32_MAX && p.batch <= INT32_MAX, ShapeError,
+              "[triangular_solve] cuBLAS takes 32-bit sizes, got batch ", p.batch, " of ", p.rows, "x", p.cols);
+  dispatch_linalg_types(p.dtype, "[triangular_solve]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    KernelLaunch launch(p.b);
+    const T* a = static_cast<const T*>(p.a);
+    T* x = static_cast<T*>(p.b);
+    const cublasSideMode_t side = p.left ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT;
+    const cublasFillMode_t uplo = p.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+    const cublasDiagType_t diag = p.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT;
+    const int rows = static_cast<int>(p.rows), cols = static_cast<int>(p.cols), n = static_cast<int>(p.n);
+    std::lock_guard<std::mutex> lock(handles_mutex());
+    Handles& h = handles_locked(launch.device());
+    check(cublasSetStream(h.blas, launch.stream()), "[triangular_solve]");
+    if (p.batch > 1) {
+      auto a_ptrs = matrix_pointers(launch, a, p.n * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
+      auto b_ptrs = matrix_pointers(launch, x, p.rows * p.cols * static_cast<int64_t>(sizeof(T)), p.batch);
+      check(trsm_batched(h.blas, side, uplo, diag, rows, cols, static_cast<const T* const*>(a_ptrs->data), n,
+                         static_cast<T* const*>(b_ptrs->data), static_cast<int>(p.batch)),
+            "[triangular_solve]");
+    } else {
+      check(trsm(h.blas, side, uplo, diag, rows, cols, a, n, x), "[triangular_solve]");
+    }
+  });
+}
+
+void cholesky(const CholeskyParams& p) {
+  ANVIL_CHECK(p.n <= INT32_MAX && p.batch <= INT32_MAX, ShapeError, "[cholesky] cuSOLVER takes 32-bit sizes, got batch ",
+              p.batch, " of ", p.n, "x", p.n);
+  dispatch_linalg_types(p.dtype, "[cholesky]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    KernelLaunch launch(p.a);
+    T* a = static_cast<T*>(p.a);
+    const int n = static_cast<int>(p.n);
+    {
+      std::lock_guard<std::mutex> lock(handles_mutex());
+      Handles& h = handles_locked(launch.device());
+      check(cusolverDnSetStream(h.solver, launch.stream()), "[cholesky]");
+      if (use_batched(p.batch, p.n, p.n)) {
+        auto ptrs = matrix_pointers(launch, a, p.n * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
+        check(potrf_batched(h.solver, n, static_cast<T**>(ptrs->data), p.info, static_cast<int>(p.batch)), "[cholesky]");
+      } else {
+        int lwork = 0;
+        check(potrf_buffer(h.solver, n, a, &lwork), "[cholesky]");
+        auto work = allocate(Device(kCUDA, launch.device()), static_cast<size_t>(std::max(lwork, 1)) * sizeof(T));
+        for (int64_t b = 0; b < p.batch; ++b)
+          check(potrf(h.solver, n, a + b * p.n * p.n, static_cast<T*>(work->data), lwork, p.info + b), "[cholesky]");
+      }
+    }
+    const int64_t total = p.batch * p.n * p.n;
+    zero_upper_kernel<T><<<launch.blocks(total), kThreads, 0, launch.stream()>>>(a, p.n, total);
+    launch.check("[cholesky]");
   });
 }
 

@@ -65,7 +65,7 @@ Tensor as_column_major(const Tensor& t) { return is_column_major(t) ? t : column
 // An int32 tensor's elements on any device (data_ptr<T>() is for CPU tensors).
 int32_t* int_ptr(const Tensor& t) { return static_cast<int32_t*>(t.raw_data_ptr()); }
 
-enum class ErrorKind { LuFactor, Solve, Inverse };
+enum class ErrorKind { LuFactor, Solve, Inverse, Cholesky };
 
 // Raises LinAlgError for the first batch element whose info is not 0. Reads info to the host:
 // one device-to-host copy and a stream wait (the non-_ex functions only).
@@ -87,6 +87,11 @@ void check_info(const char* name, const Tensor& info, ErrorKind kind, bool is_ma
         throw LinAlgError(detail::cat_message(name, where,
                                               ": The solver failed because the input matrix is singular (U[", i, ",",
                                               i, "] is zero)."));
+      case ErrorKind::Cholesky:
+        throw LinAlgError(detail::cat_message(name, where,
+                                              ": The factorization could not be completed because the input is not "
+                                              "positive-definite (the leading minor of order ",
+                                              i, " is not positive-definite)."));
       case ErrorKind::Inverse:
         throw LinAlgError(detail::cat_message(name, where, ": The diagonal element ", i,
                                               " is zero, the inversion could not be completed because the input "
@@ -364,6 +369,61 @@ std::tuple<Tensor, Tensor> inv_ex(const Tensor& A, bool check_errors) {
 }
 
 Tensor inv(const Tensor& A) { return std::get<0>(inv_ex(A, true)); }
+
+Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left, bool unitriangular) {
+  const char* name = "[linalg.solve_triangular]";
+  check_matrix(name, "A", A, true);
+  check_matrix(name, "B", B, false);
+  ANVIL_CHECK(B.dtype() == A.dtype(), DTypeError, name, " Expected A and B to have the same dtype, but found A of type ",
+              dtype_name(A.dtype()), " and B of type ", dtype_name(B.dtype()), " instead");
+  check_same_device(name, A, B);
+  const int64_t n = A.size(-1);
+  ANVIL_CHECK((left ? B.size(-2) : B.size(-1)) == n, ShapeError, name, " Incompatible shapes of A and B for the equation ",
+              left ? "AX = B" : "XA = B", " (", n, "x", n, " and ", B.size(-2), "x", B.size(-1), ")");
+  Shape batch;
+  try {
+    batch = broadcast_shapes(batch_of(A), batch_of(B));
+  } catch (const ShapeError&) {
+    throw ShapeError(detail::cat_message(name, " batch dims of A ", shape_str(A.sizes()), " and B ",
+                                         shape_str(B.sizes()), " are not broadcastable"));
+  }
+  const Tensor a = as_column_major(A.expand(with(batch, {n, n})));
+  Tensor x = column_major_copy(B.expand(with(batch, {B.size(-2), B.size(-1)})));
+  if (x.numel() == 0) return x;
+  TriangularSolveParams p;
+  p.a = a.raw_data_ptr();
+  p.b = x.raw_data_ptr();
+  p.dtype = A.dtype();
+  p.batch = shape_numel(batch);
+  p.n = n;
+  p.rows = x.size(-2);
+  p.cols = x.size(-1);
+  p.left = left;
+  p.upper = upper;
+  p.unit = unitriangular;
+  ANVIL_KERNEL(A.device(), triangular_solve, p);
+  return x;
+}
+
+std::tuple<Tensor, Tensor> cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
+  const char* name = "[linalg.cholesky]";
+  check_matrix(name, "A", A, true);
+  Tensor l = column_major_copy(A);
+  Tensor info = zeros(batch_of(A), TensorOptions(kInt32).device(A.device()));
+  if (l.numel() > 0) {
+    CholeskyParams p;
+    p.a = l.raw_data_ptr();
+    p.info = int_ptr(info);
+    p.dtype = A.dtype();
+    p.batch = shape_numel(batch_of(A));
+    p.n = A.size(-1);
+    ANVIL_KERNEL(A.device(), cholesky, p);
+  }
+  if (check_errors) check_info(name, info, ErrorKind::Cholesky, A.dim() == 2);
+  return {upper ? adjoint_of(l) : l, info};  // A = L L^H = U^H U with U = L^H
+}
+
+Tensor cholesky(const Tensor& A, bool upper) { return std::get<0>(cholesky_ex(A, upper, true)); }
 
 FusedPlan lu_plan(const Tensor& A) {
   check_matrix("[linalg.lu_plan]", "A", A, true);

@@ -58,6 +58,27 @@ struct LuUnpackParams {
   int64_t batch = 0, m = 0, n = 0;
 };
 
+// X with A X = B (left) or X A = B for triangular A: its upper or lower triangle is read, the
+// diagonal taken as ones when unit. a (batch, n, n); b (batch, rows, cols) holds B and is
+// overwritten with X (rows = n when left, cols = n otherwise). Both column-major.
+struct TriangularSolveParams {
+  const void* a = nullptr;
+  void* b = nullptr;
+  DType dtype = kFloat32;
+  int64_t batch = 0, n = 0, rows = 0, cols = 0;
+  bool left = true, upper = false, unit = false;
+};
+
+// Cholesky A = L L^H of Hermitian positive-definite (batch, n, n) column-major matrices, in
+// place: L's lower triangle from A's, the strict upper triangle zeroed. info (batch): 0, or the
+// order of the first leading minor that is not positive-definite.
+struct CholeskyParams {
+  void* a = nullptr;
+  int32_t* info = nullptr;
+  DType dtype = kFloat32;
+  int64_t batch = 0, n = 0;
+};
+
 // Square matrices of order n <= 4 (core/small_lu.h), one per thread: LU with partial pivoting
 // in registers and, from it, the inverse, the solve of B, det or (sign, logabsdet). A and B may
 // have any strides (batch stride 0: broadcast). Inverse (batch, n, n) and Solve (batch, n,
@@ -81,7 +102,9 @@ struct SmallLuParams {
   X(lu_factor, const LuFactorParams&)      \
   X(lu_solve, const LuSolveParams&)        \
   X(lu_det, const LuDetParams&)            \
-  X(lu_unpack, const LuUnpackParams&)
+  X(lu_unpack, const LuUnpackParams&)      \
+  X(triangular_solve, const TriangularSolveParams&) \
+  X(cholesky, const CholeskyParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_LINALG_KERNELS)
 #define ANVIL_LINALG_FUSED(X) X(small_lu, const SmallLuParams&)
 ANVIL_DECLARE_FUSED(ANVIL_LINALG_FUSED)
