@@ -114,11 +114,13 @@ struct LuCase {
   int64_t m, n;
 };
 
-// Tall, wide, 1x1, batches, the cuBLAS batched path (many square < 512) and cuSOLVER's (one
-// matrix, rectangular, >= 512).
+// Tall, wide, 1x1, batches, the cuBLAS batched path (many square < 512), cuSOLVER's (one
+// matrix, rectangular, >= 512) and the CPU's blocked LU (one matrix of order >= 256, square,
+// tall and wide).
 const std::vector<LuCase> kLuCases = {{{}, 1, 1},       {{}, 4, 4},     {{}, 16, 16},   {{}, 33, 33},  {{}, 7, 4},
                                       {{}, 4, 7},       {{3}, 4, 4},    {{2, 3}, 9, 9}, {{600}, 8, 8}, {{5}, 64, 64},
-                                      {{2}, 6, 3},      {{}, 520, 520}, {{0}, 3, 3},    {{2}, 0, 0},   {{2}, 3, 0}};
+                                      {{2}, 6, 3},      {{}, 520, 520}, {{0}, 3, 3},    {{2}, 0, 0},   {{2}, 3, 0},
+                                      {{}, 300, 400},   {{}, 400, 300}};
 
 TEST_P(Linalg, LuFactorMatchesTextbookLu) {
   for (DType t : kLinalgDtypes)

@@ -156,9 +156,14 @@ SmallLuParams small_params(const Tensor& a3, SmallLuResult result) {
   return p;
 }
 Tensor flat_batch(const Tensor& t) { return t.reshape({-1, t.size(-2), t.size(-1)}); }
+// Whether square A takes the one-kernel path (the plan depends on the order and dtype only).
 bool small_path(const Tensor& A) {
   if (A.numel() == 0) return false;
-  return ANVIL_PLAN(A.device(), small_lu, small_params(flat_batch(A), SmallLuResult::Det)) == FusedPlan::Fused;
+  SmallLuParams p;
+  p.dtype = A.dtype();
+  p.n = A.size(-1);
+  p.batch = A.numel() / (p.n * p.n);
+  return ANVIL_PLAN(A.device(), small_lu, p) == FusedPlan::Fused;
 }
 
 }  // namespace
