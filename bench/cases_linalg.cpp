@@ -24,7 +24,9 @@ std::vector<Case> linalg_cases(Device dev) {
       const int64_t batch = 100000;
       const bool solve = std::string(fn) == "solve_ex";
       const Shape shape = {batch, n, n};
-      const double bytes = 4.0 * static_cast<double>(batch * n * n) * 2 + (solve ? 8.0 * batch * n : 0.0);
+      // A read, the inverse (n x n) or the solution and B (n each) moved, info written.
+      const double bytes = 4.0 * static_cast<double>(batch * n * n) * (solve ? 1 : 2) +
+                           (solve ? 8.0 * static_cast<double>(batch * n) : 0.0) + 4.0 * static_cast<double>(batch);
       nlohmann::json spec{{"op", "linalg"}, {"fn", fn}, {"shape", shape}, {"rhs", 1}, {"dtype", "float32"}};
       cases.push_back({std::string("linalg ") + fn + " float32 " + shape_str(shape) + (solve ? " x [" + std::to_string(n) + ", 1]" : ""),
                        bytes, ceil, [=]() -> Runner {

@@ -425,6 +425,12 @@ TEST_P(Linalg, SmallMatricesInOneKernel) {
         const auto got_det = from_tensor(linalg::det(A).view({count, 1, 1}));
         auto [sign, logabs] = linalg::slogdet(A);
         const auto got_sign = from_tensor(sign.view({count, 1, 1})), got_la = from_tensor(logabs.view({count, 1, 1}));
+        // Batch dims that do not merge (the small path then works on a copy): the same bits.
+        const Tensor Ap = A.view({100, 50, n, n}).permute({1, 0, 2, 3});
+        const Tensor Ac = Ap.contiguous();
+        EXPECT_EQ(th::to_bits(std::get<0>(linalg::inv_ex(Ap))), th::to_bits(std::get<0>(linalg::inv_ex(Ac))));
+        EXPECT_EQ(th::to_bits(linalg::det(Ap)), th::to_bits(linalg::det(Ac)));
+        EXPECT_EQ(th::to_bits(std::get<1>(linalg::slogdet(Ap))), th::to_bits(std::get<1>(linalg::slogdet(Ac))));
         const auto lus = from_tensor(LU);
         const auto piv = ints_of(pivots);
         for (int64_t b = 0; b < count; ++b) {
@@ -536,6 +542,16 @@ TEST_P(Linalg, CholeskyRebuildsA) {
           EXPECT_LE(ref::max_abs_diff(ref::matmul(ref::adjoint(us[b]), us[b]), as[b]), tol) << "batch " << b;
         }
       }
+  // upper reads A's upper triangle, lower its lower one (PyTorch's): the other one is garbage.
+  {
+    const Tensor up = anvil::tensor(std::vector<double>{4, 2, -7, 4}, Shape{2, 2}).to(dev());
+    const Tensor lo = anvil::tensor(std::vector<double>{4, -7, 2, 4}, Shape{2, 2}).to(dev());
+    const CMatrix u = from_tensor(linalg::cholesky(up, true))[0], l = from_tensor(linalg::cholesky(lo))[0];
+    EXPECT_NEAR(u.at(0, 1).real(), 1.0, 1e-15);
+    EXPECT_NEAR(u.at(1, 1).real(), std::sqrt(3.0), 1e-15);
+    EXPECT_NEAR(l.at(1, 0).real(), 1.0, 1e-15);
+    EXPECT_EQ(u.at(1, 0), Cplx(0.0));
+  }
   auto mats = random_mats(3, 4, 4, kFloat64, 5);
   for (CMatrix& a : mats) {
     for (Cplx& x : a.v) x *= 0.01;

@@ -54,9 +54,9 @@ ANVIL_API std::tuple<Tensor, Tensor> inv_ex(const Tensor& A, bool check_errors =
 // (*, k, n); batch dims broadcast. (PyTorch makes `upper` keyword-only.)
 ANVIL_API Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left = true,
                                   bool unitriangular = false);
-// The Cholesky factor of Hermitian positive-definite A (*, n, n): L lower with A = L L^H, or
-// U = L^H upper with A = U^H U (upper); only A's lower triangle is read. Raises LinAlgError
-// naming the first leading minor that is not positive-definite.
+// The Cholesky factor of Hermitian positive-definite A (*, n, n): L lower with A = L L^H (only
+// A's lower triangle is read), or U upper with A = U^H U (only its upper triangle is read), as
+// PyTorch. Raises LinAlgError naming the first leading minor that is not positive-definite.
 ANVIL_API Tensor cholesky(const Tensor& A, bool upper = false);
 // (L, info): info (*) 0, or the order of that minor (the factor is then not complete).
 ANVIL_API std::tuple<Tensor, Tensor> cholesky_ex(const Tensor& A, bool upper = false, bool check_errors = false);

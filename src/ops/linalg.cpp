@@ -3,6 +3,7 @@
 #include "anvil/linalg.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ void check_matrix(const char* name, const char* what, const Tensor& t, bool squa
   ANVIL_CHECK(t.dim() >= 2, ShapeError, name, " The input tensor ", what, " must have at least 2 dimensions, got ",
               describe(t));
   dispatch_linalg_types(t.dtype(), name, [](auto) {});
+  ANVIL_CHECK(t.size(-1) <= INT32_MAX && t.size(-2) <= INT32_MAX, ShapeError, name, " ", what,
+              ": LAPACK / cuSOLVER take 32-bit matrix sizes, got ", describe(t));
   if (square)
     ANVIL_CHECK(t.size(-1) == t.size(-2), ShapeError, name, " ", what, " must be batches of square matrices, but they are ",
                 t.size(-2), " by ", t.size(-1), " matrices");
@@ -328,7 +331,8 @@ std::tuple<Tensor, Tensor> det_core(const char* name, const Tensor& A, bool log_
   Tensor d = empty(batch, opts);
   Tensor la = log_abs ? empty(batch, TensorOptions(real).device(A.device())) : Tensor();
   if (small_path(A)) {
-    SmallLuParams p = small_params(flat_batch(A), log_abs ? SmallLuResult::SignLogAbsDet : SmallLuResult::Det);
+    const Tensor a3 = flat_batch(A);  // named: a copy when the batch dims do not merge
+    SmallLuParams p = small_params(a3, log_abs ? SmallLuResult::SignLogAbsDet : SmallLuResult::Det);
     p.out = d.raw_data_ptr();
     p.log_abs_det = log_abs ? la.raw_data_ptr() : nullptr;
     ANVIL_KERNEL(A.device(), small_lu, p);
@@ -360,7 +364,8 @@ std::tuple<Tensor, Tensor> inv_ex(const Tensor& A, bool check_errors) {
   if (small_path(A)) {
     Tensor out = empty(A.sizes(), TensorOptions(A.dtype()).device(A.device()));
     Tensor info = empty(batch_of(A), TensorOptions(kInt32).device(A.device()));
-    SmallLuParams p = small_params(flat_batch(A), SmallLuResult::Inverse);
+    const Tensor a3 = flat_batch(A);  // named: a copy when the batch dims do not merge
+    SmallLuParams p = small_params(a3, SmallLuResult::Inverse);
     p.out = out.raw_data_ptr();
     p.info = int_ptr(info);
     ANVIL_KERNEL(A.device(), small_lu, p);
@@ -413,7 +418,9 @@ Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left,
 std::tuple<Tensor, Tensor> cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
   const char* name = "[linalg.cholesky]";
   check_matrix(name, "A", A, true);
-  Tensor l = column_major_copy(A);
+  // upper: PyTorch reads A's upper triangle; U = L^H where L L^H = A^H (whose lower triangle
+  // is that upper one).
+  Tensor l = column_major_copy(upper ? adjoint_of(A) : A);
   Tensor info = zeros(batch_of(A), TensorOptions(kInt32).device(A.device()));
   if (l.numel() > 0) {
     CholeskyParams p;
@@ -425,7 +432,7 @@ std::tuple<Tensor, Tensor> cholesky_ex(const Tensor& A, bool upper, bool check_e
     ANVIL_KERNEL(A.device(), cholesky, p);
   }
   if (check_errors) check_info(name, info, ErrorKind::Cholesky, A.dim() == 2);
-  return {upper ? adjoint_of(l) : l, info};  // A = L L^H = U^H U with U = L^H
+  return {upper ? adjoint_of(l) : l, info};
 }
 
 Tensor cholesky(const Tensor& A, bool upper) { return std::get<0>(cholesky_ex(A, upper, true)); }
