@@ -35,6 +35,27 @@ void check_matrix(const char* name, const char* what, const Tensor& t, bool squa
                 t.size(-2), " by ", t.size(-1), " matrices");
 }
 
+// The batch shape A's and B's batch dims broadcast to.
+Shape broadcast_batch(const char* name, const char* a_name, const Tensor& a, const Tensor& b) {
+  try {
+    return broadcast_shapes(batch_of(a), batch_of(b));
+  } catch (const ShapeError&) {
+    throw ShapeError(detail::cat_message(name, " batch dims of ", a_name, " ", shape_str(a.sizes()), " and B ",
+                                         shape_str(b.sizes()), " are not broadcastable"));
+  }
+}
+
+void check_same_dtype(const char* name, const char* a_name, const Tensor& a, const Tensor& b) {
+  ANVIL_CHECK(b.dtype() == a.dtype(), DTypeError, name, " Expected ", a_name, " and B to have the same dtype, but found ",
+              a_name, " of type ", dtype_name(a.dtype()), " and B of type ", dtype_name(b.dtype()), " instead");
+}
+
+// B's rows (left: A X = B) or columns (X A = B) match A's order n.
+void check_rhs(const char* name, int64_t n, const Tensor& b, bool left) {
+  ANVIL_CHECK((left ? b.size(-2) : b.size(-1)) == n, ShapeError, name, " Incompatible shapes of A and B for the equation ",
+              left ? "AX = B" : "XA = B", " (", n, "x", n, " and ", b.size(-2), "x", b.size(-1), ")");
+}
+
 // Strides of a batch of column-major matrices of `sizes` (matrices one after another).
 Shape column_major_strides(const Shape& sizes) {
   const size_t nd = sizes.size();
@@ -229,8 +250,7 @@ Tensor lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& B, bool le
   const char* name = "[linalg.lu_solve]";
   check_matrix(name, "LU", LU, true);
   check_matrix(name, "B", B, false);
-  ANVIL_CHECK(B.dtype() == LU.dtype(), DTypeError, name, " Expected LU and B to have the same dtype, but found LU of type ",
-              dtype_name(LU.dtype()), " and B of type ", dtype_name(B.dtype()), " instead");
+  check_same_dtype(name, "LU", LU, B);
   ANVIL_CHECK(pivots.defined() && pivots.dtype() == kInt32, DTypeError, name,
               " pivots should be a Tensor of scalar type int32, got ",
               pivots.defined() ? dtype_name(pivots.dtype()) : "an undefined tensor");
@@ -240,19 +260,8 @@ Tensor lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& B, bool le
               shape_str(pivots.sizes()), " instead of ", shape_str(batch_of(LU, 1)));
   check_same_device(name, LU, B);
   check_same_device(name, LU, pivots);
-  if (left)
-    ANVIL_CHECK(B.size(-2) == n, ShapeError, name, " Incompatible shapes of A and B for the equation AX = B (", n, "x", n,
-                " and ", B.size(-2), "x", B.size(-1), ")");
-  else
-    ANVIL_CHECK(B.size(-1) == n, ShapeError, name, " Incompatible shapes of A and B for the equation XA = B (", n, "x", n,
-                " and ", B.size(-2), "x", B.size(-1), ")");
-  Shape batch;
-  try {
-    batch = broadcast_shapes(batch_of(LU), batch_of(B));
-  } catch (const ShapeError&) {
-    throw ShapeError(detail::cat_message(name, " batch dims of LU ", shape_str(LU.sizes()), " and B ",
-                                         shape_str(B.sizes()), " are not broadcastable"));
-  }
+  check_rhs(name, n, B, left);
+  const Shape batch = broadcast_batch(name, "LU", LU, B);
   const Tensor lu = as_column_major(LU.expand(with(batch, {n, n})));
   const Tensor piv = pivots.expand(with(batch, {n})).contiguous();
   if (left) {
@@ -269,8 +278,7 @@ std::tuple<Tensor, Tensor> solve_ex(const Tensor& A, const Tensor& B, bool left,
   const char* name = "[linalg.solve]";
   check_matrix(name, "A", A, true);
   ANVIL_CHECK(B.defined(), Error, name, " undefined tensor B");
-  ANVIL_CHECK(B.dtype() == A.dtype(), DTypeError, name, " Expected A and B to have the same dtype, but found A of type ",
-              dtype_name(A.dtype()), " and B of type ", dtype_name(B.dtype()), " instead");
+  check_same_dtype(name, "A", A, B);
   const int64_t n = A.size(-1);
   // torch.linalg.solve's vector case: B (n) or B of A's shape without its last dim.
   const bool vector = B.dim() == 1 || (B.dim() == A.dim() - 1 && B.sizes() == batch_of(A, 1));
@@ -279,17 +287,9 @@ std::tuple<Tensor, Tensor> solve_ex(const Tensor& A, const Tensor& B, bool left,
               "is equivalent to B / A.squeeze(-1)");
   const Tensor b = vector ? B.unsqueeze(-1) : B;
   ANVIL_CHECK(b.dim() >= 2, ShapeError, name, " The input tensor B must have at least 1 dimension");
-  const int64_t bn = left ? b.size(-2) : b.size(-1);
-  ANVIL_CHECK(bn == n, ShapeError, name, " Incompatible shapes of A and B for the equation ", left ? "AX = B" : "XA = B",
-              " (", n, "x", n, " and ", b.size(-2), "x", b.size(-1), ")");
+  check_rhs(name, n, b, left);
   check_same_device(name, A, b);
-  Shape batch;
-  try {
-    batch = broadcast_shapes(batch_of(A), batch_of(b));
-  } catch (const ShapeError&) {
-    throw ShapeError(detail::cat_message(name, " batch dims of A ", shape_str(A.sizes()), " and B ",
-                                         shape_str(b.sizes()), " are not broadcastable"));
-  }
+  const Shape batch = broadcast_batch(name, "A", A, b);
   // The small path where info has A's batch shape, as PyTorch's (B not broadcasting A).
   if (small_path(A) && b.numel() > 0 && batch == batch_of(A)) {
     // X A = B  <=>  A^T X^T = B^T: transposed views, no copies.
@@ -384,19 +384,11 @@ Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left,
   const char* name = "[linalg.solve_triangular]";
   check_matrix(name, "A", A, true);
   check_matrix(name, "B", B, false);
-  ANVIL_CHECK(B.dtype() == A.dtype(), DTypeError, name, " Expected A and B to have the same dtype, but found A of type ",
-              dtype_name(A.dtype()), " and B of type ", dtype_name(B.dtype()), " instead");
+  check_same_dtype(name, "A", A, B);
   check_same_device(name, A, B);
   const int64_t n = A.size(-1);
-  ANVIL_CHECK((left ? B.size(-2) : B.size(-1)) == n, ShapeError, name, " Incompatible shapes of A and B for the equation ",
-              left ? "AX = B" : "XA = B", " (", n, "x", n, " and ", B.size(-2), "x", B.size(-1), ")");
-  Shape batch;
-  try {
-    batch = broadcast_shapes(batch_of(A), batch_of(B));
-  } catch (const ShapeError&) {
-    throw ShapeError(detail::cat_message(name, " batch dims of A ", shape_str(A.sizes()), " and B ",
-                                         shape_str(B.sizes()), " are not broadcastable"));
-  }
+  check_rhs(name, n, B, left);
+  const Shape batch = broadcast_batch(name, "A", A, B);
   const Tensor a = as_column_major(A.expand(with(batch, {n, n})));
   Tensor x = column_major_copy(B.expand(with(batch, {B.size(-2), B.size(-1)})));
   if (x.numel() == 0) return x;
