@@ -1,7 +1,8 @@
 // Linear algebra at the release's shapes: batched inverses and solves of 3x3 / 4x4 float32
 // matrices (camera geometry: 100,000 at once, the one-kernel small path), LU of one 1024^2
-// matrix and of a batch of 64^2 ones (cuSOLVER / cuBLAS batched, LAPACK on the CPU), and a
-// solve with 16 right-hand sides. Matrices are randn + n I (well conditioned). The _ex forms:
+// matrix and of a batch of 64^2 ones (cuSOLVER / cuBLAS batched, LAPACK on the CPU), a solve
+// with 16 right-hand sides, reduced QR and SVD (U, S, Vh without full matrices) of 1024^2, of
+// 256 64^2 and (SVD: cuSOLVER's batched Jacobi) of 4096 16^2. Matrices are randn + n I (well conditioned). The _ex forms:
 // no read back of info, as torch.linalg's *_ex.
 #include "cases.h"
 
@@ -50,16 +51,28 @@ std::vector<Case> linalg_cases(Device dev) {
   const std::vector<Big> bigs = {{"lu_factor_ex", {1024, 1024}, 0, kFloat32},
                                  {"lu_factor_ex", {256, 64, 64}, 0, kFloat32},
                                  {"lu_factor_ex", {1024, 1024}, 0, kFloat64},
-                                 {"solve_ex", {1024, 1024}, 16, kFloat32}};
+                                 {"solve_ex", {1024, 1024}, 16, kFloat32},
+                                 {"qr", {1024, 1024}, 0, kFloat32},
+                                 {"qr", {256, 64, 64}, 0, kFloat32},
+                                 {"svd", {1024, 1024}, 0, kFloat32},
+                                 {"svd", {256, 64, 64}, 0, kFloat32},
+                                 {"svd", {4096, 16, 16}, 0, kFloat32}};
   for (const Big& b : bigs) {
     const int64_t n = b.shape.back(), batch = b.shape.size() == 3 ? b.shape[0] : 1;
-    const double flops = static_cast<double>(batch) * (2.0 / 3.0 * n * n * n + 2.0 * n * n * b.rhs);
+    const std::string fn = b.fn;
+    // Nominal flops: LU 2/3 n^3 (+ 2 n^2 k per solve), QR 4/3 n^3 + 4/3 n^3 to form Q, the SVD
+    // with U and V 22 n^3 (Golub & Van Loan's count for the R-SVD).
+    const double cube = static_cast<double>(n) * n * n;
+    const double per = fn == "qr" ? 8.0 / 3.0 * cube : fn == "svd" ? 22.0 * cube : 2.0 / 3.0 * cube + 2.0 * n * n * b.rhs;
+    const double flops = static_cast<double>(batch) * per;
     nlohmann::json spec{{"op", "linalg"}, {"fn", b.fn}, {"shape", b.shape}, {"rhs", b.rhs}, {"dtype", dtype_name(b.dtype)}};
     Case c{std::string("linalg ") + b.fn + " " + dtype_name(b.dtype) + " " + shape_str(b.shape) +
                (b.rhs ? " x " + std::to_string(b.rhs) + " rhs" : ""),
            0, "gemm", [=]() -> Runner {
              const Tensor a = well_conditioned(b.shape, b.dtype, dev);
              const Tensor r = randn({n, std::max<int64_t>(b.rhs, 1)}, TensorOptions(b.dtype).device(dev));
+             if (fn == "qr") return [=](int) { (void)linalg::qr(a); };
+             if (fn == "svd") return [=](int) { (void)linalg::svd(a, false); };
              if (b.rhs) return [=](int) { (void)linalg::solve_ex(a, r); };
              return [=](int) { (void)linalg::lu_factor_ex(a); };
            }, "linalg", spec};

@@ -219,6 +219,10 @@ def build_linalg(spec, dev, t):
         return lambda i: torch.linalg.inv_ex(a[i % rot])
     if fn == "lu_factor_ex":
         return lambda i: torch.linalg.lu_factor_ex(a[i % rot])
+    if fn == "qr":
+        return lambda i: torch.linalg.qr(a[i % rot])
+    if fn == "svd":
+        return lambda i: torch.linalg.svd(a[i % rot], full_matrices=False)
     b = [torch.randn(shape[0], n, 1, dtype=t).to(dev) for _ in range(rot)] if small else \
         [torch.randn(n, rhs, dtype=t).to(dev)]
     return lambda i: torch.linalg.solve_ex(a[i % rot], b[i % rot])

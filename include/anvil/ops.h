@@ -32,6 +32,11 @@ ANVIL_API Tensor neg(const Tensor& x);
 ANVIL_API Tensor abs(const Tensor& x);
 // The complex conjugate as a new tensor (a copy for real dtypes), as torch.conj_physical.
 ANVIL_API Tensor conj_physical(const Tensor& x);
+// A complex64 tensor's float32 view with a last dim of 2 (real, imaginary), as
+// torch.view_as_real; real / imag are its two slices (views). real of a real tensor is itself.
+ANVIL_API Tensor view_as_real(const Tensor& x);
+ANVIL_API Tensor real(const Tensor& x);
+ANVIL_API Tensor imag(const Tensor& x);
 ANVIL_API Tensor exp(const Tensor& x);
 ANVIL_API Tensor log(const Tensor& x);
 ANVIL_API Tensor sqrt(const Tensor& x);
@@ -42,6 +47,10 @@ ANVIL_API Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 ANVIL_API Tensor tanh(const Tensor& x);
 ANVIL_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 ANVIL_API Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
+// The upper / lower triangle of the last two dims (the rest zeroed), as torch.triu / tril:
+// element (i, j) is kept when j - i >= diagonal (triu) or j - i <= diagonal (tril).
+ANVIL_API Tensor triu(const Tensor& x, int64_t diagonal = 0);
+ANVIL_API Tensor tril(const Tensor& x, int64_t diagonal = 0);
 ANVIL_API Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
 ANVIL_API Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
 ANVIL_API Tensor eq(const Tensor& a, const Tensor& b);

@@ -1,5 +1,6 @@
 // CUDA linear algebra: LU through cuSOLVER (one matrix per call) or cuBLAS's batched getrf /
-// getrs (many small square matrices, PyTorch's split: batched below 512 rows), determinants and
+// getrs (many small square matrices, PyTorch's split: batched below 512 rows), QR (geqrf /
+// orgqr / ormqr) and the SVD (gesvdj, gesvdjBatched, gesvd) through cuSOLVER, determinants and
 // the unpacking of P, L, U as our own kernels. Matrices are column-major (core/kernels/linalg.h);
 // workspaces come from anvil's allocator on the current stream, so every call is stream-ordered
 // and nothing here waits for the device.
@@ -29,6 +30,7 @@ using cuda_device::kThreads;
 struct Handles {
   cusolverDnHandle_t solver = nullptr;
   cublasHandle_t blas = nullptr;
+  gesvdjInfo_t jacobi = nullptr;  // gesvdj's settings (cuSOLVER's defaults)
 };
 std::mutex& handles_mutex() {
   static std::mutex m;
@@ -174,6 +176,184 @@ cusolverStatus_t potrf_batched(cusolverDnHandle_t h, int n, double** a, int* inf
 }
 cusolverStatus_t potrf_batched(cusolverDnHandle_t h, int n, Complex64** a, int* info, int batch) {
   return cusolverDnCpotrfBatched(h, CUBLAS_FILL_MODE_LOWER, n, reinterpret_cast<cuComplex**>(a), n, info, batch);
+}
+
+// ---- QR and the SVD.
+cusolverStatus_t geqrf_buffer(cusolverDnHandle_t h, int m, int n, float* a, int* lwork) {
+  return cusolverDnSgeqrf_bufferSize(h, m, n, a, m, lwork);
+}
+cusolverStatus_t geqrf_buffer(cusolverDnHandle_t h, int m, int n, double* a, int* lwork) {
+  return cusolverDnDgeqrf_bufferSize(h, m, n, a, m, lwork);
+}
+cusolverStatus_t geqrf_buffer(cusolverDnHandle_t h, int m, int n, Complex64* a, int* lwork) {
+  return cusolverDnCgeqrf_bufferSize(h, m, n, native(a), m, lwork);
+}
+cusolverStatus_t geqrf(cusolverDnHandle_t h, int m, int n, float* a, float* tau, float* work, int lwork, int* info) {
+  return cusolverDnSgeqrf(h, m, n, a, m, tau, work, lwork, info);
+}
+cusolverStatus_t geqrf(cusolverDnHandle_t h, int m, int n, double* a, double* tau, double* work, int lwork, int* info) {
+  return cusolverDnDgeqrf(h, m, n, a, m, tau, work, lwork, info);
+}
+cusolverStatus_t geqrf(cusolverDnHandle_t h, int m, int n, Complex64* a, Complex64* tau, Complex64* work, int lwork,
+                       int* info) {
+  return cusolverDnCgeqrf(h, m, n, native(a), m, native(tau), native(work), lwork, info);
+}
+cublasStatus_t geqrf_batched(cublasHandle_t h, int m, int n, float* const* a, float* const* tau, int* info, int batch) {
+  return cublasSgeqrfBatched(h, m, n, a, m, tau, info, batch);
+}
+cublasStatus_t geqrf_batched(cublasHandle_t h, int m, int n, double* const* a, double* const* tau, int* info,
+                             int batch) {
+  return cublasDgeqrfBatched(h, m, n, a, m, tau, info, batch);
+}
+cublasStatus_t geqrf_batched(cublasHandle_t h, int m, int n, Complex64* const* a, Complex64* const* tau, int* info,
+                             int batch) {
+  return cublasCgeqrfBatched(h, m, n, reinterpret_cast<cuComplex* const*>(a), m,
+                             reinterpret_cast<cuComplex* const*>(tau), info, batch);
+}
+cusolverStatus_t orgqr_buffer(cusolverDnHandle_t h, int m, int n, int k, const float* a, const float* tau, int* lwork) {
+  return cusolverDnSorgqr_bufferSize(h, m, n, k, a, m, tau, lwork);
+}
+cusolverStatus_t orgqr_buffer(cusolverDnHandle_t h, int m, int n, int k, const double* a, const double* tau,
+                              int* lwork) {
+  return cusolverDnDorgqr_bufferSize(h, m, n, k, a, m, tau, lwork);
+}
+cusolverStatus_t orgqr_buffer(cusolverDnHandle_t h, int m, int n, int k, const Complex64* a, const Complex64* tau,
+                              int* lwork) {
+  return cusolverDnCungqr_bufferSize(h, m, n, k, native(a), m, native(tau), lwork);
+}
+cusolverStatus_t orgqr(cusolverDnHandle_t h, int m, int n, int k, float* a, const float* tau, float* work, int lwork,
+                       int* info) {
+  return cusolverDnSorgqr(h, m, n, k, a, m, tau, work, lwork, info);
+}
+cusolverStatus_t orgqr(cusolverDnHandle_t h, int m, int n, int k, double* a, const double* tau, double* work,
+                       int lwork, int* info) {
+  return cusolverDnDorgqr(h, m, n, k, a, m, tau, work, lwork, info);
+}
+cusolverStatus_t orgqr(cusolverDnHandle_t h, int m, int n, int k, Complex64* a, const Complex64* tau, Complex64* work,
+                       int lwork, int* info) {
+  return cusolverDnCungqr(h, m, n, k, native(a), m, native(tau), native(work), lwork, info);
+}
+// C = op(Q) C from k reflectors (lda m); adjoint: Q^T for the real types, Q^H for complex.
+cusolverStatus_t ormqr_buffer(cusolverDnHandle_t h, bool adjoint, int m, int nrhs, int k, const float* a,
+                              const float* tau, const float* c, int* lwork) {
+  return cusolverDnSormqr_bufferSize(h, CUBLAS_SIDE_LEFT, adjoint ? CUBLAS_OP_T : CUBLAS_OP_N, m, nrhs, k, a, m, tau, c,
+                                     m, lwork);
+}
+cusolverStatus_t ormqr_buffer(cusolverDnHandle_t h, bool adjoint, int m, int nrhs, int k, const double* a,
+                              const double* tau, const double* c, int* lwork) {
+  return cusolverDnDormqr_bufferSize(h, CUBLAS_SIDE_LEFT, adjoint ? CUBLAS_OP_T : CUBLAS_OP_N, m, nrhs, k, a, m, tau, c,
+                                     m, lwork);
+}
+cusolverStatus_t ormqr_buffer(cusolverDnHandle_t h, bool adjoint, int m, int nrhs, int k, const Complex64* a,
+                              const Complex64* tau, const Complex64* c, int* lwork) {
+  return cusolverDnCunmqr_bufferSize(h, CUBLAS_SIDE_LEFT, adjoint ? CUBLAS_OP_C : CUBLAS_OP_N, m, nrhs, k, native(a), m,
+                                     native(tau), native(c), m, lwork);
+}
+cusolverStatus_t ormqr(cusolverDnHandle_t h, bool adjoint, int m, int nrhs, int k, const float* a, const float* tau,
+                       float* c, float* work, int lwork, int* info) {
+  return cusolverDnSormqr(h, CUBLAS_SIDE_LEFT, adjoint ? CUBLAS_OP_T : CUBLAS_OP_N, m, nrhs, k, a, m, tau, c, m, work,
+                          lwork, info);
+}
+cusolverStatus_t ormqr(cusolverDnHandle_t h, bool adjoint, int m, int nrhs, int k, const double* a, const double* tau,
+                       double* c, double* work, int lwork, int* info) {
+  return cusolverDnDormqr(h, CUBLAS_SIDE_LEFT, adjoint ? CUBLAS_OP_T : CUBLAS_OP_N, m, nrhs, k, a, m, tau, c, m, work,
+                          lwork, info);
+}
+cusolverStatus_t ormqr(cusolverDnHandle_t h, bool adjoint, int m, int nrhs, int k, const Complex64* a,
+                       const Complex64* tau, Complex64* c, Complex64* work, int lwork, int* info) {
+  return cusolverDnCunmqr(h, CUBLAS_SIDE_LEFT, adjoint ? CUBLAS_OP_C : CUBLAS_OP_N, m, nrhs, k, native(a), m,
+                          native(tau), native(c), m, native(work), lwork, info);
+}
+
+// The SVD's methods. R is the real type of T. V (not V^H) comes out of the Jacobi ones.
+template <typename T> using RealOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
+struct JacobiCall {
+  cusolverEigMode_t jobz;
+  int econ, m, n, ldu, ldv;
+  gesvdjInfo_t params;
+};
+cusolverStatus_t gesvdj_buffer(cusolverDnHandle_t h, const JacobiCall& c, const float* a, const float* s,
+                               const float* u, const float* v, int* lwork) {
+  return cusolverDnSgesvdj_bufferSize(h, c.jobz, c.econ, c.m, c.n, a, c.m, s, u, c.ldu, v, c.ldv, lwork, c.params);
+}
+cusolverStatus_t gesvdj_buffer(cusolverDnHandle_t h, const JacobiCall& c, const double* a, const double* s,
+                               const double* u, const double* v, int* lwork) {
+  return cusolverDnDgesvdj_bufferSize(h, c.jobz, c.econ, c.m, c.n, a, c.m, s, u, c.ldu, v, c.ldv, lwork, c.params);
+}
+cusolverStatus_t gesvdj_buffer(cusolverDnHandle_t h, const JacobiCall& c, const Complex64* a, const float* s,
+                               const Complex64* u, const Complex64* v, int* lwork) {
+  return cusolverDnCgesvdj_bufferSize(h, c.jobz, c.econ, c.m, c.n, native(a), c.m, s, native(u), c.ldu, native(v),
+                                      c.ldv, lwork, c.params);
+}
+cusolverStatus_t gesvdj(cusolverDnHandle_t h, const JacobiCall& c, float* a, float* s, float* u, float* v, float* work,
+                        int lwork, int* info) {
+  return cusolverDnSgesvdj(h, c.jobz, c.econ, c.m, c.n, a, c.m, s, u, c.ldu, v, c.ldv, work, lwork, info, c.params);
+}
+cusolverStatus_t gesvdj(cusolverDnHandle_t h, const JacobiCall& c, double* a, double* s, double* u, double* v,
+                        double* work, int lwork, int* info) {
+  return cusolverDnDgesvdj(h, c.jobz, c.econ, c.m, c.n, a, c.m, s, u, c.ldu, v, c.ldv, work, lwork, info, c.params);
+}
+cusolverStatus_t gesvdj(cusolverDnHandle_t h, const JacobiCall& c, Complex64* a, float* s, Complex64* u, Complex64* v,
+                        Complex64* work, int lwork, int* info) {
+  return cusolverDnCgesvdj(h, c.jobz, c.econ, c.m, c.n, native(a), c.m, s, native(u), c.ldu, native(v), c.ldv,
+                           native(work), lwork, info, c.params);
+}
+cusolverStatus_t gesvdj_batched_buffer(cusolverDnHandle_t h, const JacobiCall& c, const float* a, const float* s,
+                                       const float* u, const float* v, int* lwork, int batch) {
+  return cusolverDnSgesvdjBatched_bufferSize(h, c.jobz, c.m, c.n, a, c.m, s, u, c.ldu, v, c.ldv, lwork, c.params,
+                                             batch);
+}
+cusolverStatus_t gesvdj_batched_buffer(cusolverDnHandle_t h, const JacobiCall& c, const double* a, const double* s,
+                                       const double* u, const double* v, int* lwork, int batch) {
+  return cusolverDnDgesvdjBatched_bufferSize(h, c.jobz, c.m, c.n, a, c.m, s, u, c.ldu, v, c.ldv, lwork, c.params,
+                                             batch);
+}
+cusolverStatus_t gesvdj_batched_buffer(cusolverDnHandle_t h, const JacobiCall& c, const Complex64* a, const float* s,
+                                       const Complex64* u, const Complex64* v, int* lwork, int batch) {
+  return cusolverDnCgesvdjBatched_bufferSize(h, c.jobz, c.m, c.n, native(a), c.m, s, native(u), c.ldu, native(v),
+                                             c.ldv, lwork, c.params, batch);
+}
+cusolverStatus_t gesvdj_batched(cusolverDnHandle_t h, const JacobiCall& c, float* a, float* s, float* u, float* v,
+                                float* work, int lwork, int* info, int batch) {
+  return cusolverDnSgesvdjBatched(h, c.jobz, c.m, c.n, a, c.m, s, u, c.ldu, v, c.ldv, work, lwork, info, c.params,
+                                  batch);
+}
+cusolverStatus_t gesvdj_batched(cusolverDnHandle_t h, const JacobiCall& c, double* a, double* s, double* u, double* v,
+                                double* work, int lwork, int* info, int batch) {
+  return cusolverDnDgesvdjBatched(h, c.jobz, c.m, c.n, a, c.m, s, u, c.ldu, v, c.ldv, work, lwork, info, c.params,
+                                  batch);
+}
+cusolverStatus_t gesvdj_batched(cusolverDnHandle_t h, const JacobiCall& c, Complex64* a, float* s, Complex64* u,
+                                Complex64* v, Complex64* work, int lwork, int* info, int batch) {
+  return cusolverDnCgesvdjBatched(h, c.jobz, c.m, c.n, native(a), c.m, s, native(u), c.ldu, native(v), c.ldv,
+                                  native(work), lwork, info, c.params, batch);
+}
+// QR-iteration SVD (m >= n only): U and V^T directly.
+cusolverStatus_t gesvd_buffer(cusolverDnHandle_t h, int m, int n, float*, int* lwork) {
+  return cusolverDnSgesvd_bufferSize(h, m, n, lwork);
+}
+cusolverStatus_t gesvd_buffer(cusolverDnHandle_t h, int m, int n, double*, int* lwork) {
+  return cusolverDnDgesvd_bufferSize(h, m, n, lwork);
+}
+cusolverStatus_t gesvd_buffer(cusolverDnHandle_t h, int m, int n, Complex64*, int* lwork) {
+  return cusolverDnCgesvd_bufferSize(h, m, n, lwork);
+}
+struct QrSvdCall {
+  signed char jobu, jobvt;
+  int m, n, ldu, ldvt;
+};
+cusolverStatus_t gesvd(cusolverDnHandle_t h, const QrSvdCall& c, float* a, float* s, float* u, float* vt, float* work,
+                       int lwork, float* rwork, int* info) {
+  return cusolverDnSgesvd(h, c.jobu, c.jobvt, c.m, c.n, a, c.m, s, u, c.ldu, vt, c.ldvt, work, lwork, rwork, info);
+}
+cusolverStatus_t gesvd(cusolverDnHandle_t h, const QrSvdCall& c, double* a, double* s, double* u, double* vt,
+                       double* work, int lwork, double* rwork, int* info) {
+  return cusolverDnDgesvd(h, c.jobu, c.jobvt, c.m, c.n, a, c.m, s, u, c.ldu, vt, c.ldvt, work, lwork, rwork, info);
+}
+cusolverStatus_t gesvd(cusolverDnHandle_t h, const QrSvdCall& c, Complex64* a, float* s, Complex64* u, Complex64* vt,
+                       Complex64* work, int lwork, float* rwork, int* info) {
+  return cusolverDnCgesvd(h, c.jobu, c.jobvt, c.m, c.n, native(a), c.m, s, native(u), c.ldu, native(vt), c.ldvt,
+                          native(work), lwork, rwork, info);
 }
 
 // Many small square matrices go to cuBLAS's batched kernels, the rest to cuSOLVER one matrix
@@ -437,6 +617,82 @@ __global__ void lu_unpack_kernel(const __grid_constant__ LuUnpackParams p) {
   }
 }
 
+// ---- the SVD's helpers
+template <typename T> __device__ T conj_of(T v) {
+  if constexpr (std::is_same_v<T, Complex64>) return Complex64(v.re, -v.im);
+  else return v;
+}
+template <typename T> __device__ double abs_max_part(T v) {
+  if constexpr (std::is_same_v<T, Complex64>) return fmax(fabs(static_cast<double>(v.re)), fabs(static_cast<double>(v.im)));
+  else return fabs(static_cast<double>(v));
+}
+
+// A matrix whose largest |entry| lies outside [2^-kScaleRange, 2^kScaleRange] (float32: 40,
+// float64: 400) is scaled by the power of two 2^-e that brings it to [0.5, 1): the Jacobi
+// methods square entries (1e-30 or 1e30 float32 would underflow or overflow). exps[b] = e, or
+// 0 when the matrix is left alone (also when it has no finite nonzero maximum).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) svd_scale_kernel(T* a, int64_t mat, int64_t batch, int32_t* exps) {
+  __shared__ double part[kThreads];
+  __shared__ int shift;
+  constexpr int range = std::is_same_v<T, double> ? 400 : 40;
+  for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
+    T* x = a + b * mat;
+    double v = 0;
+    for (int64_t e = threadIdx.x; e < mat; e += blockDim.x) v = fmax(v, abs_max_part(x[e]));
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w /= 2) {
+      if (threadIdx.x < w) part[threadIdx.x] = fmax(part[threadIdx.x], part[threadIdx.x + w]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      int e = 0;
+      const double top = part[0];
+      if (top > 0 && isfinite(top)) ::frexp(top, &e);
+      shift = e > range || e < -range ? e : 0;
+      exps[b] = shift;
+    }
+    __syncthreads();
+    const int e = shift;
+    if (e != 0)
+      for (int64_t i = threadIdx.x; i < mat; i += blockDim.x) {
+        if constexpr (std::is_same_v<T, Complex64>) x[i] = Complex64(ldexpf(x[i].re, -e), ldexpf(x[i].im, -e));
+        else x[i] = static_cast<T>(ldexp(static_cast<double>(x[i]), -e));
+      }
+    __syncthreads();
+  }
+}
+
+// S = 2^e S per matrix (undoing svd_scale_kernel).
+template <typename R>
+__global__ void svd_unscale_kernel(R* s, int64_t k, int64_t total, const int32_t* exps) {
+  for (int64_t i = cuda_device::global_thread(); i < total; i += cuda_device::grid_threads()) {
+    const int e = exps[i / k];
+    if (e != 0) s[i] = static_cast<R>(ldexp(static_cast<double>(s[i]), e));
+  }
+}
+
+// dst (batch, rows, cols) column-major = the adjoint of src's matrices (src[c + r * ld_src], batch
+// stride src_batch): V^H from V, A^H for gesvd's wide case.
+template <typename T>
+__global__ void adjoint_copy_kernel(T* dst, int64_t rows, int64_t cols, const T* src, int64_t ld_src, int64_t src_batch,
+                                    int64_t total) {
+  for (int64_t i = cuda_device::global_thread(); i < total; i += cuda_device::grid_threads()) {
+    const int64_t b = i / (rows * cols), e = i % (rows * cols), r = e % rows, c = e / rows;
+    dst[i] = conj_of(src[b * src_batch + c + r * ld_src]);
+  }
+}
+template <typename T>
+void adjoint_copy(const KernelLaunch& launch, T* dst, int64_t rows, int64_t cols, const T* src, int64_t ld_src,
+                  int64_t src_batch, int64_t batch) {
+  const int64_t total = batch * rows * cols;
+  if (total == 0) return;
+  adjoint_copy_kernel<T><<<launch.blocks(total), kThreads, 0, launch.stream()>>>(dst, rows, cols, src, ld_src, src_batch,
+                                                                                 total);
+  launch.check("[svd]");
+}
+
 template <typename T, int N>
 __global__ void __launch_bounds__(kThreads) small_lu_kernel(const __grid_constant__ SmallLuParams p, bool dense_a) {
   for (int64_t b = cuda_device::global_thread(); b < p.batch; b += cuda_device::grid_threads())
@@ -600,6 +856,212 @@ void lu_unpack(const LuUnpackParams& p) {
     lu_unpack_kernel<T><<<blocks, kThreads, 0, launch.stream()>>>(p);
     launch.check("[lu_unpack]");
   });
+}
+
+// cuBLAS's batched QR for many small matrices, cuSOLVER's one at a time otherwise (PyTorch's
+// geqrf split; cuBLAS's needs m >= n).
+bool use_batched_qr(int64_t batch, int64_t m, int64_t n) {
+  return m >= n && m <= 256 && batch >= std::max<int64_t>(2, m / 16);
+}
+
+void geqrf(const GeqrfParams& p) {
+  ANVIL_CHECK(p.m <= INT32_MAX && p.n <= INT32_MAX && p.batch <= INT32_MAX, ShapeError,
+              "[geqrf] cuSOLVER takes 32-bit sizes, got batch ", p.batch, " of ", p.m, "x", p.n);
+  dispatch_linalg_types(p.dtype, "[geqrf]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    KernelLaunch launch(p.a);
+    const Device dev(kCUDA, launch.device());
+    T* a = static_cast<T*>(p.a);
+    T* tau = static_cast<T*>(p.tau);
+    const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = std::min(m, n);
+    std::lock_guard<std::mutex> lock(handles_mutex());
+    Handles& h = handles_locked(launch.device());
+    if (use_batched_qr(p.batch, p.m, p.n)) {
+      check(cublasSetStream(h.blas, launch.stream()), "[geqrf]");
+      auto a_ptrs = matrix_pointers(launch, a, p.m * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
+      auto tau_ptrs = matrix_pointers(launch, tau, k * static_cast<int64_t>(sizeof(T)), p.batch);
+      int info = 0;  // argument checks only, on the host
+      check(geqrf_batched(h.blas, m, n, static_cast<T* const*>(a_ptrs->data), static_cast<T* const*>(tau_ptrs->data),
+                          &info, static_cast<int>(p.batch)),
+            "[geqrf]");
+      ANVIL_CHECK(info == 0, DeviceError, "[geqrf] cublas geqrfBatched rejected argument ", -info);
+      return;
+    }
+    check(cusolverDnSetStream(h.solver, launch.stream()), "[geqrf]");
+    int lwork = 0;
+    check(geqrf_buffer(h.solver, m, n, a, &lwork), "[geqrf]");
+    auto work = allocate(dev, static_cast<size_t>(std::max(lwork, 1)) * sizeof(T));
+    auto info = allocate(dev, sizeof(int));
+    for (int64_t b = 0; b < p.batch; ++b)
+      check(geqrf(h.solver, m, n, a + b * p.m * p.n, tau + b * k, static_cast<T*>(work->data), lwork,
+                  static_cast<int*>(info->data)),
+            "[geqrf]");
+  });
+}
+
+void orgqr(const OrgqrParams& p) {
+  ANVIL_CHECK(p.m <= INT32_MAX && p.n <= INT32_MAX && p.batch <= INT32_MAX, ShapeError,
+              "[orgqr] cuSOLVER takes 32-bit sizes, got batch ", p.batch, " of ", p.m, "x", p.n);
+  dispatch_linalg_types(p.dtype, "[orgqr]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    KernelLaunch launch(p.a);
+    const Device dev(kCUDA, launch.device());
+    T* a = static_cast<T*>(p.a);
+    const T* tau = static_cast<const T*>(p.tau);
+    const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
+    std::lock_guard<std::mutex> lock(handles_mutex());
+    Handles& h = handles_locked(launch.device());
+    check(cusolverDnSetStream(h.solver, launch.stream()), "[orgqr]");
+    int lwork = 0;
+    check(orgqr_buffer(h.solver, m, n, k, a, tau, &lwork), "[orgqr]");
+    auto work = allocate(dev, static_cast<size_t>(std::max(lwork, 1)) * sizeof(T));
+    auto info = allocate(dev, sizeof(int));
+    for (int64_t b = 0; b < p.batch; ++b)
+      check(orgqr(h.solver, m, n, k, a + b * p.m * p.n, tau + b * p.k, static_cast<T*>(work->data), lwork,
+                  static_cast<int*>(info->data)),
+            "[orgqr]");
+  });
+}
+
+void ormqr(const OrmqrParams& p) {
+  ANVIL_CHECK(p.m <= INT32_MAX && p.nrhs <= INT32_MAX && p.batch <= INT32_MAX, ShapeError,
+              "[ormqr] cuSOLVER takes 32-bit sizes, got batch ", p.batch, " of ", p.m, "x", p.nrhs);
+  dispatch_linalg_types(p.dtype, "[ormqr]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    KernelLaunch launch(p.c);
+    const Device dev(kCUDA, launch.device());
+    const T* a = static_cast<const T*>(p.a);
+    const T* tau = static_cast<const T*>(p.tau);
+    T* c = static_cast<T*>(p.c);
+    const bool adjoint = p.op == LinalgOp::Adjoint;
+    const int m = static_cast<int>(p.m), nrhs = static_cast<int>(p.nrhs), k = static_cast<int>(p.k);
+    std::lock_guard<std::mutex> lock(handles_mutex());
+    Handles& h = handles_locked(launch.device());
+    check(cusolverDnSetStream(h.solver, launch.stream()), "[ormqr]");
+    int lwork = 0;
+    check(ormqr_buffer(h.solver, adjoint, m, nrhs, k, a, tau, c, &lwork), "[ormqr]");
+    auto work = allocate(dev, static_cast<size_t>(std::max(lwork, 1)) * sizeof(T));
+    auto info = allocate(dev, sizeof(int));
+    for (int64_t b = 0; b < p.batch; ++b)
+      check(ormqr(h.solver, adjoint, m, nrhs, k, a + b * p.m * p.a_cols, tau + b * p.k, c + b * p.m * p.nrhs,
+                  static_cast<T*>(work->data), lwork, static_cast<int*>(info->data)),
+            "[ormqr]");
+  });
+}
+
+// The SVD: svd_scale_kernel, then (as PyTorch) cuSOLVER's gesvdjBatched for matrices up to
+// 32x32, gesvdj one matrix at a time for larger ones, gesvd when asked (on A^H for wide A,
+// which it does not take); the Jacobi methods give V, turned into V^H by adjoint_copy.
+void svd(const SvdParams& p) {
+  ANVIL_CHECK(p.m <= INT32_MAX && p.n <= INT32_MAX && p.batch <= INT32_MAX, ShapeError,
+              "[svd] cuSOLVER takes 32-bit sizes, got batch ", p.batch, " of ", p.m, "x", p.n);
+  dispatch_linalg_types(p.dtype, "[svd]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using R = RealOf<T>;
+    KernelLaunch launch(p.a);
+    const Device dev(kCUDA, launch.device());
+    T* a = static_cast<T*>(p.a);
+    R* s = static_cast<R*>(p.s);
+    const int64_t m = p.m, n = p.n, k = std::min(m, n), batch = p.batch;
+    const int64_t u_cols = p.full_matrices ? m : k, vh_rows = p.full_matrices ? n : k;
+    auto buffer = [&](int64_t elements) { return allocate(dev, static_cast<size_t>(std::max<int64_t>(elements, 1)) * sizeof(T)); };
+    auto exps = allocate(dev, static_cast<size_t>(batch) * sizeof(int32_t));
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(batch, launch.max_blocks()));
+    svd_scale_kernel<T><<<blocks, kThreads, 0, launch.stream()>>>(a, m * n, batch, static_cast<int32_t*>(exps->data));
+    launch.check("[svd]");
+    {
+      std::lock_guard<std::mutex> lock(handles_mutex());
+      Handles& h = handles_locked(launch.device());
+      check(cusolverDnSetStream(h.solver, launch.stream()), "[svd]");
+      if (!h.jacobi) check(cusolverDnCreateGesvdjInfo(&h.jacobi), "[svd]");
+      const cusolverEigMode_t jobz = p.compute_uv ? CUSOLVER_EIG_MODE_VECTOR : CUSOLVER_EIG_MODE_NOVECTOR;
+      if (p.driver != SvdDriver::Gesvd && m <= 32 && n <= 32) {
+        // Full U (m x m) and V (n x n) always; U's first k columns are its reduced form.
+        const bool u_direct = p.compute_uv && u_cols == m;
+        auto u_full = u_direct ? nullptr : buffer(batch * m * m);
+        auto v = buffer(batch * n * n);
+        T* u = u_direct ? static_cast<T*>(p.u) : static_cast<T*>(u_full->data);
+        const JacobiCall call{jobz, 0, static_cast<int>(m), static_cast<int>(n), static_cast<int>(m),
+                              static_cast<int>(n), h.jacobi};
+        int lwork = 0;
+        check(gesvdj_batched_buffer(h.solver, call, a, s, u, static_cast<T*>(v->data), &lwork, static_cast<int>(batch)),
+              "[svd]");
+        auto work = buffer(lwork);
+        check(gesvdj_batched(h.solver, call, a, s, u, static_cast<T*>(v->data), static_cast<T*>(work->data), lwork,
+                             p.info, static_cast<int>(batch)),
+              "[svd]");
+        if (p.compute_uv) {
+          if (!u_direct && u_cols > 0)
+            ANVIL_CUDA_CHECK("[svd]", cudaMemcpy2DAsync(p.u, static_cast<size_t>(m * u_cols) * sizeof(T), u,
+                                                        static_cast<size_t>(m * m) * sizeof(T),
+                                                        static_cast<size_t>(m * u_cols) * sizeof(T),
+                                                        static_cast<size_t>(batch), cudaMemcpyDeviceToDevice,
+                                                        launch.stream()));
+          adjoint_copy(launch, static_cast<T*>(p.vh), vh_rows, n, static_cast<const T*>(v->data), n, n * n, batch);
+        }
+      } else if (p.driver != SvdDriver::Gesvd) {
+        const int64_t v_cols = p.full_matrices ? n : k;
+        auto u_scratch = p.compute_uv ? nullptr : buffer(m * u_cols);
+        auto v = buffer((p.compute_uv ? batch : 1) * n * v_cols);
+        const JacobiCall call{jobz, p.full_matrices ? 0 : 1, static_cast<int>(m), static_cast<int>(n),
+                              static_cast<int>(std::max<int64_t>(m, 1)), static_cast<int>(std::max<int64_t>(n, 1)),
+                              h.jacobi};
+        auto u_of = [&](int64_t b) {
+          return p.compute_uv ? static_cast<T*>(p.u) + b * m * u_cols : static_cast<T*>(u_scratch->data);
+        };
+        auto v_of = [&](int64_t b) { return static_cast<T*>(v->data) + (p.compute_uv ? b * n * v_cols : 0); };
+        int lwork = 0;
+        check(gesvdj_buffer(h.solver, call, a, s, u_of(0), v_of(0), &lwork), "[svd]");
+        auto work = buffer(lwork);
+        for (int64_t b = 0; b < batch; ++b)
+          check(gesvdj(h.solver, call, a + b * m * n, s + b * k, u_of(b), v_of(b), static_cast<T*>(work->data), lwork,
+                       p.info + b),
+                "[svd]");
+        if (p.compute_uv)
+          adjoint_copy(launch, static_cast<T*>(p.vh), vh_rows, n, static_cast<const T*>(v->data), n, n * v_cols, batch);
+      } else {
+        // gesvd takes m >= n: a wide A is factored as A^H = U' S V'^H, so U = V' and V^H = U'^H.
+        const bool wide = m < n;
+        const int64_t rows = wide ? n : m, cols = wide ? m : n;  // of the matrix gesvd sees
+        const int64_t uc = p.full_matrices ? rows : k, vr = p.full_matrices ? cols : k;
+        auto at = wide ? buffer(batch * m * n) : nullptr;
+        if (wide) adjoint_copy(launch, static_cast<T*>(at->data), n, m, static_cast<const T*>(a), m, m * n, batch);
+        T* x = wide ? static_cast<T*>(at->data) : a;
+        auto u_w = wide && p.compute_uv ? buffer(batch * rows * uc) : nullptr;
+        auto vt_w = wide && p.compute_uv ? buffer(batch * vr * cols) : nullptr;
+        T* u = !p.compute_uv ? nullptr : wide ? static_cast<T*>(u_w->data) : static_cast<T*>(p.u);
+        T* vt = !p.compute_uv ? nullptr : wide ? static_cast<T*>(vt_w->data) : static_cast<T*>(p.vh);
+        const signed char job = !p.compute_uv ? 'N' : p.full_matrices ? 'A' : 'S';
+        const QrSvdCall call{job, job, static_cast<int>(rows), static_cast<int>(cols),
+                             static_cast<int>(std::max<int64_t>(rows, 1)), static_cast<int>(std::max<int64_t>(vr, 1))};
+        int lwork = 0;
+        check(gesvd_buffer(h.solver, call.m, call.n, x, &lwork), "[svd]");
+        auto work = buffer(lwork);
+        auto rwork = allocate(dev, static_cast<size_t>(std::max<int64_t>(k, 1)) * sizeof(R));
+        for (int64_t b = 0; b < batch; ++b)
+          check(gesvd(h.solver, call, x + b * m * n, s + b * k, u ? u + b * rows * uc : nullptr,
+                      vt ? vt + b * vr * cols : nullptr, static_cast<T*>(work->data), lwork,
+                      static_cast<R*>(rwork->data), p.info + b),
+                "[svd]");
+        if (wide && p.compute_uv) {
+          adjoint_copy(launch, static_cast<T*>(p.u), m, u_cols, static_cast<const T*>(vt), vr, vr * cols, batch);
+          adjoint_copy(launch, static_cast<T*>(p.vh), vh_rows, n, static_cast<const T*>(u), rows, rows * uc, batch);
+        }
+      }
+    }
+    const int64_t total = batch * k;
+    if (total > 0) {
+      svd_unscale_kernel<R><<<launch.blocks(total), kThreads, 0, launch.stream()>>>(s, k, total,
+                                                                                   static_cast<int32_t*>(exps->data));
+      launch.check("[svd]");
+    }
+  });
+}
+
+void lstsq(const LstsqParams&) {
+  throw DeviceError(
+      "[lstsq] LAPACK's least-squares drivers run on the CPU only (on CUDA the op composes gels from geqrf and ormqr, "
+      "gelsd / gelss from the SVD)");
 }
 
 FusedPlan small_lu_plan(const SmallLuParams& p) { return small_lu::plan(p); }

@@ -210,6 +210,26 @@ Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 
 Tensor neg(const Tensor& x) { return unary("[neg]", UnaryOp::Neg, x); }
+
+Tensor view_as_real(const Tensor& x) {
+  ANVIL_CHECK(x.defined(), Error, "[view_as_real] undefined tensor");
+  ANVIL_CHECK(is_complex(x.dtype()), DTypeError, "[view_as_real] view_as_real is only supported for complex tensors, got ",
+              dtype_name(x.dtype()));
+  Shape sizes = x.sizes(), strides = x.strides();
+  for (int64_t& st : strides) st *= 2;
+  sizes.push_back(2);
+  strides.push_back(1);
+  return Tensor(x.storage(), sizes, strides, x.storage_offset() * 2, kFloat32);
+}
+Tensor real(const Tensor& x) {
+  ANVIL_CHECK(x.defined(), Error, "[real] undefined tensor");
+  return is_complex(x.dtype()) ? view_as_real(x).select(-1, 0) : x;
+}
+Tensor imag(const Tensor& x) {
+  ANVIL_CHECK(x.defined(), Error, "[imag] undefined tensor");
+  ANVIL_CHECK(is_complex(x.dtype()), DTypeError, "[imag] imag is not implemented for tensors with non-complex dtypes.");
+  return view_as_real(x).select(-1, 1);
+}
 Tensor conj_physical(const Tensor& x) {
   ANVIL_CHECK(x.defined(), Error, "[conj_physical] undefined tensor");
   return is_complex(x.dtype()) ? unary("[conj_physical]", UnaryOp::Conj, x) : x.clone();
@@ -264,6 +284,21 @@ Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor* b, const Sc
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return where_impl(cond, a, &b, nullptr); }
 Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b) { return where_impl(cond, a, nullptr, &b); }
+
+namespace {
+Tensor triangle(const char* name, const Tensor& x, int64_t diagonal, bool upper) {
+  ANVIL_CHECK(x.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(x.dim() >= 2, ShapeError, name, " input tensor must have at least 2 dimensions, got ", describe(x));
+  const TensorOptions ints = TensorOptions(kInt64).device(x.device());
+  // j - i for every (i, j) of the last two dims, compared with the diagonal.
+  const Tensor offset = sub(arange(x.size(-1), ints).unsqueeze(0), arange(x.size(-2), ints).unsqueeze(1));
+  const Tensor keep = upper ? ge(offset, Scalar(diagonal)) : le(offset, Scalar(diagonal));
+  return where(keep, x, Scalar(0));
+}
+}  // namespace
+
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle("[triu]", x, diagonal, true); }
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle("[tril]", x, diagonal, false); }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   ANVIL_CHECK(x.defined(), Error, "[clamp] undefined tensor");

@@ -6,7 +6,9 @@
 namespace anvil {
 namespace {
 
-bool is_gemm_dtype(DType t) { return t == kFloat32 || t == kFloat64 || t == kBFloat16 || t == kFloat16; }
+bool is_gemm_dtype(DType t) {
+  return t == kFloat32 || t == kFloat64 || t == kBFloat16 || t == kFloat16 || t == kComplex64;
+}
 
 // A [batch, rows, cols] operand with one unit stride among (rows, cols); copies otherwise.
 // A dim of size > 1 with stride 0 (an expanded operand) has no valid BLAS leading dimension.
@@ -34,7 +36,7 @@ Tensor bmm_core(const char* name, const Tensor& a_in, const Tensor& b_in, int64_
   ANVIL_CHECK(a_in.dtype() == b_in.dtype(), DTypeError, name, " expected m1 and m2 to have the same dtype, but got: ",
               dtype_name(a_in.dtype()), " != ", dtype_name(b_in.dtype()));
   ANVIL_CHECK(is_gemm_dtype(a_in.dtype()), DTypeError, name, " not implemented for '", dtype_name(a_in.dtype()),
-              "' (float32, float64, bfloat16 and float16 are supported)");
+              "' (float32, float64, bfloat16, float16 and complex64 are supported)");
   check_same_device(name, a_in, b_in);
   const DType c_dtype = out_dtype.value_or(a_in.dtype());
   ANVIL_CHECK(c_dtype == a_in.dtype() || (c_dtype == kFloat32 && (a_in.dtype() == kBFloat16 || a_in.dtype() == kFloat16)),

@@ -126,4 +126,99 @@ Cplx det(const LuFactors& f) {
   return d;
 }
 
+QrFactors householder_qr(const CMatrix& a) {
+  const int64_t m = a.rows, n = a.cols;
+  QrFactors f{identity(m), a};
+  for (int64_t j = 0; j < std::min(m - 1, n); ++j) {
+    double norm2 = 0;
+    for (int64_t i = j; i < m; ++i) norm2 += std::norm(f.r.at(i, j));
+    const double norm = std::sqrt(norm2);
+    if (norm == 0) continue;
+    const Cplx x0 = f.r.at(j, j);
+    const Cplx phase = std::abs(x0) == 0 ? Cplx(1.0) : x0 / std::abs(x0);
+    std::vector<Cplx> v(static_cast<size_t>(m - j));
+    for (int64_t i = j; i < m; ++i) v[static_cast<size_t>(i - j)] = f.r.at(i, j);
+    v[0] += phase * norm;  // x - alpha e_1 with alpha = -phase |x|
+    double vnorm2 = 0;
+    for (const Cplx& e : v) vnorm2 += std::norm(e);
+    const double vnorm = std::sqrt(vnorm2);
+    for (Cplx& e : v) e /= vnorm;
+    // R = H R on rows j.., Q = Q H on columns j...
+    for (int64_t c = 0; c < n; ++c) {
+      Cplx dot = 0.0;
+      for (int64_t i = j; i < m; ++i) dot += std::conj(v[static_cast<size_t>(i - j)]) * f.r.at(i, c);
+      for (int64_t i = j; i < m; ++i) f.r.at(i, c) -= 2.0 * v[static_cast<size_t>(i - j)] * dot;
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      Cplx dot = 0.0;
+      for (int64_t i = j; i < m; ++i) dot += f.q.at(r, i) * v[static_cast<size_t>(i - j)];
+      for (int64_t i = j; i < m; ++i) f.q.at(r, i) -= 2.0 * dot * std::conj(v[static_cast<size_t>(i - j)]);
+    }
+    for (int64_t i = j + 1; i < m; ++i) f.r.at(i, j) = 0.0;
+  }
+  return f;
+}
+
+SvdFactors jacobi_svd(const CMatrix& a_in) {
+  const bool wide = a_in.rows < a_in.cols;
+  const CMatrix a = wide ? adjoint(a_in) : a_in;  // tall: rows >= cols
+  const int64_t m = a.rows, n = a.cols;
+  CMatrix w = a, v = identity(n);
+  const double tol = 1e-15;
+  for (int sweep = 0; sweep < 100; ++sweep) {
+    bool rotated = false;
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t q = p + 1; q < n; ++q) {
+        double alpha = 0, beta = 0;
+        Cplx gamma = 0.0;
+        for (int64_t i = 0; i < m; ++i) {
+          alpha += std::norm(w.at(i, p));
+          beta += std::norm(w.at(i, q));
+          gamma += std::conj(w.at(i, p)) * w.at(i, q);
+        }
+        const double g = std::abs(gamma);
+        if (g == 0 || g <= tol * std::sqrt(alpha * beta)) continue;
+        rotated = true;
+        // Column q times e^(-i phi) makes the inner product real (|gamma|).
+        const Cplx unphase = std::conj(gamma) / g;
+        for (int64_t i = 0; i < m; ++i) w.at(i, q) *= unphase;
+        for (int64_t i = 0; i < n; ++i) v.at(i, q) *= unphase;
+        const double zeta = (beta - alpha) / (2 * g);
+        const double t = (zeta >= 0 ? 1.0 : -1.0) / (std::abs(zeta) + std::sqrt(1 + zeta * zeta));
+        const double c = 1 / std::sqrt(1 + t * t), s = c * t;
+        for (int64_t i = 0; i < m; ++i) {
+          const Cplx wp = w.at(i, p), wq = w.at(i, q);
+          w.at(i, p) = c * wp - s * wq;
+          w.at(i, q) = s * wp + c * wq;
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const Cplx vp = v.at(i, p), vq = v.at(i, q);
+          v.at(i, p) = c * vp - s * vq;
+          v.at(i, q) = s * vp + c * vq;
+        }
+      }
+    if (!rotated) break;
+  }
+  std::vector<double> norms(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    double s2 = 0;
+    for (int64_t i = 0; i < m; ++i) s2 += std::norm(w.at(i, j));
+    norms[static_cast<size_t>(j)] = std::sqrt(s2);
+  }
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) order[static_cast<size_t>(j)] = j;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t x, int64_t y) { return norms[static_cast<size_t>(x)] > norms[static_cast<size_t>(y)]; });
+  SvdFactors f{CMatrix(m, n), CMatrix(n, n), {}};
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t j = order[static_cast<size_t>(c)];
+    const double s = norms[static_cast<size_t>(j)];
+    f.s.push_back(s);
+    for (int64_t i = 0; i < m; ++i) f.u.at(i, c) = s > 0 ? w.at(i, j) / s : Cplx(0.0);
+    for (int64_t i = 0; i < n; ++i) f.v.at(i, c) = v.at(i, j);
+  }
+  if (wide) std::swap(f.u, f.v);  // A^H = W S V^H  =>  A = V S W^H
+  return f;
+}
+
 }  // namespace ref

@@ -1,6 +1,7 @@
 #pragma once
 // Linear algebra references in complex float64 (real inputs have zero imaginary parts), loops
-// only: textbook LU with partial pivoting and the solves, products and determinants built on it.
+// only: textbook LU with partial pivoting and the solves, products and determinants built on it;
+// Householder QR; the one-sided Jacobi SVD.
 #include <complex>
 #include <cstdint>
 #include <vector>
@@ -46,5 +47,25 @@ CMatrix lu_product(const LuFactors& f);
 CMatrix lu_solve(const LuFactors& f, const CMatrix& b);
 // det(A) as (-1)^swaps times the product of U's diagonal.
 Cplx det(const LuFactors& f);
+
+// Householder QR: R = H_k ... H_1 A with H_j = I - 2 v v^H zeroing column j below the diagonal
+// (v from x - alpha e_1, alpha = -e^(i arg x_0) |x|), Q = H_1 ... H_k accumulated (rows x rows).
+// R (rows x cols) is upper triangular, Q unitary, Q R = A. |R[i, j]| is unique for A of full
+// column rank (another QR differs by a unit-modulus factor per row of R).
+struct QrFactors {
+  CMatrix q, r;
+};
+QrFactors householder_qr(const CMatrix& a);
+
+// The one-sided Jacobi (Hestenes) SVD: column pairs of W = A V (A^H for wide A) rotated until
+// orthogonal to float64 precision (each complex pair first brought to a real inner product by a
+// phase on column q of W and V); the singular values are the final column norms, descending.
+// u (rows x k) = the normalized columns (zero columns for zero singular values), v (cols x k),
+// A = u diag(s) v^H.
+struct SvdFactors {
+  CMatrix u, v;
+  std::vector<double> s;
+};
+SvdFactors jacobi_svd(const CMatrix& a);
 
 }  // namespace ref

@@ -79,6 +79,76 @@ struct CholeskyParams {
   int64_t batch = 0, n = 0;
 };
 
+// Householder QR as LAPACK's geqrf: a (batch, m, n) column-major is overwritten with R on and
+// above the diagonal and the reflectors' vectors v (v[i] = 1 implied) below it; tau (batch,
+// min(m, n)) their scalars, H_i = I - tau_i v_i v_i^H and Q = H_1 H_2 ... H_k.
+struct GeqrfParams {
+  void* a = nullptr;
+  void* tau = nullptr;
+  DType dtype = kFloat32;
+  int64_t batch = 0, m = 0, n = 0;
+};
+
+// The first n columns of Q = H_1 ... H_k (LAPACK's orgqr, torch.linalg.householder_product):
+// a (batch, m, n) column-major holds the k <= n <= m reflectors in its first k columns (as
+// geqrf leaves them) and is overwritten with Q's columns; tau (batch, k).
+struct OrgqrParams {
+  void* a = nullptr;
+  const void* tau = nullptr;
+  DType dtype = kFloat32;
+  int64_t batch = 0, m = 0, n = 0, k = 0;
+};
+
+// C = Q C or Q^H C (op None / Adjoint) for Q = H_1 ... H_k from geqrf (LAPACK's ormqr / unmqr,
+// left side): a (batch, m, a_cols) column-major holds the reflectors in its first k columns, tau
+// (batch, k); c (batch, m, nrhs) column-major is overwritten.
+struct OrmqrParams {
+  const void* a = nullptr;
+  const void* tau = nullptr;
+  void* c = nullptr;
+  DType dtype = kFloat32;
+  LinalgOp op = LinalgOp::None;
+  int64_t batch = 0, m = 0, a_cols = 0, k = 0, nrhs = 0;
+};
+
+// A = U diag(S) V^H for a (batch, m, n) column-major (destroyed), k = min(m, n): s (batch, k) of
+// the real dtype, non-negative and descending; with compute_uv, u (batch, m, full ? m : k) and
+// vh (batch, full ? n : k, n), both column-major. info (batch): 0, or > 0 where the method did
+// not converge. driver: the CUDA method (SvdDriver::Default lets the backend choose; the CPU
+// has one, LAPACK's gesdd). Inputs of extreme magnitude are scaled by a power of two first.
+enum class SvdDriver : int8_t { Default, Gesvd, Gesvdj };
+struct SvdParams {
+  void* a = nullptr;
+  void* s = nullptr;
+  void* u = nullptr;
+  void* vh = nullptr;
+  int32_t* info = nullptr;
+  DType dtype = kFloat32;
+  SvdDriver driver = SvdDriver::Default;
+  int64_t batch = 0, m = 0, n = 0;
+  bool compute_uv = true, full_matrices = false;
+};
+
+// Least squares by LAPACK's drivers (the CPU's; CUDA composes gels from geqrf / ormqr and
+// gelsd / gelss from svd in the op): a (batch, m, n) column-major (destroyed); b (batch, max(m,
+// n), nrhs) column-major holds B in its first m rows and is overwritten with X in its first n
+// (and, for m > n, the residual components in rows n..m for gels, and for gelsd / gelss at full
+// rank); rank (batch) int32 (gelsy / gelsd / gelss); s (batch, min(m, n)) real, the singular
+// values (gelsd / gelss, else null); info (batch): gels' i > 0 when R[i - 1, i - 1] is zero
+// (A is not of full rank), gelsd / gelss' i > 0 when their SVD did not converge.
+enum class LstsqDriver : int8_t { Gels, Gelsy, Gelsd, Gelss };
+struct LstsqParams {
+  void* a = nullptr;
+  void* b = nullptr;
+  int32_t* rank = nullptr;
+  void* s = nullptr;
+  int32_t* info = nullptr;
+  DType dtype = kFloat32;
+  LstsqDriver driver = LstsqDriver::Gelsy;
+  double rcond = 0;  // singular values below rcond * the largest count as zero (rank)
+  int64_t batch = 0, m = 0, n = 0, nrhs = 0;
+};
+
 // Square matrices of order n <= 4 (core/small_lu.h), one per thread: LU with partial pivoting
 // in registers and, from it, the inverse, the solve of B, det or (sign, logabsdet). A and B may
 // have any strides (batch stride 0: broadcast). Inverse (batch, n, n) and Solve (batch, n,
@@ -104,7 +174,12 @@ struct SmallLuParams {
   X(lu_det, const LuDetParams&)            \
   X(lu_unpack, const LuUnpackParams&)      \
   X(triangular_solve, const TriangularSolveParams&) \
-  X(cholesky, const CholeskyParams&)
+  X(cholesky, const CholeskyParams&)      \
+  X(geqrf, const GeqrfParams&)            \
+  X(orgqr, const OrgqrParams&)            \
+  X(ormqr, const OrmqrParams&)            \
+  X(svd, const SvdParams&)                \
+  X(lstsq, const LstsqParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_LINALG_KERNELS)
 #define ANVIL_LINALG_FUSED(X) X(small_lu, const SmallLuParams&)
 ANVIL_DECLARE_FUSED(ANVIL_LINALG_FUSED)
