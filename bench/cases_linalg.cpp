@@ -1,7 +1,8 @@
 // Linear algebra at the release's shapes: batched inverses and solves of 3x3 / 4x4 float32
 // matrices (camera geometry: 100,000 at once, the one-kernel small path), LU of one 1024^2
 // matrix and of a batch of 64^2 ones (cuSOLVER / cuBLAS batched, LAPACK on the CPU), a solve
-// with 16 right-hand sides, reduced QR and SVD (U, S, Vh without full matrices) of 1024^2, of
+// with 16 right-hand sides, batched unit triangular solves of 16^2 / 32^2 / 64^2 systems, reduced
+// QR and SVD (U, S, Vh without full matrices) of 1024^2, of
 // 256 64^2 and (SVD: cuSOLVER's batched Jacobi) of 4096 16^2. Matrices are randn + n I (well conditioned). The _ex forms:
 // no read back of info, as torch.linalg's *_ex.
 #include "cases.h"
@@ -41,6 +42,23 @@ std::vector<Case> linalg_cases(Device dev) {
                          return [=](int i) { (void)linalg::inv_ex(as[i % rot]); };
                        }, "linalg", spec});
     }
+  // Batched unit lower triangular solves (Gated DeltaNet's chunk solves, (I + L) X = B with B of
+  // head-dim columns): memory-bound, A and B read, X written.
+  struct Tri {
+    int64_t batch, n, rhs;
+  };
+  for (Tri c : {Tri{2048, 64, 128}, Tri{4096, 32, 64}, Tri{8192, 16, 16}}) {
+    const Shape shape = {c.batch, c.n, c.n};
+    const double bytes = 4.0 * static_cast<double>(c.batch * (c.n * c.n + 2 * c.n * c.rhs));
+    nlohmann::json spec{{"op", "linalg"}, {"fn", "solve_triangular"}, {"shape", shape}, {"rhs", c.rhs}, {"dtype", "float32"}};
+    cases.push_back({"linalg solve_triangular float32 " + shape_str(shape) + " x " + std::to_string(c.rhs) + " rhs", bytes,
+                     ceil, [=]() -> Runner {
+                       const TensorOptions f32 = TensorOptions(kFloat32).device(dev);
+                       const Tensor a = mul(randn(shape, f32), 1.0 / static_cast<double>(c.n));
+                       const Tensor b = randn({c.batch, c.n, c.rhs}, f32);
+                       return [=](int) { (void)linalg::solve_triangular(a, b, false, true, true); };
+                     }, "linalg", spec});
+  }
   // LU and solves against the GEMM ceiling: 2/3 n^3 flops per LU, + 2 n^2 k per solve.
   struct Big {
     const char* fn;

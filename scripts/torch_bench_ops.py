@@ -219,6 +219,10 @@ def build_linalg(spec, dev, t):
         return lambda i: torch.linalg.inv_ex(a[i % rot])
     if fn == "lu_factor_ex":
         return lambda i: torch.linalg.lu_factor_ex(a[i % rot])
+    if fn == "solve_triangular":  # unit lower (I + L) X = B, as bench/cases_linalg.cpp
+        tri = (torch.randn(*shape, dtype=t) / n).to(dev)
+        b = torch.randn(shape[0], n, rhs, dtype=t).to(dev)
+        return lambda i: torch.linalg.solve_triangular(tri, b, upper=False, unitriangular=True)
     if fn == "qr":
         return lambda i: torch.linalg.qr(a[i % rot])
     if fn == "svd":

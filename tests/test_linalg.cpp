@@ -393,7 +393,10 @@ TEST_P(Linalg, SolveTriangularEveryForm) {
     int64_t n, k;
   };
   const std::vector<TriCase> cases = {{{}, {}, 1, 1}, {{}, {}, 5, 3}, {{3}, {3}, 33, 2}, {{2, 1}, {3}, 6, 4},
-                                      {{}, {4}, 16, 8}, {{2}, {2}, 0, 3}, {{2}, {2}, 3, 0}};
+                                      {{}, {4}, 16, 8}, {{2}, {2}, 0, 3}, {{2}, {2}, 3, 0},
+                                      // CUDA's one-kernel path (float32, order 16 / 32 / 64, >= 8
+                                      // right-hand sides): two blocks of vectors, a broadcast A.
+                                      {{1}, {3}, 32, 130}, {{2}, {2}, 64, 9}};
   for (DType t : kLinalgDtypes)
     for (const TriCase& c : cases)
       for (bool upper : {false, true})
@@ -423,6 +426,13 @@ TEST_P(Linalg, SolveTriangularEveryForm) {
             }
           }
   const TensorOptions f32 = TensorOptions(kFloat32).device(dev());
+  const FusedPlan fused = dev().type == kCUDA ? FusedPlan::Fused : FusedPlan::Composed;
+  EXPECT_EQ(linalg::solve_triangular_plan(ones({5, 64, 64}, f32), ones({5, 64, 8}, f32)), fused);
+  EXPECT_EQ(linalg::solve_triangular_plan(ones({5, 16, 16}, f32), ones({5, 8, 16}, f32), false), fused);
+  EXPECT_EQ(linalg::solve_triangular_plan(ones({5, 64, 64}, f32), ones({5, 64, 7}, f32)), FusedPlan::Composed);
+  EXPECT_EQ(linalg::solve_triangular_plan(ones({5, 48, 48}, f32), ones({5, 48, 8}, f32)), FusedPlan::Composed);
+  EXPECT_EQ(linalg::solve_triangular_plan(ones({5, 64, 64}, f32).to(kFloat64), ones({5, 64, 8}, f32).to(kFloat64)),
+            FusedPlan::Composed);
   EXPECT_THROWS_SAYING(ShapeError, "linalg.solve_triangular", "equation AX = B (3x3 and 4x2)",
                        linalg::solve_triangular(ones({3, 3}, f32), ones({4, 2}, f32), true));
   EXPECT_THROWS_SAYING(DTypeError, "linalg.solve_triangular", "same dtype",

@@ -667,6 +667,12 @@ void lstsq(const LstsqParams& p) {
   });
 }
 
+// The CPU's triangular solves are LAPACK's trsm (the composed path) at every size.
+FusedPlan small_triangular_plan(const SmallTriangularParams&) { return FusedPlan::Composed; }
+void small_triangular(const SmallTriangularParams&) {
+  throw Error("[small_triangular] the CPU has no fused triangular solve (its plan is Composed)");
+}
+
 FusedPlan small_lu_plan(const SmallLuParams& p) { return small_lu::plan(p); }
 
 void small_lu(const SmallLuParams& p) {

@@ -693,6 +693,53 @@ void adjoint_copy(const KernelLaunch& launch, T* dst, int64_t rows, int64_t cols
   launch.check("[svd]");
 }
 
+// One matrix per block row (blockIdx.x), a right-hand-side vector per thread: T = A (left) or A^T
+// (right) in shared memory, then forward (lower T) or back (upper T) substitution on the vector in
+// registers, fully unrolled.
+constexpr int kTriangularThreads = 128;
+template <int N, bool Lower>
+__global__ void __launch_bounds__(kTriangularThreads) small_triangular_kernel(const __grid_constant__ SmallTriangularParams p) {
+  __shared__ float t[N][N + 1];
+  const float* a = static_cast<const float*>(p.a);
+  float* b = static_cast<float*>(p.b);
+  for (int64_t m = blockIdx.x; m < p.batch; m += gridDim.x) {
+    const float* am = a + m * p.stride_a_batch;
+    for (int e = threadIdx.x; e < N * N; e += blockDim.x) {
+      const int i = e / N, j = e % N;  // T[i][j] = A[i][j] (left) or A[j][i] (right)
+      const int r = p.left ? i : j, c = p.left ? j : i;
+      t[i][j] = am[r * p.stride_a_row + c * p.stride_a_col];
+    }
+    __syncthreads();
+    const int64_t v = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+    if (v < p.nrhs) {
+      float* bm = b + m * N * p.nrhs + v;
+      float x[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) x[i] = bm[i * p.nrhs];
+      if constexpr (Lower) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+          float s = x[i];
+#pragma unroll
+          for (int j = 0; j < i; ++j) s = fmaf(-t[i][j], x[j], s);
+          x[i] = p.unit ? s : s / t[i][i];
+        }
+      } else {
+#pragma unroll
+        for (int i = N - 1; i >= 0; --i) {
+          float s = x[i];
+#pragma unroll
+          for (int j = i + 1; j < N; ++j) s = fmaf(-t[i][j], x[j], s);
+          x[i] = p.unit ? s : s / t[i][i];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < N; ++i) bm[i * p.nrhs] = x[i];
+    }
+    __syncthreads();
+  }
+}
+
 template <typename T, int N>
 __global__ void __launch_bounds__(kThreads) small_lu_kernel(const __grid_constant__ SmallLuParams p, bool dense_a) {
   for (int64_t b = cuda_device::global_thread(); b < p.batch; b += cuda_device::grid_threads())
@@ -1062,6 +1109,34 @@ void lstsq(const LstsqParams&) {
   throw DeviceError(
       "[lstsq] LAPACK's least-squares drivers run on the CPU only (on CUDA the op composes gels from geqrf and ormqr, "
       "gelsd / gelss from the SVD)");
+}
+
+// float32 systems of order 16, 32 or 64 with at least 8 right-hand sides (cuBLAS's trsmBatched
+// below that, and for every other order / dtype).
+FusedPlan small_triangular_plan(const SmallTriangularParams& p) {
+  const bool order = p.n == 16 || p.n == 32 || p.n == 64;
+  return p.dtype == kFloat32 && order && p.nrhs >= 8 ? FusedPlan::Fused : FusedPlan::Composed;
+}
+
+void small_triangular(const SmallTriangularParams& p) {
+  ANVIL_CHECK(small_triangular_plan(p) == FusedPlan::Fused, ShapeError,
+              "[small_triangular] float32 systems of order 16, 32 or 64 with >= 8 right-hand sides only, got ",
+              dtype_name(p.dtype), " order ", p.n, " with ", p.nrhs);
+  KernelLaunch launch(p.b);
+  const int threads = static_cast<int>(std::min<int64_t>(kTriangularThreads, (p.nrhs + 31) / 32 * 32));
+  const int64_t vector_blocks = (p.nrhs + threads - 1) / threads;
+  ANVIL_CHECK(vector_blocks <= 65535, ShapeError, "[small_triangular] too many right-hand sides: ", p.nrhs);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.batch, 1 << 30)), static_cast<unsigned>(vector_blocks));
+  const bool lower = p.left ? !p.upper : p.upper;  // T = A or A^T
+  auto go = [&](auto order) {
+    constexpr int N = decltype(order)::value;
+    if (lower) small_triangular_kernel<N, true><<<grid, threads, 0, launch.stream()>>>(p);
+    else small_triangular_kernel<N, false><<<grid, threads, 0, launch.stream()>>>(p);
+  };
+  if (p.n == 16) go(std::integral_constant<int, 16>{});
+  else if (p.n == 32) go(std::integral_constant<int, 32>{});
+  else go(std::integral_constant<int, 64>{});
+  launch.check("[small_triangular]");
 }
 
 FusedPlan small_lu_plan(const SmallLuParams& p) { return small_lu::plan(p); }

@@ -189,6 +189,16 @@ void triangular_inplace(const Tensor& t, Tensor& x, bool upper, bool left = true
   ANVIL_KERNEL(t.device(), triangular_solve, p);
 }
 
+// The fused triangular solve's params that decide its plan (dtype, order, right-hand sides).
+SmallTriangularParams small_triangular_params(const Tensor& A, const Tensor& B, bool left) {
+  SmallTriangularParams p;
+  p.dtype = A.dtype();
+  p.n = A.size(-1);
+  p.nrhs = left ? B.size(-1) : B.size(-2);
+  p.left = left;
+  return p;
+}
+
 Tensor adjoint_of(const Tensor& t) { return conj_physical(t.transpose(-2, -1)); }
 
 // The small path's params for A (nb, n, n) (a view where the batch flattens, else a copy).
@@ -414,10 +424,36 @@ Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left,
   const int64_t n = A.size(-1);
   check_rhs(name, n, B, left);
   const Shape batch = broadcast_batch(name, "A", A, B);
+  const Tensor b = B.expand(with(batch, {B.size(-2), B.size(-1)}));
+  SmallTriangularParams sp = small_triangular_params(A, B, left);
+  if (b.numel() > 0 && ANVIL_PLAN(A.device(), small_triangular, sp) == FusedPlan::Fused) {
+    // One kernel: X written over a copy of B whose vectors run along the fastest dim (left: B
+    // row-major; right: column-major).
+    const Tensor a3 = flat_batch(A.expand(with(batch, {n, n})));  // a view where the batch merges
+    Tensor x = left ? empty(b.sizes(), TensorOptions(B.dtype()).device(B.device())) : column_major_copy(b);
+    if (left) x.copy_(b);
+    sp.a = a3.raw_data_ptr();
+    sp.b = x.raw_data_ptr();
+    sp.batch = a3.size(0);
+    sp.stride_a_batch = a3.stride(0);
+    sp.stride_a_row = a3.stride(1);
+    sp.stride_a_col = a3.stride(2);
+    sp.upper = upper;
+    sp.unit = unitriangular;
+    ANVIL_KERNEL(A.device(), small_triangular, sp);
+    return x;
+  }
   const Tensor a = as_column_major(A.expand(with(batch, {n, n})));
-  Tensor x = column_major_copy(B.expand(with(batch, {B.size(-2), B.size(-1)})));
+  Tensor x = column_major_copy(b);
   triangular_inplace(a, x, upper, left, unitriangular);
   return x;
+}
+
+FusedPlan solve_triangular_plan(const Tensor& A, const Tensor& B, bool left) {
+  const char* name = "[linalg.solve_triangular_plan]";
+  check_matrix(name, "A", A, true);
+  check_matrix(name, "B", B, false);
+  return ANVIL_PLAN(A.device(), small_triangular, small_triangular_params(A, B, left));
 }
 
 std::tuple<Tensor, Tensor> cholesky_ex(const Tensor& A, bool upper, bool check_errors) {

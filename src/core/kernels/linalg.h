@@ -181,7 +181,25 @@ struct SmallLuParams {
   X(svd, const SvdParams&)                \
   X(lstsq, const LstsqParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_LINALG_KERNELS)
-#define ANVIL_LINALG_FUSED(X) X(small_lu, const SmallLuParams&)
+// Triangular solves of many small float32 systems in one kernel (order 16, 32 or 64, at least 8
+// right-hand sides; the Gated DeltaNet chunk solves): a thread per right-hand-side vector, the
+// matrix in shared memory, the vector in registers. a (batch, n, n) with any strides (batch stride
+// 0: broadcast), its upper or lower triangle read (not the diagonal when unit). b holds B and is
+// overwritten with X: left (A X = B) B (batch, n, nrhs) row-major, right (X A = B) B (batch,
+// nrhs, n) column-major, so element i of vector v is b[batch_index * n * nrhs + i * nrhs + v]
+// either way (consecutive threads, consecutive vectors).
+struct SmallTriangularParams {
+  const void* a = nullptr;
+  void* b = nullptr;
+  DType dtype = kFloat32;
+  int64_t batch = 0, n = 0, nrhs = 0;
+  int64_t stride_a_batch = 0, stride_a_row = 0, stride_a_col = 0;
+  bool left = true, upper = false, unit = false;
+};
+
+#define ANVIL_LINALG_FUSED(X) \
+  X(small_lu, const SmallLuParams&) \
+  X(small_triangular, const SmallTriangularParams&)
 ANVIL_DECLARE_FUSED(ANVIL_LINALG_FUSED)
 
 }  // namespace anvil
