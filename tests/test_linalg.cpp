@@ -426,7 +426,7 @@ TEST_P(Linalg, SolveTriangularEveryForm) {
             }
           }
   const TensorOptions f32 = TensorOptions(kFloat32).device(dev());
-  const FusedPlan fused = dev().type == kCUDA ? FusedPlan::Fused : FusedPlan::Composed;
+  const FusedPlan fused = FusedPlan::Fused;
   EXPECT_EQ(linalg::solve_triangular_plan(ones({5, 64, 64}, f32), ones({5, 64, 8}, f32)), fused);
   EXPECT_EQ(linalg::solve_triangular_plan(ones({5, 16, 16}, f32), ones({5, 8, 16}, f32), false), fused);
   EXPECT_EQ(linalg::solve_triangular_plan(ones({5, 64, 64}, f32), ones({5, 64, 7}, f32)), FusedPlan::Composed);

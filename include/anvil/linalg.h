@@ -56,9 +56,10 @@ ANVIL_API std::tuple<Tensor, Tensor> inv_ex(const Tensor& A, bool check_errors =
 // (*, k, n); batch dims broadcast. (PyTorch makes `upper` keyword-only.)
 ANVIL_API Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left = true,
                                   bool unitriangular = false);
-// How solve_triangular runs (anvil/plan.h): Fused on CUDA for float32 systems of order 16, 32 or
-// 64 with at least 8 right-hand sides (one kernel, a thread per right-hand-side vector, the
-// matrix in shared memory), Composed otherwise (LAPACK / cuBLAS trsm, trsmBatched).
+// How solve_triangular runs (anvil/plan.h): Fused for float32 systems of order 16, 32 or 64 with
+// at least 8 right-hand sides (one kernel: on CUDA a thread per right-hand-side vector with the
+// matrix in shared memory, on the CPU substitution by rows of X over all vectors at once),
+// Composed otherwise (LAPACK / cuBLAS trsm, trsmBatched).
 ANVIL_API FusedPlan solve_triangular_plan(const Tensor& A, const Tensor& B, bool left = true);
 
 // The Cholesky factor of Hermitian positive-definite A (*, n, n): L lower with A = L L^H (only

@@ -667,10 +667,46 @@ void lstsq(const LstsqParams& p) {
   });
 }
 
-// The CPU's triangular solves are LAPACK's trsm (the composed path) at every size.
-FusedPlan small_triangular_plan(const SmallTriangularParams&) { return FusedPlan::Composed; }
-void small_triangular(const SmallTriangularParams&) {
-  throw Error("[small_triangular] the CPU has no fused triangular solve (its plan is Composed)");
+// The plan rule of both backends: float32 systems of order 16, 32 or 64 with at least 8
+// right-hand sides (trsm per matrix costs ~1 us of call overhead at these sizes).
+FusedPlan small_triangular_plan(const SmallTriangularParams& p) {
+  const bool order = p.n == 16 || p.n == 32 || p.n == 64;
+  return p.dtype == kFloat32 && order && p.nrhs >= 8 ? FusedPlan::Fused : FusedPlan::Composed;
+}
+
+// x -= f y over k elements (distinct rows of X: restrict lets the loop vectorize).
+void row_minus(float* __restrict x, const float* __restrict y, float f, int64_t k) {
+#pragma omp simd
+  for (int64_t v = 0; v < k; ++v) x[v] -= f * y[v];
+}
+
+// Substitution by rows of X: row i (element i of every right-hand-side vector, contiguous) less
+// T[i][j] times row j, then divided by T[i][i]; the loops over vectors vectorize.
+void small_triangular(const SmallTriangularParams& p) {
+  ANVIL_CHECK(small_triangular_plan(p) == FusedPlan::Fused, ShapeError,
+              "[small_triangular] float32 systems of order 16, 32 or 64 with >= 8 right-hand sides only, got ",
+              dtype_name(p.dtype), " order ", p.n, " with ", p.nrhs);
+  const int64_t n = p.n, k = p.nrhs;
+  const bool lower = p.left ? !p.upper : p.upper;  // T = A (left) or A^T (right)
+  const float* a = static_cast<const float*>(p.a);
+#pragma omp parallel for schedule(static) if (p.batch * n * n * k >= 65536)
+  for (int64_t m = 0; m < p.batch; ++m) {
+    const float* am = a + m * p.stride_a_batch;
+    auto t = [&](int64_t i, int64_t j) {
+      return p.left ? am[i * p.stride_a_row + j * p.stride_a_col] : am[j * p.stride_a_row + i * p.stride_a_col];
+    };
+    float* x = static_cast<float*>(p.b) + m * n * k;
+    for (int64_t step = 0; step < n; ++step) {
+      const int64_t i = lower ? step : n - 1 - step;
+      float* xi = x + i * k;
+      const int64_t j0 = lower ? 0 : i + 1, j1 = lower ? i : n;
+      for (int64_t j = j0; j < j1; ++j) row_minus(xi, x + j * k, t(i, j), k);
+      if (!p.unit) {
+        const float d = t(i, i);
+        for (int64_t v = 0; v < k; ++v) xi[v] /= d;
+      }
+    }
+  }
 }
 
 FusedPlan small_lu_plan(const SmallLuParams& p) { return small_lu::plan(p); }
