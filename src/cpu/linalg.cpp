@@ -667,12 +667,8 @@ void lstsq(const LstsqParams& p) {
   });
 }
 
-// The plan rule of both backends: float32 systems of order 16, 32 or 64 with at least 8
-// right-hand sides (trsm per matrix costs ~1 us of call overhead at these sizes).
-FusedPlan small_triangular_plan(const SmallTriangularParams& p) {
-  const bool order = p.n == 16 || p.n == 32 || p.n == 64;
-  return p.dtype == kFloat32 && order && p.nrhs >= 8 ? FusedPlan::Fused : FusedPlan::Composed;
-}
+// trsm per matrix costs ~1 us of call overhead at these sizes.
+FusedPlan small_triangular_plan(const SmallTriangularParams& p) { return small_triangular_rule(p); }
 
 // x -= f y over k elements (distinct rows of X: restrict lets the loop vectorize).
 void row_minus(float* __restrict x, const float* __restrict y, float f, int64_t k) {

@@ -1111,12 +1111,8 @@ void lstsq(const LstsqParams&) {
       "gelsd / gelss from the SVD)");
 }
 
-// float32 systems of order 16, 32 or 64 with at least 8 right-hand sides (cuBLAS's trsmBatched
-// below that, and for every other order / dtype).
-FusedPlan small_triangular_plan(const SmallTriangularParams& p) {
-  const bool order = p.n == 16 || p.n == 32 || p.n == 64;
-  return p.dtype == kFloat32 && order && p.nrhs >= 8 ? FusedPlan::Fused : FusedPlan::Composed;
-}
+// cuBLAS's trsm / trsmBatched outside the rule.
+FusedPlan small_triangular_plan(const SmallTriangularParams& p) { return small_triangular_rule(p); }
 
 void small_triangular(const SmallTriangularParams& p) {
   ANVIL_CHECK(small_triangular_plan(p) == FusedPlan::Fused, ShapeError,

@@ -197,6 +197,13 @@ struct SmallTriangularParams {
   bool left = true, upper = false, unit = false;
 };
 
+// The fused triangular solve's plan on both backends: float32 systems of order 16, 32 or 64
+// with at least 8 right-hand sides.
+inline FusedPlan small_triangular_rule(const SmallTriangularParams& p) {
+  const bool order = p.n == 16 || p.n == 32 || p.n == 64;
+  return p.dtype == kFloat32 && order && p.nrhs >= 8 ? FusedPlan::Fused : FusedPlan::Composed;
+}
+
 #define ANVIL_LINALG_FUSED(X) \
   X(small_lu, const SmallLuParams&) \
   X(small_triangular, const SmallTriangularParams&)
