@@ -533,9 +533,9 @@ TEST_P(Linalg, ConjPhysical) {
 
 ANVIL_INSTANTIATE_DEVICE_TESTS(Linalg);
 
-// The _ex forms record into a CUDA graph (workspaces and pointer arrays from the capture's pool)
-// and replay on new matrices bit for bit as eager calls; the checking forms read info back to the
-// host, which capture refuses.
+// The _ex forms and qr record into a CUDA graph (workspaces and pointer arrays from the capture's
+// pool) and replay on new matrices bit for bit as eager calls; the checking forms read info back
+// to the host, which capture refuses.
 TEST(LinalgGraph, ExFormsReplayCheckingFormsRefuse) {
   ANVIL_REQUIRE_CUDA();
   const Device g(kCUDA, 0);
@@ -567,6 +567,24 @@ TEST(LinalgGraph, ExFormsReplayCheckingFormsRefuse) {
       EXPECT_EQ(th::to_bits(d), th::to_bits(linalg::det(A))) << "round " << round;
       EXPECT_EQ(ints_of(info), ints_of(ie));
     }
+    graph.reset();
+  }
+  // QR (cuBLAS's batched geqrf, cuSOLVER's geqrf and orgqr) captures and replays too.
+  for (GraphCase c : {GraphCase{16, 12}, GraphCase{1, 300}}) {
+    SCOPED_TRACE("qr batch " + std::to_string(c.batch) + " n " + std::to_string(c.n));
+    Tensor A = to_tensor(random_mats(c.batch, 40, c.n, kFloat32, 4), {c.batch}, 40, c.n, kFloat32, g);
+    (void)linalg::qr(A);
+    s.synchronize();
+    cuda::Graph graph;
+    graph.capture_begin();
+    auto [Q, R] = linalg::qr(A);
+    graph.capture_end();
+    A.copy_(to_tensor(random_mats(c.batch, 40, c.n, kFloat32, 5), {c.batch}, 40, c.n, kFloat32, g));
+    graph.replay();
+    s.synchronize();
+    auto [Qe, Re] = linalg::qr(A);
+    EXPECT_EQ(th::to_bits(Q), th::to_bits(Qe));
+    EXPECT_EQ(th::to_bits(R), th::to_bits(Re));
     graph.reset();
   }
   const Tensor A = to_tensor(random_mats(2, 4, 4, kFloat32, 3, 2.0), {2}, 4, 4, kFloat32, g);

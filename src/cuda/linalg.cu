@@ -25,8 +25,10 @@ namespace {
 
 using cuda_device::kThreads;
 
-// ---- handles: one cuSOLVER and one cuBLAS handle per device, used under a lock (a handle
-// holds the stream it was last given).
+// ---- handles: one cuSOLVER and one cuBLAS handle per (device, stream), used under a lock. A
+// handle's internal workspace is not safe to share between streams that run at once, so each
+// stream gets its own pair (made on its first linear-algebra call); the lock orders the host-side
+// enqueues.
 struct Handles {
   cusolverDnHandle_t solver = nullptr;
   cublasHandle_t blas = nullptr;
@@ -36,9 +38,19 @@ std::mutex& handles_mutex() {
   static std::mutex m;
   return m;
 }
-Handles& handles_locked(int device) {
-  static std::unordered_map<int, Handles> all;
-  Handles& h = all[device];
+struct HandleKey {
+  int device;
+  cudaStream_t stream;
+  bool operator==(const HandleKey& o) const { return device == o.device && stream == o.stream; }
+};
+struct HandleKeyHash {
+  size_t operator()(const HandleKey& k) const {
+    return std::hash<const void*>()(k.stream) ^ (static_cast<size_t>(k.device) << 1);
+  }
+};
+Handles& handles_locked(const KernelLaunch& launch) {
+  static std::unordered_map<HandleKey, Handles, HandleKeyHash> all;
+  Handles& h = all[HandleKey{launch.device(), launch.stream()}];
   if (!h.solver) {
     if (cusolverDnCreate(&h.solver) != CUSOLVER_STATUS_SUCCESS)
       throw DeviceError("[linalg] cusolverDnCreate failed (is libcusolver installed?)");
@@ -767,7 +779,7 @@ void lu_factor(const LuFactorParams& p) {
       return;
     }
     std::lock_guard<std::mutex> lock(handles_mutex());
-    Handles& h = handles_locked(launch.device());
+    Handles& h = handles_locked(launch);
     if constexpr (std::is_same_v<T, Complex64>) {
       check(cublasSetStream(h.blas, launch.stream()), "[lu_factor]");
       for (int64_t b = 0; b < p.batch; ++b)
@@ -809,7 +821,7 @@ void lu_solve(const LuSolveParams& p) {
     T* x = static_cast<T*>(p.b);
     const int n = static_cast<int>(p.n), nrhs = static_cast<int>(p.nrhs);
     std::lock_guard<std::mutex> lock(handles_mutex());
-    Handles& h = handles_locked(launch.device());
+    Handles& h = handles_locked(launch);
     if (use_batched(p.batch, p.n, p.n)) {
       check(cublasSetStream(h.blas, launch.stream()), "[lu_solve]");
       auto a_ptrs = matrix_pointers(launch, lu, p.n * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
@@ -843,7 +855,7 @@ void triangular_solve(const TriangularSolveParams& p) {
     const cublasDiagType_t diag = p.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT;
     const int rows = static_cast<int>(p.rows), cols = static_cast<int>(p.cols), n = static_cast<int>(p.n);
     std::lock_guard<std::mutex> lock(handles_mutex());
-    Handles& h = handles_locked(launch.device());
+    Handles& h = handles_locked(launch);
     check(cublasSetStream(h.blas, launch.stream()), "[triangular_solve]");
     if (p.batch > 1) {
       auto a_ptrs = matrix_pointers(launch, a, p.n * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
@@ -867,7 +879,7 @@ void cholesky(const CholeskyParams& p) {
     const int n = static_cast<int>(p.n);
     {
       std::lock_guard<std::mutex> lock(handles_mutex());
-      Handles& h = handles_locked(launch.device());
+      Handles& h = handles_locked(launch);
       check(cusolverDnSetStream(h.solver, launch.stream()), "[cholesky]");
       if (use_batched(p.batch, p.n, p.n)) {
         auto ptrs = matrix_pointers(launch, a, p.n * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
@@ -922,7 +934,7 @@ void geqrf(const GeqrfParams& p) {
     T* tau = static_cast<T*>(p.tau);
     const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = std::min(m, n);
     std::lock_guard<std::mutex> lock(handles_mutex());
-    Handles& h = handles_locked(launch.device());
+    Handles& h = handles_locked(launch);
     if (use_batched_qr(p.batch, p.m, p.n)) {
       check(cublasSetStream(h.blas, launch.stream()), "[geqrf]");
       auto a_ptrs = matrix_pointers(launch, a, p.m * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
@@ -957,7 +969,7 @@ void orgqr(const OrgqrParams& p) {
     const T* tau = static_cast<const T*>(p.tau);
     const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
     std::lock_guard<std::mutex> lock(handles_mutex());
-    Handles& h = handles_locked(launch.device());
+    Handles& h = handles_locked(launch);
     check(cusolverDnSetStream(h.solver, launch.stream()), "[orgqr]");
     int lwork = 0;
     check(orgqr_buffer(h.solver, m, n, k, a, tau, &lwork), "[orgqr]");
@@ -983,7 +995,7 @@ void ormqr(const OrmqrParams& p) {
     const bool adjoint = p.op == LinalgOp::Adjoint;
     const int m = static_cast<int>(p.m), nrhs = static_cast<int>(p.nrhs), k = static_cast<int>(p.k);
     std::lock_guard<std::mutex> lock(handles_mutex());
-    Handles& h = handles_locked(launch.device());
+    Handles& h = handles_locked(launch);
     check(cusolverDnSetStream(h.solver, launch.stream()), "[ormqr]");
     int lwork = 0;
     check(ormqr_buffer(h.solver, adjoint, m, nrhs, k, a, tau, c, &lwork), "[ormqr]");
@@ -1018,7 +1030,7 @@ void svd(const SvdParams& p) {
     launch.check("[svd]");
     {
       std::lock_guard<std::mutex> lock(handles_mutex());
-      Handles& h = handles_locked(launch.device());
+      Handles& h = handles_locked(launch);
       check(cusolverDnSetStream(h.solver, launch.stream()), "[svd]");
       if (!h.jacobi) check(cusolverDnCreateGesvdjInfo(&h.jacobi), "[svd]");
       const cusolverEigMode_t jobz = p.compute_uv ? CUSOLVER_EIG_MODE_VECTOR : CUSOLVER_EIG_MODE_NOVECTOR;
