@@ -123,7 +123,7 @@ void with_workspace(Call&& call) {
   T query{};
   call(&query, lapack_int{-1});
   const lapack_int size = std::max<lapack_int>(1, static_cast<lapack_int>(real_part(query)));
-  std::vector<T> work(static_cast<size_t>(size));
+  std::vector<T> work(static_cast<size_t>(size) + 16);  // + 16: OpenBLAS kernels may read past the end
   call(work.data(), size);
 }
 
@@ -663,6 +663,23 @@ void lstsq(const LstsqParams& p) {
       });
       if (p.rank) p.rank[b] = rank;
       p.info[b] = info;
+    }
+  });
+}
+
+void triangle(const TriangleParams& p) {
+  dispatch_all_types(p.dtype, "[triangle]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = static_cast<const T*>(p.x);
+    T* out = static_cast<T*>(p.out);
+    const int64_t rows = p.batch * p.rows;
+#pragma omp parallel for schedule(static) if (rows * p.cols >= 65536)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r % p.rows;
+      for (int64_t j = 0; j < p.cols; ++j) {
+        const bool keep = p.upper ? j - i >= p.diagonal : j - i <= p.diagonal;
+        out[r * p.cols + j] = keep ? x[r * p.cols + j] : T{};
+      }
     }
   });
 }

@@ -629,6 +629,17 @@ __global__ void lu_unpack_kernel(const __grid_constant__ LuUnpackParams p) {
   }
 }
 
+template <typename T>
+__global__ void triangle_kernel(const __grid_constant__ TriangleParams p, int64_t total) {
+  const T* x = static_cast<const T*>(p.x);
+  T* out = static_cast<T*>(p.out);
+  for (int64_t e = cuda_device::global_thread(); e < total; e += cuda_device::grid_threads()) {
+    const int64_t j = e % p.cols, i = (e / p.cols) % p.rows;
+    const bool keep = p.upper ? j - i >= p.diagonal : j - i <= p.diagonal;
+    out[e] = keep ? x[e] : T{};
+  }
+}
+
 // ---- the SVD's helpers
 template <typename T> __device__ T conj_of(T v) {
   if constexpr (std::is_same_v<T, Complex64>) return Complex64(v.re, -v.im);
@@ -1114,6 +1125,16 @@ void svd(const SvdParams& p) {
                                                                                    static_cast<int32_t*>(exps->data));
       launch.check("[svd]");
     }
+  });
+}
+
+void triangle(const TriangleParams& p) {
+  dispatch_all_types(p.dtype, "[triangle]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    KernelLaunch launch(p.out);
+    const int64_t total = p.batch * p.rows * p.cols;
+    triangle_kernel<T><<<launch.blocks(total), kThreads, 0, launch.stream()>>>(p, total);
+    launch.check("[triangle]");
   });
 }
 

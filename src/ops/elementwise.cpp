@@ -285,20 +285,6 @@ Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor* b, const Sc
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return where_impl(cond, a, &b, nullptr); }
 Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b) { return where_impl(cond, a, nullptr, &b); }
 
-namespace {
-Tensor triangle(const char* name, const Tensor& x, int64_t diagonal, bool upper) {
-  ANVIL_CHECK(x.defined(), Error, name, " undefined tensor");
-  ANVIL_CHECK(x.dim() >= 2, ShapeError, name, " input tensor must have at least 2 dimensions, got ", describe(x));
-  const TensorOptions ints = TensorOptions(kInt64).device(x.device());
-  // j - i for every (i, j) of the last two dims, compared with the diagonal.
-  const Tensor offset = sub(arange(x.size(-1), ints).unsqueeze(0), arange(x.size(-2), ints).unsqueeze(1));
-  const Tensor keep = upper ? ge(offset, Scalar(diagonal)) : le(offset, Scalar(diagonal));
-  return where(keep, x, Scalar(0));
-}
-}  // namespace
-
-Tensor triu(const Tensor& x, int64_t diagonal) { return triangle("[triu]", x, diagonal, true); }
-Tensor tril(const Tensor& x, int64_t diagonal) { return triangle("[tril]", x, diagonal, false); }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   ANVIL_CHECK(x.defined(), Error, "[clamp] undefined tensor");

@@ -80,9 +80,13 @@ bool is_column_major(const Tensor& t) {
   return true;
 }
 
-// A new column-major batch holding t's values (t may be an expanded view).
+// A new column-major batch holding t's values (t may be an expanded view). Its storage runs 64
+// bytes past the last element: OpenBLAS's AVX-512 kernels may read one vector past a matrix's end
+// (cgemv_n inside cgesdd read 8 bytes past the buffer under ASan).
 Tensor column_major_copy(const Tensor& t) {
-  Tensor out = empty_strided(t.sizes(), column_major_strides(t.sizes()), TensorOptions(t.dtype()).device(t.device()));
+  const int64_t pad = 64 / static_cast<int64_t>(element_size(t.dtype())) + 1;
+  Tensor storage = empty({t.numel() + pad}, TensorOptions(t.dtype()).device(t.device()));
+  Tensor out = storage.as_strided(t.sizes(), column_major_strides(t.sizes()), 0);
   if (out.numel() > 0) out.copy_(t);
   return out;
 }
@@ -1033,6 +1037,36 @@ Tensor svd_backward(const Tensor& grad_U, const Tensor& grad_S, const Tensor& gr
   }
   return m >= n ? matmul(U, matmul(inner, Vh)) : matmul(matmul(U, inner), Vh);
 }
+
+namespace {
+Tensor triangle(const char* name, const Tensor& x, int64_t diagonal, bool upper) {
+  ANVIL_CHECK(x.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(x.dim() >= 2, ShapeError, name, " input tensor must have at least 2 dimensions, got ", describe(x));
+  const Tensor in = x.contiguous();
+  Tensor out = empty(x.sizes(), TensorOptions(x.dtype()).device(x.device()));
+  if (out.numel() == 0) return out;
+  TriangleParams p;
+  p.x = in.raw_data_ptr();
+  p.out = out.raw_data_ptr();
+  p.dtype = x.dtype();
+  p.batch = shape_numel(batch_of(x));
+  p.rows = x.size(-2);
+  p.cols = x.size(-1);
+  p.diagonal = diagonal;
+  p.upper = upper;
+  ANVIL_KERNEL(x.device(), triangle, p);
+  return out;
+}
+}  // namespace
+
+}  // namespace anvil::linalg
+
+namespace anvil {
+Tensor triu(const Tensor& x, int64_t diagonal) { return linalg::triangle("[triu]", x, diagonal, true); }
+Tensor tril(const Tensor& x, int64_t diagonal) { return linalg::triangle("[tril]", x, diagonal, false); }
+}  // namespace anvil
+
+namespace anvil::linalg {
 
 FusedPlan lu_plan(const Tensor& A) {
   check_matrix("[linalg.lu_plan]", "A", A, true);

@@ -149,6 +149,17 @@ struct LstsqParams {
   int64_t batch = 0, m = 0, n = 0, nrhs = 0;
 };
 
+// torch.triu / tril: out (batch, rows, cols) contiguous = x (contiguous, the same shape) with the
+// elements outside the kept triangle zeroed; (i, j) is kept when j - i >= diagonal (upper) or
+// j - i <= diagonal (lower). Any dtype.
+struct TriangleParams {
+  const void* x = nullptr;
+  void* out = nullptr;
+  DType dtype = kFloat32;
+  int64_t batch = 0, rows = 0, cols = 0, diagonal = 0;
+  bool upper = true;
+};
+
 // Square matrices of order n <= 4 (core/small_lu.h), one per thread: LU with partial pivoting
 // in registers and, from it, the inverse, the solve of B, det or (sign, logabsdet). A and B may
 // have any strides (batch stride 0: broadcast). Inverse (batch, n, n) and Solve (batch, n,
@@ -179,7 +190,8 @@ struct SmallLuParams {
   X(orgqr, const OrgqrParams&)            \
   X(ormqr, const OrmqrParams&)            \
   X(svd, const SvdParams&)                \
-  X(lstsq, const LstsqParams&)
+  X(lstsq, const LstsqParams&)            \
+  X(triangle, const TriangleParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_LINALG_KERNELS)
 // Triangular solves of many small float32 systems in one kernel (order 16, 32 or 64, at least 8
 // right-hand sides; the Gated DeltaNet chunk solves): a thread per right-hand-side vector, the
