@@ -587,6 +587,22 @@ TEST(LinalgGraph, ExFormsReplayCheckingFormsRefuse) {
     EXPECT_EQ(th::to_bits(R), th::to_bits(Re));
     graph.reset();
   }
+  {
+    // The first linear-algebra call on a stream makes its cuBLAS / cuSOLVER handles, also inside
+    // a capture.
+    Stream fresh = Stream::create(g);
+    StreamGuard on_fresh(fresh);
+    const Tensor A = to_tensor(random_mats(4, 40, 12, kFloat32, 6), {4}, 40, 12, kFloat32, g);
+    fresh.synchronize();
+    cuda::Graph graph;
+    graph.capture_begin();
+    auto [Q, R] = linalg::qr(A);
+    graph.capture_end();
+    graph.replay();
+    fresh.synchronize();
+    EXPECT_EQ(th::to_bits(R), th::to_bits(std::get<1>(linalg::qr(A))));
+    graph.reset();
+  }
   const Tensor A = to_tensor(random_mats(2, 4, 4, kFloat32, 3, 2.0), {2}, 4, 4, kFloat32, g);
   cuda::Graph graph;
   graph.capture_begin();

@@ -84,17 +84,6 @@ std::string human_bytes(int64_t n) {
   return buf;
 }
 
-// cudaMalloc and cudaEventCreate are "potentially unsafe" during stream capture; the allocator
-// calls them knowingly (the memory outlives the graph), so it relaxes the thread's mode.
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
-
 class DeviceAllocator {
  public:
   explicit DeviceAllocator(int device) : device_(device) {}

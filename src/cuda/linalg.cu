@@ -50,13 +50,20 @@ struct HandleKeyHash {
 };
 Handles& handles_locked(const KernelLaunch& launch) {
   static std::unordered_map<HandleKey, Handles, HandleKeyHash> all;
-  Handles& h = all[HandleKey{launch.device(), launch.stream()}];
-  if (!h.solver) {
-    if (cusolverDnCreate(&h.solver) != CUSOLVER_STATUS_SUCCESS)
-      throw DeviceError("[linalg] cusolverDnCreate failed (is libcusolver installed?)");
-    if (cublasCreate(&h.blas) != CUBLAS_STATUS_SUCCESS) throw DeviceError("[linalg] cublasCreate failed");
+  const HandleKey key{launch.device(), launch.stream()};
+  auto it = all.find(key);
+  if (it != all.end()) return it->second;
+  // Made once per stream, possibly inside a capture: creation allocates, which the capture's
+  // mode would refuse (the handles outlive the graph).
+  RelaxedCaptureMode relaxed;
+  Handles h;
+  if (cusolverDnCreate(&h.solver) != CUSOLVER_STATUS_SUCCESS)
+    throw DeviceError("[linalg] cusolverDnCreate failed (is libcusolver installed?)");
+  if (cublasCreate(&h.blas) != CUBLAS_STATUS_SUCCESS) {
+    cusolverDnDestroy(h.solver);
+    throw DeviceError("[linalg] cublasCreate failed");
   }
-  return h;
+  return all.emplace(key, h).first->second;
 }
 
 void check(cusolverStatus_t s, const char* op) {
@@ -1043,7 +1050,10 @@ void svd(const SvdParams& p) {
       std::lock_guard<std::mutex> lock(handles_mutex());
       Handles& h = handles_locked(launch);
       check(cusolverDnSetStream(h.solver, launch.stream()), "[svd]");
-      if (!h.jacobi) check(cusolverDnCreateGesvdjInfo(&h.jacobi), "[svd]");
+      if (!h.jacobi) {
+        RelaxedCaptureMode relaxed;
+        check(cusolverDnCreateGesvdjInfo(&h.jacobi), "[svd]");
+      }
       const cusolverEigMode_t jobz = p.compute_uv ? CUSOLVER_EIG_MODE_VECTOR : CUSOLVER_EIG_MODE_NOVECTOR;
       if (p.driver != SvdDriver::Gesvd && m <= 32 && n <= 32) {
         // Full U (m x m) and V (n x n) always; U's first k columns are its reduced form.

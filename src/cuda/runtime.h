@@ -133,6 +133,20 @@ inline constexpr bool is_arith_v = !is_float8_v<T>;
 template <typename T>
 inline constexpr bool is_real_arith_v = !is_float8_v<T> && !std::is_same_v<T, Complex64>;
 
+// cudaMalloc and cudaEventCreate (and library handle creation, which allocates) are "potentially
+// unsafe" during stream capture; callers that make such long-lived resources knowingly (they
+// outlive the graph) relax the thread's capture mode for the scope.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // Device address of the process-wide index error flag: kernels that meet an index out of
 // range skip it and store 1 here. Host-mapped, so reading it after a synchronize needs no copy.
 int* index_error_flag();

@@ -80,13 +80,18 @@ bool is_column_major(const Tensor& t) {
   return true;
 }
 
-// A new column-major batch holding t's values (t may be an expanded view). Its storage runs 64
-// bytes past the last element: OpenBLAS's AVX-512 kernels may read one vector past a matrix's end
-// (cgemv_n inside cgesdd read 8 bytes past the buffer under ASan).
+// A new column-major batch of `sizes` whose storage runs 64 bytes past the last element: every
+// buffer LAPACK reads or writes comes from here, as OpenBLAS's AVX-512 kernels may read one
+// vector past a matrix's end (cgemv_n inside cgesdd read 8 bytes past its input under ASan).
+Tensor column_major_empty(const Shape& sizes, const TensorOptions& opts) {
+  const int64_t pad = 64 / static_cast<int64_t>(element_size(opts.dtype_)) + 1;
+  Tensor storage = empty({shape_numel(sizes) + pad}, opts);
+  return storage.as_strided(sizes, column_major_strides(sizes), 0);
+}
+
+// A new column-major batch holding t's values (t may be an expanded view).
 Tensor column_major_copy(const Tensor& t) {
-  const int64_t pad = 64 / static_cast<int64_t>(element_size(t.dtype())) + 1;
-  Tensor storage = empty({t.numel() + pad}, TensorOptions(t.dtype()).device(t.device()));
-  Tensor out = storage.as_strided(t.sizes(), column_major_strides(t.sizes()), 0);
+  Tensor out = column_major_empty(t.sizes(), TensorOptions(t.dtype()).device(t.device()));
   if (out.numel() > 0) out.copy_(t);
   return out;
 }
@@ -491,7 +496,8 @@ double epsilon_of(DType t) { return real_of(t) == kFloat64 ? 2.220446049250313e-
 Tensor geqrf_inplace(Tensor& a) {
   const Shape batch = batch_of(a);
   const int64_t m = a.size(-2), n = a.size(-1);
-  Tensor tau = empty(with(batch, {std::min(m, n)}), TensorOptions(a.dtype()).device(a.device()));
+  Tensor tau = column_major_empty(with(batch, {1, std::min(m, n)}), TensorOptions(a.dtype()).device(a.device()))
+                   .squeeze(-2);
   if (a.numel() == 0) return tau;
   GeqrfParams p;
   p.a = a.raw_data_ptr();
@@ -522,7 +528,7 @@ void ormqr_inplace(const Tensor& a, const Tensor& tau, Tensor& c, int64_t k, Lin
 }
 
 Tensor column_major_zeros(const Shape& sizes, const TensorOptions& opts) {
-  Tensor t = empty_strided(sizes, column_major_strides(sizes), opts);
+  Tensor t = column_major_empty(sizes, opts);
   if (t.numel() > 0) t.zero_();
   return t;
 }
@@ -557,9 +563,12 @@ void check_svd_info(const char* name, const Tensor& info, bool is_matrix) {
   for (int64_t b = 0; b < host.numel(); ++b) {
     if (v[b] == 0) continue;
     const std::string where = is_matrix ? std::string() : detail::cat_message(" (Batch element ", b, ")");
-    if (v[b] < 0)
+    // LAPACK's gesdd reports a NaN entry as argument 4; any other negative info is an argument
+    // anvil passed wrongly.
+    if (v[b] == -4)
       throw LinAlgError(detail::cat_message(
           name, where, ": The algorithm failed to converge because the input matrix contained non-finite values."));
+    ANVIL_CHECK(v[b] > 0, DeviceError, name, where, " the SVD rejected argument ", -v[b]);
     throw LinAlgError(detail::cat_message(name, where,
                                           ": The algorithm failed to converge because the input matrix is "
                                           "ill-conditioned or has too many repeated singular values (error code: ",
@@ -581,11 +590,8 @@ std::tuple<Tensor, Tensor, Tensor> svd_core(const char* name, const Tensor& A, b
   const TensorOptions opts = TensorOptions(A.dtype()).device(A.device());
   const int64_t u_cols = full_matrices ? m : k, vh_rows = full_matrices ? n : k;
   Tensor S = empty(with(batch, {k}), TensorOptions(real_of(A.dtype())).device(A.device()));
-  Tensor U = compute_uv ? empty_strided(with(batch, {m, u_cols}), column_major_strides(with(batch, {m, u_cols})), opts)
-                        : empty({0}, opts);
-  Tensor Vh = compute_uv
-                  ? empty_strided(with(batch, {vh_rows, n}), column_major_strides(with(batch, {vh_rows, n})), opts)
-                  : empty({0}, opts);
+  Tensor U = compute_uv ? column_major_empty(with(batch, {m, u_cols}), opts) : empty({0}, opts);
+  Tensor Vh = compute_uv ? column_major_empty(with(batch, {vh_rows, n}), opts) : empty({0}, opts);
   if (A.numel() == 0) {
     // No values; full U / Vh are the identity (PyTorch's).
     if (compute_uv && full_matrices && shape_numel(batch) > 0) {
@@ -664,6 +670,7 @@ std::tuple<Tensor, Tensor> qr(const Tensor& A, std::string_view mode) {
 std::tuple<Tensor, Tensor, Tensor> svd(const Tensor& A, bool full_matrices, std::optional<std::string_view> driver) {
   const char* name = "[linalg.svd]";
   check_matrix(name, "A", A, false);
+  // PyTorch returns empty inputs before it looks at the driver.
   if (A.numel() == 0) return svd_core(name, A, full_matrices, true, SvdDriver::Default);
   return svd_core(name, A, full_matrices, true, svd_driver(name, A, driver));
 }
@@ -671,7 +678,7 @@ std::tuple<Tensor, Tensor, Tensor> svd(const Tensor& A, bool full_matrices, std:
 Tensor svdvals(const Tensor& A, std::optional<std::string_view> driver) {
   const char* name = "[linalg.svdvals]";
   check_matrix(name, "A", A, false);
-  const SvdDriver d = A.numel() == 0 ? SvdDriver::Default : svd_driver(name, A, driver);
+  const SvdDriver d = A.numel() == 0 ? SvdDriver::Default : svd_driver(name, A, driver);  // as svd
   return std::get<1>(svd_core(name, A, false, false, d));
 }
 
