@@ -478,7 +478,7 @@ void cholesky(const CholeskyParams& p) {
 void lu_det(const LuDetParams& p) {
   dispatch_linalg_types(p.dtype, "[lu_det]", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using Real = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    using Real = linalg_real_t<T>;
     const T* lu = static_cast<const T*>(p.lu);
     T* det = static_cast<T*>(p.det);
     Real* log_abs = static_cast<Real*>(p.log_abs_det);
@@ -592,7 +592,7 @@ void ormqr(const OrmqrParams& p) {
 void svd(const SvdParams& p) {
   dispatch_linalg_types(p.dtype, "[svd]", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using R = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    using R = linalg_real_t<T>;
     const int64_t m = p.m, n = p.n, k = std::min(m, n), mx = std::max(m, n);
     const int64_t u_cols = p.full_matrices ? m : k, vh_rows = p.full_matrices ? n : k;
     const char jobz = !p.compute_uv ? 'N' : p.full_matrices ? 'A' : 'S';
@@ -628,7 +628,7 @@ void svd(const SvdParams& p) {
 void lstsq(const LstsqParams& p) {
   dispatch_linalg_types(p.dtype, "[lstsq]", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using R = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    using R = linalg_real_t<T>;
     const int64_t m = p.m, n = p.n, k = std::min(m, n), ldb = std::max<int64_t>({m, n, 1});
     // The drivers' integer and real workspaces (LAPACK 3.12's bounds; gelsd's from its nlvl).
     const int64_t nlvl = std::max<int64_t>(0, static_cast<int64_t>(std::log2(std::max<double>(k, 1) / 26.0)) + 1);

@@ -284,8 +284,7 @@ cusolverStatus_t ormqr(cusolverDnHandle_t h, bool adjoint, int m, int nrhs, int 
                           native(tau), native(c), m, native(work), lwork, info);
 }
 
-// The SVD's methods. R is the real type of T. V (not V^H) comes out of the Jacobi ones.
-template <typename T> using RealOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
+// The SVD's methods (S of linalg_real_t<T>). V (not V^H) comes out of the Jacobi ones.
 struct JacobiCall {
   cusolverEigMode_t jobz;
   int econ, m, n, ldu, ldv;
@@ -572,7 +571,7 @@ __device__ Wide mul(Wide a, Wide b) { return {a.re * b.re - a.im * b.im, a.re * 
 
 template <typename T>
 __global__ void lu_det_kernel(const __grid_constant__ LuDetParams p) {
-  using Real = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  using Real = linalg_real_t<T>;
   for (int64_t b = cuda_device::global_thread(); b < p.batch; b += cuda_device::grid_threads()) {
     const T* a = static_cast<const T*>(p.lu) + b * p.n * p.n;
     const int32_t* piv = p.pivots + b * p.n;
@@ -1034,7 +1033,7 @@ void svd(const SvdParams& p) {
               "[svd] cuSOLVER takes 32-bit sizes, got batch ", p.batch, " of ", p.m, "x", p.n);
   dispatch_linalg_types(p.dtype, "[svd]", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using R = RealOf<T>;
+    using R = linalg_real_t<T>;
     KernelLaunch launch(p.a);
     const Device dev(kCUDA, launch.device());
     T* a = static_cast<T*>(p.a);

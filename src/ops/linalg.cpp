@@ -58,6 +58,8 @@ void check_rhs(const char* name, int64_t n, const Tensor& b, bool left) {
               left ? "AX = B" : "XA = B", " (", n, "x", n, " and ", b.size(-2), "x", b.size(-1), ")");
 }
 
+DType real_of(DType t) { return t == kComplex64 ? kFloat32 : t; }
+
 // Strides of a batch of column-major matrices of `sizes` (matrices one after another).
 Shape column_major_strides(const Shape& sizes) {
   const size_t nd = sizes.size();
@@ -97,10 +99,15 @@ Tensor column_major_copy(const Tensor& t) {
 }
 Tensor as_column_major(const Tensor& t) { return is_column_major(t) ? t : column_major_copy(t); }
 
+// Whether any element of a bool tensor is true (one read back to the host).
+bool any_true(const Tensor& mask) {
+  return mask.numel() > 0 && sum(mask.to(kInt32)).to(Device(kCPU)).item<int32_t>() > 0;
+}
+
 // An int32 tensor's elements on any device (data_ptr<T>() is for CPU tensors).
 int32_t* int_ptr(const Tensor& t) { return static_cast<int32_t*>(t.raw_data_ptr()); }
 
-enum class ErrorKind { LuFactor, Solve, Inverse, Cholesky, LeastSquares };
+enum class ErrorKind { LuFactor, Solve, Inverse, Cholesky, LeastSquares, Svd };
 
 // Raises LinAlgError for the first batch element whose info is not 0. Reads info to the host:
 // one device-to-host copy and a stream wait (the non-_ex functions only).
@@ -131,6 +138,17 @@ void check_info(const char* name, const Tensor& info, ErrorKind kind, bool is_ma
         throw LinAlgError(detail::cat_message(name, where,
                                               ": The least squares solution could not be computed because the input "
                                               "matrix does not have full rank (error code: ",
+                                              i, ")."));
+      case ErrorKind::Svd:
+        // LAPACK's gesdd reports a NaN entry as argument 4; any other negative info is an
+        // argument anvil passed wrongly.
+        if (i == -4)
+          throw LinAlgError(detail::cat_message(
+              name, where, ": The algorithm failed to converge because the input matrix contained non-finite values."));
+        ANVIL_CHECK(i > 0, DeviceError, name, where, " the SVD rejected argument ", -i);
+        throw LinAlgError(detail::cat_message(name, where,
+                                              ": The algorithm failed to converge because the input matrix is "
+                                              "ill-conditioned or has too many repeated singular values (error code: ",
                                               i, ")."));
       case ErrorKind::Inverse:
         throw LinAlgError(detail::cat_message(name, where, ": The diagonal element ", i,
@@ -369,7 +387,7 @@ std::tuple<Tensor, Tensor> det_core(const char* name, const Tensor& A, bool log_
   check_matrix(name, "A", A, true);
   const Shape batch = batch_of(A);
   const TensorOptions opts = TensorOptions(A.dtype()).device(A.device());
-  const DType real = A.dtype() == kComplex64 ? kFloat32 : A.dtype();
+  const DType real = real_of(A.dtype());
   if (A.size(-1) == 0 || shape_numel(batch) == 0)
     return {ones(batch, opts), zeros(batch, TensorOptions(real).device(A.device()))};
   Tensor d = empty(batch, opts);
@@ -489,7 +507,6 @@ Tensor cholesky(const Tensor& A, bool upper) { return std::get<0>(cholesky_ex(A,
 
 namespace {
 
-DType real_of(DType t) { return t == kComplex64 ? kFloat32 : t; }
 double epsilon_of(DType t) { return real_of(t) == kFloat64 ? 2.220446049250313e-16 : 1.1920928955078125e-07; }
 
 // geqrf of a column-major (batch, m, n) buffer in place; tau (batch, min(m, n)).
@@ -557,29 +574,12 @@ SvdDriver svd_driver(const char* name, const Tensor& A, std::optional<std::strin
                                   " (expected one of 'gesvdj', 'gesvd'; see torch.linalg.svd's documentation)"));
 }
 
-void check_svd_info(const char* name, const Tensor& info, bool is_matrix) {
-  const Tensor host = info.to(Device(kCPU)).contiguous();
-  const int32_t* v = host.data_ptr<int32_t>();
-  for (int64_t b = 0; b < host.numel(); ++b) {
-    if (v[b] == 0) continue;
-    const std::string where = is_matrix ? std::string() : detail::cat_message(" (Batch element ", b, ")");
-    // LAPACK's gesdd reports a NaN entry as argument 4; any other negative info is an argument
-    // anvil passed wrongly.
-    if (v[b] == -4)
-      throw LinAlgError(detail::cat_message(
-          name, where, ": The algorithm failed to converge because the input matrix contained non-finite values."));
-    ANVIL_CHECK(v[b] > 0, DeviceError, name, where, " the SVD rejected argument ", -v[b]);
-    throw LinAlgError(detail::cat_message(name, where,
-                                          ": The algorithm failed to converge because the input matrix is "
-                                          "ill-conditioned or has too many repeated singular values (error code: ",
-                                          v[b], ")."));
-  }
-}
-
-bool any_nonzero(const Tensor& info) {
-  const Tensor host = info.to(Device(kCPU)).contiguous();
-  const int32_t* v = host.data_ptr<int32_t>();
-  return std::any_of(v, v + host.numel(), [](int32_t i) { return i != 0; });
+// V diag(s+) from the SVD's Vh and S (*, k): s+ = 1 / s where s > cutoff (*, 1), else 0 (so tiny
+// singular values are dropped, never inverted); pinv's and CUDA's gelsd / gelss's core.
+Tensor v_times_inverse_above(const Tensor& Vh, const Tensor& S, const Tensor& cutoff) {
+  const Tensor keep = gt(S, cutoff);
+  const Tensor s_pinv = where(keep, pow(where(keep, S, Scalar(1)), Scalar(-1)), Scalar(0));
+  return mul(adjoint_of(Vh), s_pinv.to(Vh.dtype()).unsqueeze(-2));
 }
 
 // (U, S, Vh) of A; U and Vh empty (0) without compute_uv.
@@ -619,10 +619,12 @@ std::tuple<Tensor, Tensor, Tensor> svd_core(const char* name, const Tensor& A, b
     ANVIL_KERNEL(A.device(), svd, p);
     return info;
   };
-  Tensor info = run(driver);
-  // PyTorch's fallback: the default Jacobi run redone with gesvd where it did not converge.
-  if (A.device().type == kCUDA && driver == SvdDriver::Default && any_nonzero(info)) info = run(SvdDriver::Gesvd);
-  check_svd_info(name, info, A.dim() == 2);
+  // info read back once per run; PyTorch's fallback: a default Jacobi run that did not converge
+  // is redone with gesvd.
+  Tensor info = run(driver).to(Device(kCPU));
+  if (A.device().type == kCUDA && driver == SvdDriver::Default && any_true(ne(info, Scalar(0))))
+    info = run(SvdDriver::Gesvd).to(Device(kCPU));
+  check_info(name, info, ErrorKind::Svd, A.dim() == 2);
   return {U, S, Vh};
 }
 
@@ -640,7 +642,8 @@ std::tuple<Tensor, Tensor> qr(const Tensor& A, std::string_view mode) {
   Tensor a = column_major_copy(A);
   const Tensor tau = geqrf_inplace(a);
   const int64_t r_rows = complete ? m : k;
-  Tensor R = column_major_copy(triu(a.narrow(-2, 0, r_rows)));
+  // triu(X) = tril(X^T)^T: on a's transpose the triangle kernel writes R column-major directly.
+  Tensor R = tril(a.narrow(-2, 0, r_rows).transpose(-2, -1)).transpose(-2, -1);
   if (r_only) return {empty({0}, opts), R};
   const int64_t q_cols = complete ? m : k;
   if (shape_numel(batch) == 0 || m == 0) return {empty(with(batch, {m, q_cols}), opts), R};
@@ -698,9 +701,7 @@ Tensor pinv(const Tensor& A, std::optional<double> atol, std::optional<double> r
   auto [U, S, Vh] = svd_core(name, a, false, true, SvdDriver::Default);
   const double rt = rtol ? *rtol : (atol && *atol > 0 ? 0.0 : epsilon_of(A.dtype()) * static_cast<double>(std::max(m, n)));
   const Tensor tol = clamp(mul(S.narrow(-1, 0, 1), Scalar(rt)), Scalar(atol.value_or(0.0)));
-  const Tensor keep = gt(S, tol);
-  const Tensor s_pinv = where(keep, pow(where(keep, S, Scalar(1)), Scalar(-1)), Scalar(0));
-  return matmul(mul(adjoint_of(Vh), s_pinv.to(A.dtype()).unsqueeze(-2)), adjoint_of(U));
+  return matmul(v_times_inverse_above(Vh, S, tol), adjoint_of(U));
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> lstsq(const Tensor& A, const Tensor& B, std::optional<double> rcond,
@@ -775,7 +776,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> lstsq(const Tensor& A, const Tensor& 
     if (has_rank) rank = rank32.to(kInt64);
     x = xb.narrow(-2, 0, n);
     // LAPACK leaves the residual's components in rows n..m (gelsd / gelss at full rank only).
-    const bool residual_rows = m > n && (driver == LstsqDriver::Gels || (has_s && !any_nonzero(sub(rank32, Scalar(n)))));
+    const bool residual_rows = m > n && (driver == LstsqDriver::Gels || (has_s && !any_true(ne(rank32, Scalar(n)))));
     if (residual_rows) residuals = squared_norms(xb.narrow(-2, n, m - n));
     return finish();
   }
@@ -805,12 +806,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> lstsq(const Tensor& A, const Tensor& 
   }
   // gelsd / gelss on CUDA: X = V diag(s+) U^H B, s+ the inverses of s > rcond * s_max.
   auto [U, S, Vh] = svd_core(name, a_b, false, true, SvdDriver::Default);
-  const Tensor keep = gt(S, mul(S.narrow(-1, 0, 1), Scalar(rc)));
-  const Tensor s_pinv = where(keep, pow(where(keep, S, Scalar(1)), Scalar(-1)), Scalar(0));
-  x = matmul(mul(adjoint_of(Vh), s_pinv.to(A.dtype()).unsqueeze(-2)), matmul(adjoint_of(U), b_b));
-  rank = sum(keep, {-1}, false, kInt64);
+  const Tensor cutoff = mul(S.narrow(-1, 0, 1), Scalar(rc));
+  x = matmul(v_times_inverse_above(Vh, S, cutoff), matmul(adjoint_of(U), b_b));
+  rank = sum(gt(S, cutoff), {-1}, false, kInt64);
   svals = S;
-  if (m > n && !any_nonzero(sub(rank, Scalar(n)).to(kInt32))) residuals = squared_norms(sub(matmul(a_b, x), b_b));
+  if (m > n && !any_true(ne(rank, Scalar(n)))) residuals = squared_norms(sub(matmul(a_b, x), b_b));
   return finish();
 }
 
@@ -853,9 +853,6 @@ Tensor modulus(const Tensor& t) {
   if (!is_complex(t.dtype())) return abs(t);
   const Tensor v = view_as_real(t);
   return sqrt(sum(mul(v, v), {-1}));
-}
-bool any_true(const Tensor& mask) {
-  return mask.numel() > 0 && sum(mask.to(kInt32)).to(Device(kCPU)).item<int32_t>() > 0;
 }
 Tensor zeros_as(const Shape& shape, const Tensor& like) {
   return zeros(shape, TensorOptions(like.dtype()).device(like.device()));

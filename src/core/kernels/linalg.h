@@ -4,9 +4,15 @@
 // Matrices are batches of column-major matrices (LAPACK's layout, leading dimension = rows)
 // stored one after another; dtypes float32, float64, complex64.
 
+#include <type_traits>
+
 #include "core/kernels.h"
 
 namespace anvil {
+
+// The real type of a linear-algebra element type (complex64's is float): singular values,
+// logabsdet, LAPACK's rwork and rcond.
+template <typename T> using linalg_real_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // a is (batch, m, n) column-major, factored in place into L (unit diagonal, below) and U;
 // pivots (batch, min(m, n)) 1-based, info (batch): 0, or i when U[i-1, i-1] == 0.
