@@ -1,7 +1,8 @@
 // Linear algebra at the release's shapes: batched inverses and solves of 3x3 / 4x4 float32
 // matrices (camera geometry: 100,000 at once, the one-kernel small path), LU of one 1024^2
 // matrix and of a batch of 64^2 ones (cuSOLVER / cuBLAS batched, LAPACK on the CPU), a solve
-// with 16 right-hand sides, batched unit triangular solves of 16^2 / 32^2 / 64^2 systems, reduced
+// with 16 right-hand sides, batched unit triangular solves of 16^2 / 32^2 / 64^2 systems and
+// single ones of 1024^2 / 4096^2 (4096 or 64 right-hand sides), reduced
 // QR and SVD (U, S, Vh without full matrices) of 1024^2, of
 // 256 64^2 and (SVD: cuSOLVER's batched Jacobi) of 4096 16^2. Matrices are randn + n I (well conditioned). The _ex forms:
 // no read back of info, as torch.linalg's *_ex.
@@ -58,6 +59,22 @@ std::vector<Case> linalg_cases(Device dev) {
                        const Tensor b = randn({c.batch, c.n, c.rhs}, f32);
                        return [=](int) { (void)linalg::solve_triangular(a, b, false, true, true); };
                      }, "linalg", spec});
+  }
+  // Large triangular solves (CUDA: the blocked plan, gemm between 128-order trsm blocks) against
+  // the GEMM ceiling, n^2 k flops.
+  for (Tri c : {Tri{1, 4096, 4096}, Tri{1, 4096, 64}, Tri{1, 1024, 1024}}) {
+    const Shape shape = {c.batch, c.n, c.n};
+    nlohmann::json spec{{"op", "linalg"}, {"fn", "solve_triangular"}, {"shape", shape}, {"rhs", c.rhs}, {"dtype", "float32"}};
+    Case tc{"linalg solve_triangular float32 " + shape_str(shape) + " x " + std::to_string(c.rhs) + " rhs", 0, "gemm",
+            [=]() -> Runner {
+              const TensorOptions f32 = TensorOptions(kFloat32).device(dev);
+              const Tensor a = mul(randn(shape, f32), 1.0 / static_cast<double>(c.n));
+              const Tensor b = randn({c.batch, c.n, c.rhs}, f32);
+              return [=](int) { (void)linalg::solve_triangular(a, b, false, true, true); };
+            }, "linalg", spec};
+    tc.flops = static_cast<double>(c.n) * static_cast<double>(c.n) * static_cast<double>(c.rhs);
+    tc.dtype = kFloat32;
+    cases.push_back(std::move(tc));
   }
   // LU and solves against the GEMM ceiling: 2/3 n^3 flops per LU, + 2 n^2 k per solve.
   struct Big {

@@ -396,7 +396,10 @@ TEST_P(Linalg, SolveTriangularEveryForm) {
                                       {{}, {4}, 16, 8}, {{2}, {2}, 0, 3}, {{2}, {2}, 3, 0},
                                       // CUDA's one-kernel path (float32, order 16 / 32 / 64, >= 8
                                       // right-hand sides): two blocks of vectors, a broadcast A.
-                                      {{1}, {3}, 32, 130}, {{2}, {2}, 64, 9}};
+                                      {{1}, {3}, 32, 130}, {{2}, {2}, 64, 9},
+                                      // CUDA's blocked solve (order >= 512): uneven splits down to
+                                      // 128-order trsm blocks, gemm between them.
+                                      {{}, {}, 601, 3}, {{2}, {2}, 520, 2}};
   for (DType t : kLinalgDtypes)
     for (const TriCase& c : cases)
       for (bool upper : {false, true})
@@ -427,6 +430,25 @@ TEST_P(Linalg, SolveTriangularEveryForm) {
           }
   const TensorOptions f32 = TensorOptions(kFloat32).device(dev());
   const FusedPlan fused = FusedPlan::Fused;
+  // The one-kernel path reads B through its strides (transposed, broadcast, a batch that does
+  // not merge): the bits of the solve of a contiguous copy.
+  {
+    const Tensor A = add(mul(randn({3, 32, 32}, f32), 0.1), mul(eye(32, f32), 4.0));
+    const Tensor C = randn({3, 40, 32}, f32);  // C^T: (3, 32, 40) column-major
+    const Tensor P = randn({40, 3, 32}, f32).permute({1, 2, 0});
+    for (bool left : {true, false})
+      for (bool upper : {false, true}) {
+        SCOPED_TRACE(std::string(left ? "left" : "right") + (upper ? " upper" : " lower"));
+        const std::vector<Tensor> bs = {left ? C.transpose(-2, -1) : C, left ? C.select(0, 1).transpose(0, 1).expand({3, 32, 40})
+                                                                           : C.select(0, 1).expand({3, 40, 32}),
+                                        left ? P : P.transpose(-2, -1)};
+        for (const Tensor& B : bs) {
+          ASSERT_EQ(linalg::solve_triangular_plan(A, B, left), fused);
+          EXPECT_EQ(th::to_bits(linalg::solve_triangular(A, B, upper, left)),
+                    th::to_bits(linalg::solve_triangular(A, B.contiguous(), upper, left)));
+        }
+      }
+  }
   EXPECT_EQ(linalg::solve_triangular_plan(ones({5, 64, 64}, f32), ones({5, 64, 8}, f32)), fused);
   EXPECT_EQ(linalg::solve_triangular_plan(ones({5, 16, 16}, f32), ones({5, 8, 16}, f32), false), fused);
   EXPECT_EQ(linalg::solve_triangular_plan(ones({5, 64, 64}, f32), ones({5, 64, 7}, f32)), FusedPlan::Composed);

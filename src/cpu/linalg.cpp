@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <complex>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -693,8 +694,8 @@ void row_minus(float* __restrict x, const float* __restrict y, float f, int64_t 
   for (int64_t v = 0; v < k; ++v) x[v] -= f * y[v];
 }
 
-// Substitution by rows of X: row i (element i of every right-hand-side vector, contiguous) less
-// T[i][j] times row j, then divided by T[i][i]; the loops over vectors vectorize.
+// Substitution by rows of X: row i (element i of every right-hand-side vector, contiguous) read
+// from B, less T[i][j] times row j, then divided by T[i][i]; the loops over vectors vectorize.
 void small_triangular(const SmallTriangularParams& p) {
   ANVIL_CHECK(small_triangular_plan(p) == FusedPlan::Fused, ShapeError,
               "[small_triangular] float32 systems of order 16, 32 or 64 with >= 8 right-hand sides only, got ",
@@ -708,10 +709,14 @@ void small_triangular(const SmallTriangularParams& p) {
     auto t = [&](int64_t i, int64_t j) {
       return p.left ? am[i * p.stride_a_row + j * p.stride_a_col] : am[j * p.stride_a_row + i * p.stride_a_col];
     };
-    float* x = static_cast<float*>(p.b) + m * n * k;
+    const float* bm = static_cast<const float*>(p.b) + m * p.stride_b_batch;
+    float* x = static_cast<float*>(p.x) + m * n * k;
     for (int64_t step = 0; step < n; ++step) {
       const int64_t i = lower ? step : n - 1 - step;
       float* xi = x + i * k;
+      const float* bi = bm + i * p.stride_b_elem;
+      if (p.stride_b_vec == 1) std::memcpy(xi, bi, static_cast<size_t>(k) * sizeof(float));
+      else for (int64_t v = 0; v < k; ++v) xi[v] = bi[v * p.stride_b_vec];
       const int64_t j0 = lower ? 0 : i + 1, j1 = lower ? i : n;
       for (int64_t j = j0; j < j1; ++j) row_minus(xi, x + j * k, t(i, j), k);
       if (!p.unit) {

@@ -138,19 +138,37 @@ cublasStatus_t getrs_batched(cublasHandle_t h, cublasOperation_t op, int n, int 
 }
 
 cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag, int rows,
-                    int cols, const float* a, int lda, float* b) {
+                    int cols, const float* a, int lda, float* b, int ldb) {
   const float one = 1.f;
-  return cublasStrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, rows);
+  return cublasStrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, ldb);
 }
 cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag, int rows,
-                    int cols, const double* a, int lda, double* b) {
+                    int cols, const double* a, int lda, double* b, int ldb) {
   const double one = 1.0;
-  return cublasDtrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, rows);
+  return cublasDtrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, ldb);
 }
 cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag, int rows,
-                    int cols, const Complex64* a, int lda, Complex64* b) {
+                    int cols, const Complex64* a, int lda, Complex64* b, int ldb) {
   const cuComplex one = make_cuComplex(1.f, 0.f);
-  return cublasCtrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, native(a), lda, native(b), rows);
+  return cublasCtrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, native(a), lda, native(b), ldb);
+}
+// c (m x k) -= a (m x k) b (k x n), column-major; full float32 / float64 arithmetic (the handles
+// keep cuBLAS's default math mode: no TF32).
+cublasStatus_t gemm_subtract(cublasHandle_t h, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                             float* c, int ldc) {
+  const float one = 1.f, minus_one = -1.f;
+  return cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &minus_one, a, lda, b, ldb, &one, c, ldc);
+}
+cublasStatus_t gemm_subtract(cublasHandle_t h, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
+                             double* c, int ldc) {
+  const double one = 1.0, minus_one = -1.0;
+  return cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &minus_one, a, lda, b, ldb, &one, c, ldc);
+}
+cublasStatus_t gemm_subtract(cublasHandle_t h, int m, int n, int k, const Complex64* a, int lda, const Complex64* b,
+                             int ldb, Complex64* c, int ldc) {
+  const cuComplex one = make_cuComplex(1.f, 0.f), minus_one = make_cuComplex(-1.f, 0.f);
+  return cublasCgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &minus_one, native(a), lda, native(b), ldb, &one, native(c),
+                     ldc);
 }
 cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag,
                             int rows, int cols, const float* const* a, int lda, float* const* b, int batch) {
@@ -528,8 +546,8 @@ void lu_factor_blocked(const KernelLaunch& launch, cublasHandle_t h, Complex64* 
                        int32_t* info, bool pivot) {
   const int64_t k = std::min(m, n);
   ANVIL_CUDA_CHECK("[lu_factor]", cudaMemsetAsync(info, 0, sizeof(int32_t), launch.stream()));
-  const cuComplex one = make_cuComplex(1.f, 0.f), minus_one = make_cuComplex(-1.f, 0.f);
-  auto at = [&](int64_t i, int64_t j) { return reinterpret_cast<cuComplex*>(a + i + j * m); };
+  auto at = [&](int64_t i, int64_t j) { return a + i + j * m; };
+  const int ld = static_cast<int>(m);
   for (int64_t j0 = 0; j0 < k; j0 += kPanel) {
     const int64_t nb = std::min(kPanel, k - j0);
     lu_panel_kernel<Complex64><<<1, kThreads, 0, launch.stream()>>>(a, m, j0, nb, piv, info, pivot);
@@ -540,12 +558,11 @@ void lu_factor_blocked(const KernelLaunch& launch, cublasHandle_t h, Complex64* 
     }
     const int right = static_cast<int>(n - j0 - nb), below = static_cast<int>(m - j0 - nb), w = static_cast<int>(nb);
     if (right <= 0) continue;
-    check(cublasCtrsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_UNIT, w, right, &one,
-                      at(j0, j0), static_cast<int>(m), at(j0, j0 + nb), static_cast<int>(m)),
+    check(trsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_UNIT, w, right, at(j0, j0), ld, at(j0, j0 + nb),
+               ld),
           "[lu_factor]");
     if (below > 0)
-      check(cublasCgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, below, right, w, &minus_one, at(j0 + nb, j0), static_cast<int>(m),
-                        at(j0, j0 + nb), static_cast<int>(m), &one, at(j0 + nb, j0 + nb), static_cast<int>(m)),
+      check(gemm_subtract(h, below, right, w, at(j0 + nb, j0), ld, at(j0, j0 + nb), ld, at(j0 + nb, j0 + nb), ld),
             "[lu_factor]");
   }
 }
@@ -723,14 +740,15 @@ void adjoint_copy(const KernelLaunch& launch, T* dst, int64_t rows, int64_t cols
 }
 
 // One matrix per block row (blockIdx.x), a right-hand-side vector per thread: T = A (left) or A^T
-// (right) in shared memory, then forward (lower T) or back (upper T) substitution on the vector in
-// registers, fully unrolled.
+// (right) in shared memory, the vector read from B into registers, forward (lower T) or back (upper
+// T) substitution fully unrolled, then written to X.
 constexpr int kTriangularThreads = 128;
 template <int N, bool Lower>
 __global__ void __launch_bounds__(kTriangularThreads) small_triangular_kernel(const __grid_constant__ SmallTriangularParams p) {
   __shared__ float t[N][N + 1];
   const float* a = static_cast<const float*>(p.a);
-  float* b = static_cast<float*>(p.b);
+  const float* b = static_cast<const float*>(p.b);
+  float* x_out = static_cast<float*>(p.x);
   for (int64_t m = blockIdx.x; m < p.batch; m += gridDim.x) {
     const float* am = a + m * p.stride_a_batch;
     for (int e = threadIdx.x; e < N * N; e += blockDim.x) {
@@ -741,10 +759,10 @@ __global__ void __launch_bounds__(kTriangularThreads) small_triangular_kernel(co
     __syncthreads();
     const int64_t v = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
     if (v < p.nrhs) {
-      float* bm = b + m * N * p.nrhs + v;
+      const float* bm = b + m * p.stride_b_batch + v * p.stride_b_vec;
       float x[N];
 #pragma unroll
-      for (int i = 0; i < N; ++i) x[i] = bm[i * p.nrhs];
+      for (int i = 0; i < N; ++i) x[i] = bm[i * p.stride_b_elem];
       if constexpr (Lower) {
 #pragma unroll
         for (int i = 0; i < N; ++i) {
@@ -762,8 +780,9 @@ __global__ void __launch_bounds__(kTriangularThreads) small_triangular_kernel(co
           x[i] = p.unit ? s : s / t[i][i];
         }
       }
+      float* xm = x_out + m * N * p.nrhs + v;
 #pragma unroll
-      for (int i = 0; i < N; ++i) bm[i * p.nrhs] = x[i];
+      for (int i = 0; i < N; ++i) xm[i * p.nrhs] = x[i];
     }
     __syncthreads();
   }
@@ -773,6 +792,40 @@ template <typename T, int N>
 __global__ void __launch_bounds__(kThreads) small_lu_kernel(const __grid_constant__ SmallLuParams p, bool dense_a) {
   for (int64_t b = cuda_device::global_thread(); b < p.batch; b += cuda_device::grid_threads())
     small_lu::run_one<T, N>(p, b, dense_a);
+}
+
+// Blocked triangular solve of one system (order >= kBlockedTriangularMin): the triangle split in
+// two at a multiple of kTriangularLeaf, recursively; the half that does not depend on the other is
+// solved first, the coupling block applied to the rest as one gemm, and blocks of order <=
+// kTriangularLeaf go to cuBLAS's trsm. Nearly all flops run in gemm (cuBLAS's trsm at large orders
+// is slower than its gemm). x: the column-major rows x cols B, overwritten with X.
+constexpr int64_t kTriangularLeaf = 128, kBlockedTriangularMin = 512;
+template <typename T>
+void blocked_triangular(cublasHandle_t h, const TriangularSolveParams& p, const T* a, T* x, int64_t lo, int64_t hi) {
+  const int n = static_cast<int>(p.n), ldx = static_cast<int>(p.rows), size = static_cast<int>(hi - lo);
+  const auto a_at = [&](int64_t i, int64_t j) { return a + i + j * p.n; };
+  // Rows lo.. of X (left) or its columns lo.. (right).
+  const auto x_at = [&](int64_t lo_) { return p.left ? x + lo_ : x + lo_ * p.rows; };
+  if (size <= kTriangularLeaf) {
+    check(trsm(h, p.left ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT, p.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
+               p.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, p.left ? size : ldx, p.left ? static_cast<int>(p.cols) : size,
+               a_at(lo, lo), n, x_at(lo), ldx),
+          "[triangular_solve]");
+    return;
+  }
+  const int64_t mid = lo + std::max(kTriangularLeaf, (hi - lo) / 2 / kTriangularLeaf * kTriangularLeaf);
+  // A X = B with lower A, or X A = B with upper A: [lo, mid) first.
+  const bool first_part_first = p.left != p.upper;
+  const int64_t f0 = first_part_first ? lo : mid, f1 = first_part_first ? mid : hi;  // solved first
+  const int64_t s0 = first_part_first ? mid : lo, s1 = first_part_first ? hi : mid;  // updated, then solved
+  blocked_triangular(h, p, a, x, f0, f1);
+  const int done = static_cast<int>(f1 - f0), rest = static_cast<int>(s1 - s0);
+  if (p.left)  // X[s] -= A[s, f] X[f]
+    check(gemm_subtract(h, rest, static_cast<int>(p.cols), done, a_at(s0, f0), n, x_at(f0), ldx, x_at(s0), ldx),
+          "[triangular_solve]");
+  else  // X[:, s] -= X[:, f] A[f, s]
+    check(gemm_subtract(h, ldx, rest, done, x_at(f0), ldx, a_at(f0, s0), n, x_at(s0), ldx), "[triangular_solve]");
+  blocked_triangular(h, p, a, x, s0, s1);
 }
 
 cublasOperation_t op_of(LinalgOp op) {
@@ -874,14 +927,16 @@ void triangular_solve(const TriangularSolveParams& p) {
     std::lock_guard<std::mutex> lock(handles_mutex());
     Handles& h = handles_locked(launch);
     check(cublasSetStream(h.blas, launch.stream()), "[triangular_solve]");
-    if (p.batch > 1) {
+    if (p.n >= kBlockedTriangularMin) {
+      for (int64_t b = 0; b < p.batch; ++b) blocked_triangular(h.blas, p, a + b * p.n * p.n, x + b * p.rows * p.cols, 0, p.n);
+    } else if (p.batch > 1) {
       auto a_ptrs = matrix_pointers(launch, a, p.n * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
       auto b_ptrs = matrix_pointers(launch, x, p.rows * p.cols * static_cast<int64_t>(sizeof(T)), p.batch);
       check(trsm_batched(h.blas, side, uplo, diag, rows, cols, static_cast<const T* const*>(a_ptrs->data), n,
                          static_cast<T* const*>(b_ptrs->data), static_cast<int>(p.batch)),
             "[triangular_solve]");
     } else {
-      check(trsm(h.blas, side, uplo, diag, rows, cols, a, n, x), "[triangular_solve]");
+      check(trsm(h.blas, side, uplo, diag, rows, cols, a, n, x, rows), "[triangular_solve]");
     }
   });
 }

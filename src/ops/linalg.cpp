@@ -454,17 +454,22 @@ Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left,
   const Tensor b = B.expand(with(batch, {B.size(-2), B.size(-1)}));
   SmallTriangularParams sp = small_triangular_params(A, B, left);
   if (b.numel() > 0 && ANVIL_PLAN(A.device(), small_triangular, sp) == FusedPlan::Fused) {
-    // One kernel: X written over a copy of B whose vectors run along the fastest dim (left: B
-    // row-major; right: column-major).
-    const Tensor a3 = flat_batch(A.expand(with(batch, {n, n})));  // a view where the batch merges
-    Tensor x = left ? empty(b.sizes(), TensorOptions(B.dtype()).device(B.device())) : column_major_copy(b);
-    if (left) x.copy_(b);
+    // One kernel: B read through its strides, X written with its vectors along the fastest dim
+    // (left: row-major; right: column-major).
+    const Tensor a3 = flat_batch(A.expand(with(batch, {n, n})));  // views where the batch merges
+    const Tensor b3 = flat_batch(b);
+    const TensorOptions opts = TensorOptions(B.dtype()).device(B.device());
+    Tensor x = left ? empty(b.sizes(), opts) : column_major_empty(b.sizes(), opts);
     sp.a = a3.raw_data_ptr();
-    sp.b = x.raw_data_ptr();
+    sp.b = b3.raw_data_ptr();
+    sp.x = x.raw_data_ptr();
     sp.batch = a3.size(0);
     sp.stride_a_batch = a3.stride(0);
     sp.stride_a_row = a3.stride(1);
     sp.stride_a_col = a3.stride(2);
+    sp.stride_b_batch = b3.stride(0);
+    sp.stride_b_elem = b3.stride(left ? 1 : 2);
+    sp.stride_b_vec = b3.stride(left ? 2 : 1);
     sp.upper = upper;
     sp.unit = unitriangular;
     ANVIL_KERNEL(A.device(), small_triangular, sp);

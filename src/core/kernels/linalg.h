@@ -202,16 +202,19 @@ ANVIL_DECLARE_KERNELS(ANVIL_LINALG_KERNELS)
 // Triangular solves of many small float32 systems in one kernel (order 16, 32 or 64, at least 8
 // right-hand sides; the Gated DeltaNet chunk solves): a thread per right-hand-side vector, the
 // matrix in shared memory, the vector in registers. a (batch, n, n) with any strides (batch stride
-// 0: broadcast), its upper or lower triangle read (not the diagonal when unit). b holds B and is
-// overwritten with X: left (A X = B) B (batch, n, nrhs) row-major, right (X A = B) B (batch,
-// nrhs, n) column-major, so element i of vector v is b[batch_index * n * nrhs + i * nrhs + v]
-// either way (consecutive threads, consecutive vectors).
+// 0: broadcast), its upper or lower triangle read (not the diagonal when unit). b: B with any
+// strides, element i of right-hand-side vector v of matrix m at b[m * stride_b_batch + i *
+// stride_b_elem + v * stride_b_vec] (left: B's columns are the vectors, right: its rows). x: X
+// written dense, element i of vector v at x[m * n * nrhs + i * nrhs + v] (left: X (batch, n,
+// nrhs) row-major, right: X (batch, nrhs, n) column-major), consecutive vectors side by side.
 struct SmallTriangularParams {
   const void* a = nullptr;
-  void* b = nullptr;
+  const void* b = nullptr;
+  void* x = nullptr;
   DType dtype = kFloat32;
   int64_t batch = 0, n = 0, nrhs = 0;
   int64_t stride_a_batch = 0, stride_a_row = 0, stride_a_col = 0;
+  int64_t stride_b_batch = 0, stride_b_elem = 0, stride_b_vec = 0;
   bool left = true, upper = false, unit = false;
 };
 
