@@ -259,4 +259,46 @@ void dispatch(const SmallLuParams& p, F&& f) {
   });
 }
 
+// LAPACK's getf2 on one column-major m x n matrix of any size, in place, column by column (the
+// CUDA kernel's thread per matrix, the CPU's batches of small matrices and its unpivoted LU): the
+// pivot rule above, or no exchanges when !pivot; piv (min(m, n)) 1-based. Returns info.
+template <typename T>
+ANVIL_HD int32_t getf2(T* a, int64_t m, int64_t n, int32_t* piv, bool pivot) {
+  const int64_t k = m < n ? m : n;
+  int32_t info = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    T* aj = a + j * m;
+    int64_t r = j;
+    if (pivot) {
+      double best = abs1(aj[j]);
+      for (int64_t i = j + 1; i < m; ++i) {
+        const double v = abs1(aj[i]);
+        if (v > best) {
+          best = v;
+          r = i;
+        }
+      }
+    }
+    piv[j] = static_cast<int32_t>(r + 1);
+    if (r != j)
+      for (int64_t c = 0; c < n; ++c) {
+        const T t = a[j + c * m];
+        a[j + c * m] = a[r + c * m];
+        a[r + c * m] = t;
+      }
+    const T d = aj[j];
+    if (d == T(0)) {
+      if (info == 0) info = static_cast<int32_t>(j + 1);
+      continue;
+    }
+    for (int64_t i = j + 1; i < m; ++i) aj[i] = aj[i] / d;
+    for (int64_t c = j + 1; c < n; ++c) {
+      T* ac = a + c * m;
+      const T f = ac[j];
+      for (int64_t i = j + 1; i < m; ++i) ac[i] = ac[i] - aj[i] * f;
+    }
+  }
+  return info;
+}
+
 }  // namespace anvil::small_lu

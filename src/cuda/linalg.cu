@@ -425,46 +425,12 @@ __global__ void identity_pivots_kernel(int32_t* pivots, int64_t k, int64_t total
     pivots[i] = static_cast<int32_t>(i % k + 1);
 }
 
-// getf2 on one column-major matrix per thread, in place (the pivot rule of core/small_lu.h).
+// getf2 on one column-major matrix per thread, in place (core/small_lu.h).
 template <typename T>
 __global__ void lu_factor_thread_kernel(const __grid_constant__ LuFactorParams p) {
-  const int64_t m = p.m, n = p.n, k = m < n ? m : n;
-  for (int64_t b = cuda_device::global_thread(); b < p.batch; b += cuda_device::grid_threads()) {
-    T* a = static_cast<T*>(p.a) + b * m * n;
-    int32_t* piv = p.pivots + b * k;
-    int32_t info = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t r = j;
-      if (p.pivot) {
-        double best = small_lu::abs1(a[j + j * m]);
-        for (int64_t i = j + 1; i < m; ++i) {
-          const double v = small_lu::abs1(a[i + j * m]);
-          if (v > best) {
-            best = v;
-            r = i;
-          }
-        }
-      }
-      piv[j] = static_cast<int32_t>(r + 1);
-      if (r != j)
-        for (int64_t c = 0; c < n; ++c) {
-          const T t = a[j + c * m];
-          a[j + c * m] = a[r + c * m];
-          a[r + c * m] = t;
-        }
-      const T d = a[j + j * m];
-      if (d == T(0)) {
-        if (info == 0) info = static_cast<int32_t>(j + 1);
-        continue;
-      }
-      for (int64_t i = j + 1; i < m; ++i) a[i + j * m] = a[i + j * m] / d;
-      for (int64_t c = j + 1; c < n; ++c) {
-        const T f = a[j + c * m];
-        for (int64_t i = j + 1; i < m; ++i) a[i + c * m] = a[i + c * m] - a[i + j * m] * f;
-      }
-    }
-    p.info[b] = info;
-  }
+  const int64_t k = p.m < p.n ? p.m : p.n;
+  for (int64_t b = cuda_device::global_thread(); b < p.batch; b += cuda_device::grid_threads())
+    p.info[b] = small_lu::getf2(static_cast<T*>(p.a) + b * p.m * p.n, p.m, p.n, p.pivots + b * k, p.pivot);
 }
 
 // ---- blocked LU (complex64): panels of kPanel columns factored by one block with LAPACK's
