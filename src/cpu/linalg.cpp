@@ -83,18 +83,19 @@ void getrs(char op, lapack_int n, lapack_int nrhs, const Complex64* a, const lap
                 reinterpret_cast<std::complex<float>*>(b), &n, info);
 }
 
-void trsm(bool left, bool upper, bool unit, int rows, int cols, const float* a, int lda, float* b) {
-  cblas_strsm(CblasColMajor, left ? CblasLeft : CblasRight, upper ? CblasUpper : CblasLower, CblasNoTrans,
-              unit ? CblasUnit : CblasNonUnit, rows, cols, 1.f, a, lda, b, rows);
+void trsm(bool left, bool upper, bool transpose, bool unit, int rows, int cols, const float* a, int lda, float* b) {
+  cblas_strsm(CblasColMajor, left ? CblasLeft : CblasRight, upper ? CblasUpper : CblasLower,
+              transpose ? CblasTrans : CblasNoTrans, unit ? CblasUnit : CblasNonUnit, rows, cols, 1.f, a, lda, b, rows);
 }
-void trsm(bool left, bool upper, bool unit, int rows, int cols, const double* a, int lda, double* b) {
-  cblas_dtrsm(CblasColMajor, left ? CblasLeft : CblasRight, upper ? CblasUpper : CblasLower, CblasNoTrans,
-              unit ? CblasUnit : CblasNonUnit, rows, cols, 1.0, a, lda, b, rows);
+void trsm(bool left, bool upper, bool transpose, bool unit, int rows, int cols, const double* a, int lda, double* b) {
+  cblas_dtrsm(CblasColMajor, left ? CblasLeft : CblasRight, upper ? CblasUpper : CblasLower,
+              transpose ? CblasTrans : CblasNoTrans, unit ? CblasUnit : CblasNonUnit, rows, cols, 1.0, a, lda, b, rows);
 }
-void trsm(bool left, bool upper, bool unit, int rows, int cols, const Complex64* a, int lda, Complex64* b) {
+void trsm(bool left, bool upper, bool transpose, bool unit, int rows, int cols, const Complex64* a, int lda,
+          Complex64* b) {
   const std::complex<float> one(1.f, 0.f);
-  cblas_ctrsm(CblasColMajor, left ? CblasLeft : CblasRight, upper ? CblasUpper : CblasLower, CblasNoTrans,
-              unit ? CblasUnit : CblasNonUnit, rows, cols, &one, a, lda, b, rows);
+  cblas_ctrsm(CblasColMajor, left ? CblasLeft : CblasRight, upper ? CblasUpper : CblasLower,
+              transpose ? CblasTrans : CblasNoTrans, unit ? CblasUnit : CblasNonUnit, rows, cols, &one, a, lda, b, rows);
 }
 void potrf_lower(lapack_int n, float* a, lapack_int* info) {
   const char uplo = 'L';
@@ -436,7 +437,7 @@ void triangular_solve(const TriangularSolveParams& p) {
     T* x = static_cast<T*>(p.b);
 #pragma omp parallel for schedule(dynamic, 1) if (over_batch(p.batch))
     for (int64_t b = 0; b < p.batch; ++b)
-      trsm(p.left, p.upper, p.unit, static_cast<int>(p.rows), static_cast<int>(p.cols), a + b * p.n * p.n,
+      trsm(p.left, p.upper, p.transpose, p.unit, static_cast<int>(p.rows), static_cast<int>(p.cols), a + b * p.n * p.n,
            static_cast<int>(p.n), x + b * p.rows * p.cols);
   });
 }

@@ -137,53 +137,53 @@ cublasStatus_t getrs_batched(cublasHandle_t h, cublasOperation_t op, int n, int 
                              reinterpret_cast<cuComplex* const*>(b), n, info, batch);
 }
 
-cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag, int rows,
-                    int cols, const float* a, int lda, float* b, int ldb) {
+cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
+                    cublasDiagType_t diag, int rows, int cols, const float* a, int lda, float* b, int ldb) {
   const float one = 1.f;
-  return cublasStrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, ldb);
+  return cublasStrsm(h, side, uplo, op, diag, rows, cols, &one, a, lda, b, ldb);
 }
-cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag, int rows,
-                    int cols, const double* a, int lda, double* b, int ldb) {
+cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
+                    cublasDiagType_t diag, int rows, int cols, const double* a, int lda, double* b, int ldb) {
   const double one = 1.0;
-  return cublasDtrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, ldb);
+  return cublasDtrsm(h, side, uplo, op, diag, rows, cols, &one, a, lda, b, ldb);
 }
-cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag, int rows,
-                    int cols, const Complex64* a, int lda, Complex64* b, int ldb) {
+cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
+                    cublasDiagType_t diag, int rows, int cols, const Complex64* a, int lda, Complex64* b, int ldb) {
   const cuComplex one = make_cuComplex(1.f, 0.f);
-  return cublasCtrsm(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, native(a), lda, native(b), ldb);
+  return cublasCtrsm(h, side, uplo, op, diag, rows, cols, &one, native(a), lda, native(b), ldb);
 }
-// c (m x k) -= a (m x k) b (k x n), column-major; full float32 / float64 arithmetic (the handles
-// keep cuBLAS's default math mode: no TF32).
-cublasStatus_t gemm_subtract(cublasHandle_t h, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+// c (m x n) -= op_a(a) (m x k) op_b(b) (k x n), column-major; full float32 / float64 arithmetic
+// (the handles keep cuBLAS's default math mode: no TF32).
+cublasStatus_t gemm_subtract(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                              float* c, int ldc) {
   const float one = 1.f, minus_one = -1.f;
-  return cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &minus_one, a, lda, b, ldb, &one, c, ldc);
+  return cublasSgemm(h, op_a, op_b, m, n, k, &minus_one, a, lda, b, ldb, &one, c, ldc);
 }
-cublasStatus_t gemm_subtract(cublasHandle_t h, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
+cublasStatus_t gemm_subtract(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
                              double* c, int ldc) {
   const double one = 1.0, minus_one = -1.0;
-  return cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &minus_one, a, lda, b, ldb, &one, c, ldc);
+  return cublasDgemm(h, op_a, op_b, m, n, k, &minus_one, a, lda, b, ldb, &one, c, ldc);
 }
-cublasStatus_t gemm_subtract(cublasHandle_t h, int m, int n, int k, const Complex64* a, int lda, const Complex64* b,
+cublasStatus_t gemm_subtract(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const Complex64* a, int lda, const Complex64* b,
                              int ldb, Complex64* c, int ldc) {
   const cuComplex one = make_cuComplex(1.f, 0.f), minus_one = make_cuComplex(-1.f, 0.f);
-  return cublasCgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &minus_one, native(a), lda, native(b), ldb, &one, native(c),
+  return cublasCgemm(h, op_a, op_b, m, n, k, &minus_one, native(a), lda, native(b), ldb, &one, native(c),
                      ldc);
 }
-cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag,
-                            int rows, int cols, const float* const* a, int lda, float* const* b, int batch) {
+cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
+                            cublasDiagType_t diag, int rows, int cols, const float* const* a, int lda, float* const* b, int batch) {
   const float one = 1.f;
-  return cublasStrsmBatched(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, rows, batch);
+  return cublasStrsmBatched(h, side, uplo, op, diag, rows, cols, &one, a, lda, b, rows, batch);
 }
-cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag,
-                            int rows, int cols, const double* const* a, int lda, double* const* b, int batch) {
+cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
+                            cublasDiagType_t diag, int rows, int cols, const double* const* a, int lda, double* const* b, int batch) {
   const double one = 1.0;
-  return cublasDtrsmBatched(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one, a, lda, b, rows, batch);
+  return cublasDtrsmBatched(h, side, uplo, op, diag, rows, cols, &one, a, lda, b, rows, batch);
 }
-cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasDiagType_t diag,
-                            int rows, int cols, const Complex64* const* a, int lda, Complex64* const* b, int batch) {
+cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
+                            cublasDiagType_t diag, int rows, int cols, const Complex64* const* a, int lda, Complex64* const* b, int batch) {
   const cuComplex one = make_cuComplex(1.f, 0.f);
-  return cublasCtrsmBatched(h, side, uplo, CUBLAS_OP_N, diag, rows, cols, &one,
+  return cublasCtrsmBatched(h, side, uplo, op, diag, rows, cols, &one,
                             reinterpret_cast<const cuComplex* const*>(a), lda, reinterpret_cast<cuComplex* const*>(b),
                             rows, batch);
 }
@@ -524,11 +524,11 @@ void lu_factor_blocked(const KernelLaunch& launch, cublasHandle_t h, Complex64* 
     }
     const int right = static_cast<int>(n - j0 - nb), below = static_cast<int>(m - j0 - nb), w = static_cast<int>(nb);
     if (right <= 0) continue;
-    check(trsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_UNIT, w, right, at(j0, j0), ld, at(j0, j0 + nb),
+    check(trsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_UNIT, w, right, at(j0, j0), ld, at(j0, j0 + nb),
                ld),
           "[lu_factor]");
     if (below > 0)
-      check(gemm_subtract(h, below, right, w, at(j0 + nb, j0), ld, at(j0, j0 + nb), ld, at(j0 + nb, j0 + nb), ld),
+      check(gemm_subtract(h, CUBLAS_OP_N, CUBLAS_OP_N, below, right, w, at(j0 + nb, j0), ld, at(j0, j0 + nb), ld, at(j0 + nb, j0 + nb), ld),
             "[lu_factor]");
   }
 }
@@ -763,34 +763,39 @@ __global__ void __launch_bounds__(kThreads) small_lu_kernel(const __grid_constan
 // Blocked triangular solve of one system (order >= kBlockedTriangularMin): the triangle split in
 // two at a multiple of kTriangularLeaf, recursively; the half that does not depend on the other is
 // solved first, the coupling block applied to the rest as one gemm, and blocks of order <=
-// kTriangularLeaf go to cuBLAS's trsm. Nearly all flops run in gemm (cuBLAS's trsm at large orders
-// is slower than its gemm). x: the column-major rows x cols B, overwritten with X.
+// kTriangularLeaf go to cuBLAS's trsm, so nearly all flops run in gemm. x: the column-major rows
+// x cols B, overwritten with X.
 constexpr int64_t kTriangularLeaf = 128, kBlockedTriangularMin = 512;
 template <typename T>
 void blocked_triangular(cublasHandle_t h, const TriangularSolveParams& p, const T* a, T* x, int64_t lo, int64_t hi) {
   const int n = static_cast<int>(p.n), ldx = static_cast<int>(p.rows), size = static_cast<int>(hi - lo);
-  const auto a_at = [&](int64_t i, int64_t j) { return a + i + j * p.n; };
+  const cublasOperation_t op = p.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // Block (i, j) of op(A), read through op.
+  const auto op_a_at = [&](int64_t i, int64_t j) { return p.transpose ? a + j + i * p.n : a + i + j * p.n; };
   // Rows lo.. of X (left) or its columns lo.. (right).
   const auto x_at = [&](int64_t lo_) { return p.left ? x + lo_ : x + lo_ * p.rows; };
   if (size <= kTriangularLeaf) {
     check(trsm(h, p.left ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT, p.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
-               p.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, p.left ? size : ldx, p.left ? static_cast<int>(p.cols) : size,
-               a_at(lo, lo), n, x_at(lo), ldx),
+               op, p.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, p.left ? size : ldx,
+               p.left ? static_cast<int>(p.cols) : size, op_a_at(lo, lo), n, x_at(lo), ldx),
           "[triangular_solve]");
     return;
   }
   const int64_t mid = lo + std::max(kTriangularLeaf, (hi - lo) / 2 / kTriangularLeaf * kTriangularLeaf);
-  // A X = B with lower A, or X A = B with upper A: [lo, mid) first.
-  const bool first_part_first = p.left != p.upper;
+  // op(A) X = B with lower op(A), or X op(A) = B with upper op(A): [lo, mid) first.
+  const bool op_upper = p.upper != p.transpose;
+  const bool first_part_first = p.left != op_upper;
   const int64_t f0 = first_part_first ? lo : mid, f1 = first_part_first ? mid : hi;  // solved first
   const int64_t s0 = first_part_first ? mid : lo, s1 = first_part_first ? hi : mid;  // updated, then solved
   blocked_triangular(h, p, a, x, f0, f1);
   const int done = static_cast<int>(f1 - f0), rest = static_cast<int>(s1 - s0);
-  if (p.left)  // X[s] -= A[s, f] X[f]
-    check(gemm_subtract(h, rest, static_cast<int>(p.cols), done, a_at(s0, f0), n, x_at(f0), ldx, x_at(s0), ldx),
+  if (p.left)  // X[s] -= op(A)[s, f] X[f]
+    check(gemm_subtract(h, op, CUBLAS_OP_N, rest, static_cast<int>(p.cols), done, op_a_at(s0, f0), n, x_at(f0), ldx,
+                        x_at(s0), ldx),
           "[triangular_solve]");
-  else  // X[:, s] -= X[:, f] A[f, s]
-    check(gemm_subtract(h, ldx, rest, done, x_at(f0), ldx, a_at(f0, s0), n, x_at(s0), ldx), "[triangular_solve]");
+  else  // X[:, s] -= X[:, f] op(A)[f, s]
+    check(gemm_subtract(h, CUBLAS_OP_N, op, ldx, rest, done, x_at(f0), ldx, op_a_at(f0, s0), n, x_at(s0), ldx),
+          "[triangular_solve]");
   blocked_triangular(h, p, a, x, s0, s1);
 }
 
@@ -889,6 +894,7 @@ void triangular_solve(const TriangularSolveParams& p) {
     const cublasSideMode_t side = p.left ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT;
     const cublasFillMode_t uplo = p.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
     const cublasDiagType_t diag = p.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT;
+    const cublasOperation_t op = p.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int rows = static_cast<int>(p.rows), cols = static_cast<int>(p.cols), n = static_cast<int>(p.n);
     std::lock_guard<std::mutex> lock(handles_mutex());
     Handles& h = handles_locked(launch);
@@ -898,11 +904,11 @@ void triangular_solve(const TriangularSolveParams& p) {
     } else if (p.batch > 1) {
       auto a_ptrs = matrix_pointers(launch, a, p.n * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
       auto b_ptrs = matrix_pointers(launch, x, p.rows * p.cols * static_cast<int64_t>(sizeof(T)), p.batch);
-      check(trsm_batched(h.blas, side, uplo, diag, rows, cols, static_cast<const T* const*>(a_ptrs->data), n,
+      check(trsm_batched(h.blas, side, uplo, op, diag, rows, cols, static_cast<const T* const*>(a_ptrs->data), n,
                          static_cast<T* const*>(b_ptrs->data), static_cast<int>(p.batch)),
             "[triangular_solve]");
     } else {
-      check(trsm(h.blas, side, uplo, diag, rows, cols, a, n, x, rows), "[triangular_solve]");
+      check(trsm(h.blas, side, uplo, op, diag, rows, cols, a, n, x, rows), "[triangular_solve]");
     }
   });
 }

@@ -85,10 +85,19 @@ bool is_column_major(const Tensor& t) {
 // A new column-major batch of `sizes` whose storage runs 64 bytes past the last element: every
 // buffer LAPACK reads or writes comes from here, as OpenBLAS's AVX-512 kernels may read one
 // vector past a matrix's end (cgemv_n inside cgesdd read 8 bytes past its input under ASan).
-Tensor column_major_empty(const Shape& sizes, const TensorOptions& opts) {
+Tensor padded_empty(const Shape& sizes, const Shape& strides, const TensorOptions& opts) {
   const int64_t pad = 64 / static_cast<int64_t>(element_size(opts.dtype_)) + 1;
   Tensor storage = empty({shape_numel(sizes) + pad}, opts);
-  return storage.as_strided(sizes, column_major_strides(sizes), 0);
+  return storage.as_strided(sizes, strides, 0);
+}
+Tensor column_major_empty(const Shape& sizes, const TensorOptions& opts) {
+  return padded_empty(sizes, column_major_strides(sizes), opts);
+}
+// The same, row-major (contiguous).
+Tensor row_major_copy(const Tensor& t) {
+  Tensor out = padded_empty(t.sizes(), contiguous_strides(t.sizes()), TensorOptions(t.dtype()).device(t.device()));
+  if (out.numel() > 0) out.copy_(t);
+  return out;
 }
 
 // A new column-major batch holding t's values (t may be an expanded view).
@@ -200,7 +209,8 @@ Tensor lu_solve_left(const Tensor& lu, const Tensor& pivots, const Tensor& b, Li
 
 // X = T^-1 X (left) or X T^-1 in place for the upper or lower triangle of T (unit diagonal
 // when unit), both column-major batches of the same batch size.
-void triangular_inplace(const Tensor& t, Tensor& x, bool upper, bool left = true, bool unit = false) {
+void triangular_inplace(const Tensor& t, Tensor& x, bool upper, bool left = true, bool unit = false,
+                        bool transpose = false) {
   if (x.numel() == 0) return;
   TriangularSolveParams p;
   p.a = t.raw_data_ptr();
@@ -213,6 +223,7 @@ void triangular_inplace(const Tensor& t, Tensor& x, bool upper, bool left = true
   p.left = left;
   p.upper = upper;
   p.unit = unit;
+  p.transpose = transpose;
   ANVIL_KERNEL(t.device(), triangular_solve, p);
 }
 
@@ -475,9 +486,15 @@ Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left,
     ANVIL_KERNEL(A.device(), small_triangular, sp);
     return x;
   }
-  const Tensor a = as_column_major(A.expand(with(batch, {n, n})));
-  Tensor x = column_major_copy(b);
-  triangular_inplace(a, x, upper, left, unitriangular);
+  // No transposing copies: X is written row-major over a copy of B, that is X^T column-major,
+  // solved as X^T op(A)^T = B^T (left) or op(A)^T X^T = B^T (right). A column-major gives op(A)^T
+  // = A^T by trsm's transpose; else A row-major is A^T column-major, its triangle the other one.
+  const Tensor a_full = A.expand(with(batch, {n, n}));
+  const bool a_column_major = is_column_major(a_full);
+  const Tensor a = a_column_major || a_full.is_contiguous() ? a_full : row_major_copy(a_full);
+  Tensor x = row_major_copy(b);
+  Tensor xt = x.transpose(-2, -1);
+  triangular_inplace(a, xt, a_column_major ? upper : !upper, !left, unitriangular, a_column_major);
   return x;
 }
 

@@ -64,15 +64,16 @@ struct LuUnpackParams {
   int64_t batch = 0, m = 0, n = 0;
 };
 
-// X with A X = B (left) or X A = B for triangular A: its upper or lower triangle is read, the
-// diagonal taken as ones when unit. a (batch, n, n); b (batch, rows, cols) holds B and is
-// overwritten with X (rows = n when left, cols = n otherwise). Both column-major.
+// X with op(A) X = B (left) or X op(A) = B for triangular A, op(A) = A or (transpose) A^T: A's
+// upper or lower triangle is read, the diagonal taken as ones when unit. a (batch, n, n); b
+// (batch, rows, cols) holds B and is overwritten with X (rows = n when left, cols = n otherwise).
+// Both column-major; upper names the triangle of a's stored matrices.
 struct TriangularSolveParams {
   const void* a = nullptr;
   void* b = nullptr;
   DType dtype = kFloat32;
   int64_t batch = 0, n = 0, rows = 0, cols = 0;
-  bool left = true, upper = false, unit = false;
+  bool left = true, upper = false, unit = false, transpose = false;
 };
 
 // Cholesky A = L L^H of Hermitian positive-definite (batch, n, n) column-major matrices, in
