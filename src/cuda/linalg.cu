@@ -760,12 +760,19 @@ __global__ void __launch_bounds__(kThreads) small_lu_kernel(const __grid_constan
     small_lu::run_one<T, N>(p, b, dense_a);
 }
 
-// Blocked triangular solve of one system (order >= kBlockedTriangularMin): the triangle split in
-// two at a multiple of kTriangularLeaf, recursively; the half that does not depend on the other is
-// solved first, the coupling block applied to the rest as one gemm, and blocks of order <=
-// kTriangularLeaf go to cuBLAS's trsm, so nearly all flops run in gemm. x: the column-major rows
-// x cols B, overwritten with X.
-constexpr int64_t kTriangularLeaf = 128, kBlockedTriangularMin = 512;
+// Blocked triangular solve of one system: the triangle split in two at a multiple of
+// kTriangularLeaf, recursively; the half that does not depend on the other is solved first, the
+// coupling block applied to the rest as one gemm, and blocks of order <= kTriangularLeaf go to
+// cuBLAS's trsm, so nearly all flops run in gemm. x: the column-major rows x cols B, overwritten
+// with X. cuBLAS's trsm itself recurses the same way to 256-order blocks (a 256 leaf gave its
+// bits, H100); 128 is faster for float32 with many right-hand sides, slower with few (k = 1 / 16:
+// 0.4-0.5x) and for float64 at 4096^2 (0.78x): H100, left lower, trsm / blocked, n 256 .. 8192:
+// k 4096 1.26 / 1.22 / 1.13 / 1.10 / 1.07 / 1.04x, k 512 0.66-1.05x, k 64 0.78-0.96x below
+// order 4096, 1.09x at 4096 and 8192.
+constexpr int64_t kTriangularLeaf = 128;
+bool use_blocked_triangular(const TriangularSolveParams& p) {
+  return p.dtype == kFloat32 && p.left && p.n >= 256 && (p.cols >= 1024 || (p.n >= 4096 && p.cols >= 64));
+}
 template <typename T>
 void blocked_triangular(cublasHandle_t h, const TriangularSolveParams& p, const T* a, T* x, int64_t lo, int64_t hi) {
   const int n = static_cast<int>(p.n), ldx = static_cast<int>(p.rows), size = static_cast<int>(hi - lo);
@@ -899,7 +906,7 @@ void triangular_solve(const TriangularSolveParams& p) {
     std::lock_guard<std::mutex> lock(handles_mutex());
     Handles& h = handles_locked(launch);
     check(cublasSetStream(h.blas, launch.stream()), "[triangular_solve]");
-    if (p.n >= kBlockedTriangularMin) {
+    if (use_blocked_triangular(p)) {
       for (int64_t b = 0; b < p.batch; ++b) blocked_triangular(h.blas, p, a + b * p.n * p.n, x + b * p.rows * p.cols, 0, p.n);
     } else if (p.batch > 1) {
       auto a_ptrs = matrix_pointers(launch, a, p.n * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
