@@ -53,8 +53,27 @@ z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])
   rm -rf "$tmp"
 fi
 
-echo "[setup] configuring $BUILD_DIR ($CUDA_FLAG)"
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$CUDA_FLAG" "$@" >/dev/null
+# The Python package (python/, nanobind): built when nanobind, NumPy and pytest import or install
+# from PyPI; its pytest suite then runs with the others under CTest. -DANVIL_PYTHON=OFF skips it.
+PY_FLAG="-DANVIL_PYTHON=OFF"
+if command -v python3 >/dev/null; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    SUDO=""
+    [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-pip >/dev/null) || true
+  fi
+  export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+  py_reqs=("nanobind>=2.2" numpy pytest)
+  if python3 -c 'import nanobind, numpy, pytest' 2>/dev/null || python3 -m pip install -q "${py_reqs[@]}" 2>/dev/null ||
+     python3 -m pip install -q --break-system-packages "${py_reqs[@]}" 2>/dev/null; then
+    PY_FLAG="-DANVIL_PYTHON=ON"
+  else
+    echo "[setup] nanobind / NumPy / pytest could not be installed: building without the Python package"
+  fi
+fi
+
+echo "[setup] configuring $BUILD_DIR ($CUDA_FLAG $PY_FLAG)"
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$CUDA_FLAG" "$PY_FLAG" "$@" >/dev/null
 echo "[setup] building with $(nproc) jobs"
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 echo "[setup] done: $BUILD_DIR/tools/anvil/anvil"

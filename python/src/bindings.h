@@ -1,0 +1,25 @@
+#pragma once
+// anvil's Python bindings (nanobind): shared helpers of module.cpp, tensor.cpp and dlpack.cpp.
+#include <nanobind/nanobind.h>
+
+#include <optional>
+
+#include "anvil/anvil.h"
+
+namespace anvil::python {
+
+namespace nb = nanobind;
+
+// A device argument: an anvil.device, "cpu" / "cuda" / "cuda:1", or None (the fallback).
+Device device_arg(nb::handle h, Device fallback = kCPU);
+// A Python bool / int / float / complex as a Scalar; nullopt for anything else.
+std::optional<Scalar> scalar_arg(nb::handle h);
+// A shape from ints given one by one (f(2, 3)) or as one sequence (f((2, 3)), f([2, 3])).
+Shape shape_args(const nb::args& args, const char* op);
+// TensorOptions from the dtype / device keywords (the defaults: float32 on the CPU).
+TensorOptions options_of(std::optional<DType> dtype, nb::handle device, DType fallback = kFloat32);
+
+nb::class_<Tensor> bind_tensor(nb::module_& m);
+void bind_dlpack(nb::module_& m, nb::class_<Tensor>& tensor_class);
+
+}  // namespace anvil::python
