@@ -39,7 +39,7 @@ def test_torch_shares_memory_both_ways(device):
     torch = pytest.importorskip("torch")
     tt = torch.arange(6, dtype=torch.float32, device=device).reshape(2, 3)
     at = anvil.from_dlpack(tt)
-    assert at.shape == (2, 3) and str(at.device) == str(tt.device).replace("cuda", "cuda") and at.dtype == anvil.float32
+    assert at.shape == (2, 3) and str(at.device) == str(tt.device) and at.dtype == anvil.float32
     tt[0, 0] = 41  # written through torch, read through anvil
     assert at[0, 0].item() == 41
     back = torch.from_dlpack(at)
