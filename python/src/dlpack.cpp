@@ -183,7 +183,14 @@ anvil::Tensor tensor_of(nb::handle data, std::optional<DType> dtype, nb::handle 
   if (nb::isinstance<anvil::Tensor>(data)) {
     t = nb::cast<const anvil::Tensor&>(data).clone();
   } else if (nb::hasattr(data, "__dlpack__")) {
-    t = from_dlpack(data).clone();
+    nb::object src = nb::borrow(data);
+    // NumPy's complex128 (anvil has complex64 only): converted when a dtype is asked for.
+    if (nb::hasattr(data, "__array_interface__") && nb::cast<std::string>(data.attr("dtype").attr("str")).ends_with("c16")) {
+      if (!dtype)
+        throw nb::type_error("[anvil.tensor] anvil has no complex128: pass dtype=anvil.complex64 to convert");
+      src = data.attr("astype")("complex64");
+    }
+    t = from_dlpack(src).clone();
   } else {
     nb::module_ np = nb::module_::import_("numpy");
     nb::object a = np.attr("asarray")(data);

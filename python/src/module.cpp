@@ -186,4 +186,5 @@ NB_MODULE(_anvil, m) {
   bind_factories(m);
   bind_dlpack(m, tensor_class);
   bind_cuda(m);
+  bind_linalg(m);
 }

@@ -56,6 +56,9 @@ def test_tensor_from_python_and_numpy():
     assert np.asarray(s) is not None and np.array_equal(np.asarray(s), a)
     with pytest.raises(TypeError):
         anvil.tensor("abc")
+    with pytest.raises(TypeError, match="complex128"):
+        anvil.tensor(np.ones(2, dtype=np.complex128))
+    assert anvil.tensor(np.ones(2, dtype=np.complex128), dtype=anvil.complex64).dtype == anvil.complex64
 
 
 def test_properties_and_conversions():
