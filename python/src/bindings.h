@@ -22,5 +22,6 @@ TensorOptions options_of(std::optional<DType> dtype, nb::handle device, DType fa
 nb::class_<Tensor> bind_tensor(nb::module_& m);
 void bind_dlpack(nb::module_& m, nb::class_<Tensor>& tensor_class);
 void bind_linalg(nb::module_& m);
+void bind_functional(nb::module_& m);
 
 }  // namespace anvil::python

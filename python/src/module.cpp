@@ -187,4 +187,5 @@ NB_MODULE(_anvil, m) {
   bind_dlpack(m, tensor_class);
   bind_cuda(m);
   bind_linalg(m);
+  bind_functional(m);
 }
