@@ -23,5 +23,6 @@ nb::class_<Tensor> bind_tensor(nb::module_& m);
 void bind_dlpack(nb::module_& m, nb::class_<Tensor>& tensor_class);
 void bind_linalg(nb::module_& m);
 void bind_functional(nb::module_& m);
+void bind_cuda(nb::module_& m, nb::class_<Tensor>& tensor_class);
 
 }  // namespace anvil::python

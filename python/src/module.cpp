@@ -1,4 +1,4 @@
-// anvil._anvil: dtypes, devices, typed errors, factories, module-level ops and anvil.cuda.
+// anvil._anvil: dtypes, devices, typed errors, factories; the submodules from the other files.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -7,7 +7,6 @@
 #include <string>
 #include <utility>
 
-#include "anvil/cuda.h"
 #include "bindings.h"
 
 namespace anvil::python {
@@ -158,16 +157,6 @@ void bind_factories(nb::module_& m) {
   m.def("stack", [](const std::vector<Tensor>& ts, int64_t dim) { return stack(ts, dim); }, nb::arg("tensors"), nb::arg("dim") = 0);
 }
 
-void bind_cuda(nb::module_& m) {
-  nb::module_ c = m.def_submodule("cuda", "anvil.cuda: devices, streams and memory of the CUDA backend");
-  c.def("is_available", &cuda::is_available);
-  c.def("unavailable_reason", &cuda::unavailable_reason);
-  c.def("device_count", &cuda::device_count);
-  c.def("built_with_cuda", &cuda::built_with_cuda);
-  c.def("synchronize", [](nb::handle device) { synchronize(device_arg(device, Device(kCUDA, 0))); },
-        nb::arg("device").none() = nb::none());
-}
-
 }  // namespace
 
 }  // namespace anvil::python
@@ -185,7 +174,7 @@ NB_MODULE(_anvil, m) {
   nb::class_<anvil::Tensor> tensor_class = bind_tensor(m);
   bind_factories(m);
   bind_dlpack(m, tensor_class);
-  bind_cuda(m);
+  bind_cuda(m, tensor_class);
   bind_linalg(m);
   bind_functional(m);
 }
