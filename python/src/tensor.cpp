@@ -141,6 +141,24 @@ nb::object numpy_of(const Tensor& t) {
   return nb::module_::import_("numpy").attr("from_dlpack")(nb::cast(t));
 }
 
+// In-place forms (a += b, a.add_(b)): the op's result written into a, which must hold the promoted
+// dtype's category as torch requires (no float into an integer tensor, no complex into a real one).
+template <typename FT, typename FS>
+Tensor& in_place(Tensor& a, nb::handle b, const char* op, FT with_tensor, FS with_scalar) {
+  Tensor r;
+  if (nb::isinstance<Tensor>(b)) r = with_tensor(a, nb::cast<const Tensor&>(b));
+  else if (const auto s = scalar_arg(b)) r = with_scalar(a, *s);
+  else throw nb::type_error((std::string("[anvil.Tensor.") + op + "] other must be a tensor or a number, got " + py_type_name(b)).c_str());
+  const DType to = a.dtype(), from = r.dtype();
+  const bool narrowing = (is_complex(from) && !is_complex(to)) ||
+                         (is_floating_point(from) && !is_floating_point(to) && !is_complex(to)) ||
+                         (from != kBool && to == kBool);
+  if (narrowing)
+    throw DTypeError(std::string("[") + op + "] result type " + dtype_name(from) +
+                     " can't be cast to the desired output type " + dtype_name(to));
+  return a.copy_(r.expand(a.sizes()));
+}
+
 }  // namespace
 
 nb::class_<Tensor> bind_tensor(nb::module_& m) {
@@ -287,6 +305,18 @@ nb::class_<Tensor> bind_tensor(nb::module_& m) {
   ANVIL_PY_OPERATOR("__le__", le)
   ANVIL_PY_OPERATOR("__gt__", gt)
   ANVIL_PY_OPERATOR("__ge__", ge)
+#define ANVIL_PY_IN_PLACE(py, name, fn)                                                                         \
+  c.def(py, [](Tensor& a, nb::handle b) -> Tensor& { return in_place(a, b, name, ANVIL_PY_BOTH(fn)); }, \
+        nb::rv_policy::reference);
+  ANVIL_PY_IN_PLACE("__iadd__", "add_", add)
+  ANVIL_PY_IN_PLACE("add_", "add_", add)
+  ANVIL_PY_IN_PLACE("__isub__", "sub_", sub)
+  ANVIL_PY_IN_PLACE("sub_", "sub_", sub)
+  ANVIL_PY_IN_PLACE("__imul__", "mul_", mul)
+  ANVIL_PY_IN_PLACE("mul_", "mul_", mul)
+  ANVIL_PY_IN_PLACE("__itruediv__", "div_", div)
+  ANVIL_PY_IN_PLACE("div_", "div_", div)
+#undef ANVIL_PY_IN_PLACE
   c.attr("__hash__") = nb::none();
 
   // Ops as methods and module functions (torch's names).

@@ -167,3 +167,26 @@ def test_cuda_reports_why_not():
         assert anvil.cuda.unavailable_reason() != ""
         with pytest.raises(RuntimeError):
             anvil.zeros(2, device="cuda")
+
+
+def test_in_place_arithmetic_writes_through_views():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = anvil.from_numpy(a)
+    alias = t
+    t += 1
+    t[0] *= anvil.tensor([2.0, 3.0, 4.0])
+    t.sub_(0.5)
+    t[1].div_(2)
+    assert t is alias  # the same object, updated in place, as torch
+    want = np.arange(6, dtype=np.float32).reshape(2, 3) + 1
+    want[0] *= [2, 3, 4]
+    want -= 0.5
+    want[1] /= 2
+    np.testing.assert_allclose(a, want)
+    i = anvil.arange(3)
+    i += 2
+    assert i.tolist() == [2, 3, 4]
+    with pytest.raises(TypeError, match="can't be cast"):
+        i += 0.5  # float result into an int64 tensor, refused as torch does
+    with pytest.raises(TypeError, match="can't be cast"):
+        i /= 2
