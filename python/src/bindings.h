@@ -10,6 +10,19 @@ namespace anvil::python {
 
 namespace nb = nanobind;
 
+// An int argument: a Python int or anything whose __index__ gives one (NumPy's integers), not a bool.
+inline bool is_int(nb::handle h) {
+  if (PyBool_Check(h.ptr())) return false;
+  if (PyLong_Check(h.ptr())) return true;
+  if (!PyIndex_Check(h.ptr())) return false;
+  PyObject* v = PyNumber_Index(h.ptr());  // a float array's __index__ raises: not an int
+  if (!v) {
+    PyErr_Clear();
+    return false;
+  }
+  Py_DECREF(v);
+  return true;
+}
 // A device argument: an anvil.device, "cpu" / "cuda" / "cuda:1", or None (the fallback).
 Device device_arg(nb::handle h, Device fallback = kCPU);
 // A Python bool / int / float / complex as a Scalar; nullopt for anything else.

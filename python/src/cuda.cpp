@@ -12,10 +12,10 @@
 namespace anvil::python {
 namespace {
 
+// A CUDA device argument: an index, an anvil.device / string, or None (device 0).
 Device cuda_device(nb::handle h) {
-  const Device d = device_arg(h, Device(kCUDA, 0));
-  if (nb::isinstance<nb::int_>(h)) return Device(kCUDA, nb::cast<int>(h));
-  return d;
+  if (is_int(h)) return Device(kCUDA, nb::cast<int>(h));
+  return device_arg(h, Device(kCUDA, 0));
 }
 
 // `with anvil.cuda.stream(s):` makes s the current stream of its device, the previous one back

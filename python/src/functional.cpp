@@ -24,7 +24,7 @@ Tensor or_undefined(const OptTensor& t) { return t ? *t : Tensor(); }
 
 // An int for every dim or a sequence of ints (torch's _size_N_t arguments).
 Shape ints(nb::handle h, const char* op, const char* name) {
-  if (nb::isinstance<nb::int_>(h)) return {nb::cast<int64_t>(h)};
+  if (is_int(h)) return {nb::cast<int64_t>(h)};
   if (!nb::isinstance<nb::sequence>(h) || nb::isinstance<nb::str>(h))
     throw nb::type_error((std::string("[") + op + "] " + name + " must be an int or a sequence of ints").c_str());
   Shape s;

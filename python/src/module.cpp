@@ -22,22 +22,28 @@ Device device_arg(nb::handle h, Device fallback) {
 
 std::optional<Scalar> scalar_arg(nb::handle h) {
   if (nb::isinstance<nb::bool_>(h)) return Scalar(nb::cast<bool>(h));
-  if (nb::isinstance<nb::int_>(h)) return Scalar(nb::cast<int64_t>(h));
+  if (is_int(h) && !nb::isinstance<Tensor>(h)) return Scalar(nb::cast<int64_t>(h));
   if (nb::isinstance<nb::float_>(h)) return Scalar(nb::cast<double>(h));
   if (PyComplex_Check(h.ptr())) return Scalar(std::complex<double>(PyComplex_RealAsDouble(h.ptr()), PyComplex_ImagAsDouble(h.ptr())));
+  // NumPy scalars (np.float32(2), np.bool_) and 0-d arrays: their Python value.
+  if (!nb::isinstance<Tensor>(h) && nb::hasattr(h, "dtype") && nb::hasattr(h, "item") && nb::hasattr(h, "ndim") &&
+      nb::cast<int64_t>(h.attr("ndim")) == 0) {
+    nb::object v = h.attr("item")();
+    if (!nb::hasattr(v, "dtype")) return scalar_arg(v);
+  }
   return std::nullopt;
 }
 
 Shape shape_args(const nb::args& args, const char* op) {
   Shape shape;
-  if (args.size() == 1 && !nb::isinstance<nb::int_>(args[0])) {
+  if (args.size() == 1 && !is_int(args[0])) {
     if (!nb::isinstance<nb::sequence>(args[0]))
       throw nb::type_error((std::string("[") + op + "] size must be ints or a sequence of ints").c_str());
     for (nb::handle d : nb::iter(args[0])) shape.push_back(nb::cast<int64_t>(d));
     return shape;
   }
   for (nb::handle d : args) {
-    if (!nb::isinstance<nb::int_>(d)) throw nb::type_error((std::string("[") + op + "] size must be ints").c_str());
+    if (!is_int(d)) throw nb::type_error((std::string("[") + op + "] size must be ints").c_str());
     shape.push_back(nb::cast<int64_t>(d));
   }
   return shape;

@@ -84,8 +84,6 @@ Tensor index(const Tensor& t, nb::handle key, bool for_write) {
       dim += t.dim() - consumed;
     } else if (nb::isinstance<nb::bool_>(h)) {
       throw nb::index_error("[anvil.Tensor.__getitem__] bool indices are not supported yet");
-    } else if (nb::isinstance<nb::int_>(h)) {
-      r = r.select(dim, wrap_index(nb::cast<int64_t>(h), r.size(dim), dim));
     } else if (PySlice_Check(h.ptr())) {
       Py_ssize_t start = 0, stop = 0, step = 0;
       if (PySlice_Unpack(h.ptr(), &start, &stop, &step) < 0) throw nb::python_error();
@@ -97,11 +95,17 @@ Tensor index(const Tensor& t, nb::handle key, bool for_write) {
       const Tensor& idx = nb::cast<const Tensor&>(h);
       if (for_write)
         throw nb::index_error("[anvil.Tensor.__setitem__] assignment through tensor indices is not supported yet");
+      if (idx.dim() == 0 && is_integral(idx.dtype())) {  // as an int (one read of its value)
+        r = r.select(dim, wrap_index(idx.item().to_int64(), r.size(dim), dim));
+        continue;
+      }
       if (idx.dim() != 1 || !is_integral(idx.dtype()))
         throw nb::index_error(("[anvil.Tensor.__getitem__] tensor indices must be 1-d integer tensors here, got " +
                                std::string(dtype_name(idx.dtype())) + " of shape " + shape_str(idx.sizes()))
                                   .c_str());
       r = index_select(r, dim++, idx.to(kInt64));
+    } else if (is_int(h)) {
+      r = r.select(dim, wrap_index(nb::cast<int64_t>(h), r.size(dim), dim));
     } else {
       throw nb::type_error(("[anvil.Tensor.__getitem__] indices must be ints, slices, None, Ellipsis or tensors, got " +
                             py_type_name(h))
@@ -318,12 +322,13 @@ nb::class_<Tensor> bind_tensor(nb::module_& m) {
   ANVIL_PY_IN_PLACE("div_", "div_", div)
 #undef ANVIL_PY_IN_PLACE
   c.attr("__hash__") = nb::none();
+  c.attr("__array_priority__") = 1000;  // NumPy defers to the reflected operators (np_scalar + t), as for torch
 
   // Ops as methods and module functions (torch's names).
   const auto dims_kw = [](std::optional<nb::object> dim) {
     Shape d;
     if (!dim || dim->is_none()) return d;
-    if (nb::isinstance<nb::int_>(*dim)) return Shape{nb::cast<int64_t>(*dim)};
+    if (is_int(*dim)) return Shape{nb::cast<int64_t>(*dim)};
     for (nb::handle h : nb::iter(*dim)) d.push_back(nb::cast<int64_t>(h));
     return d;
   };

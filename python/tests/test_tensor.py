@@ -190,3 +190,13 @@ def test_in_place_arithmetic_writes_through_views():
         i += 0.5  # float result into an int64 tensor, refused as torch does
     with pytest.raises(TypeError, match="can't be cast"):
         i /= 2
+
+
+def test_numpy_scalars_and_0d_tensors_as_numbers():
+    t = anvil.arange(6, dtype=anvil.float32).reshape(2, 3)
+    assert anvil.zeros(np.int64(2), np.int32(3)).shape == (2, 3)
+    assert t[np.int64(1), np.int32(2)].item() == 5 and t[anvil.tensor(1)].tolist() == [3, 4, 5]
+    assert (t + np.float32(0.5)).dtype == anvil.float32 and (t * np.float64(2))[1, 0].item() == 6
+    assert (t > np.int64(2)).sum().item() == 3 and (t + np.array(1.0)).shape == (2, 3)
+    assert t.sum(dim=np.int64(0)).tolist() == [3, 5, 7]
+    assert isinstance(np.float32(1) + t, anvil.Tensor) and (np.float32(10) - t)[0, 1].item() == 9
