@@ -355,6 +355,16 @@ nb::class_<Tensor> bind_tensor(nb::module_& m) {
   };
   arg_dim("argmax", &argmax);
   arg_dim("argmin", &argmin);
+  // anvil.special (torch.special's names): the functions anvil has.
+  nb::module_ special = m.def_submodule("special", "anvil.special");
+  special.def("laguerre_polynomial_l", [](nb::handle x, nb::handle n) -> Tensor {
+    const bool xt = nb::isinstance<Tensor>(x), nt = nb::isinstance<Tensor>(n);
+    const auto xs = xt ? std::nullopt : scalar_arg(x), ns = nt ? std::nullopt : scalar_arg(n);
+    if (xt && nt) return special_laguerre_polynomial_l(nb::cast<const Tensor&>(x), nb::cast<const Tensor&>(n));
+    if (xt && ns) return special_laguerre_polynomial_l(nb::cast<const Tensor&>(x), *ns);
+    if (xs && nt) return special_laguerre_polynomial_l(*xs, nb::cast<const Tensor&>(n));
+    throw nb::type_error("[anvil.special.laguerre_polynomial_l] x and n: tensors or numbers, at least one a tensor");
+  }, nb::arg("input"), nb::arg("n"));
   c.def("matmul", [](T a, T b) { return matmul(a, b); });
   m.def("matmul", [](T a, T b) { return matmul(a, b); }, nb::arg("input"), nb::arg("other"));
   m.def("where", [](T cond, T a, T b) { return where(cond, a, b); }, nb::arg("condition"), nb::arg("input"), nb::arg("other"));

@@ -153,3 +153,17 @@ def test_fp8_scaled_mm_and_grouped_mm(device, rng):
                        offs=anvil.tensor(offs, device=device))
     want = np.concatenate([x[:3] @ wg[0], x[3:10] @ wg[2]])
     close(got, want, tol=1e-5)
+
+
+def test_special_laguerre_against_the_recurrence():
+    x = np.linspace(-2, 5, 11)
+    want = [np.ones_like(x), 1 - x]
+    for k in range(1, 5):  # (k + 1) L_{k+1} = (2k + 1 - x) L_k - k L_{k-1}
+        want.append(((2 * k + 1 - x) * want[k] - k * want[k - 1]) / (k + 1))
+    X = anvil.tensor(x, dtype=anvil.float64)
+    for n in range(6):
+        np.testing.assert_allclose(anvil.special.laguerre_polynomial_l(X, n).numpy(), want[n], rtol=1e-12, atol=1e-12)
+    got = anvil.special.laguerre_polynomial_l(2.0, anvil.arange(4, dtype=anvil.float64)).numpy()
+    np.testing.assert_allclose(got, [1.0, -1.0, -1.0, -1.0 / 3.0], rtol=1e-12)  # L_n(2), n = 0..3
+    with pytest.raises(TypeError):
+        anvil.special.laguerre_polynomial_l(2.0, 3)
