@@ -3,6 +3,7 @@
 #include <nanobind/nanobind.h>
 
 #include <optional>
+#include <string>
 
 #include "anvil/anvil.h"
 
@@ -27,6 +28,10 @@ inline bool is_int(nb::handle h) {
 Device device_arg(nb::handle h, Device fallback = kCPU);
 // A Python bool / int / float / complex as a Scalar; nullopt for anything else.
 std::optional<Scalar> scalar_arg(nb::handle h);
+// A Python object's type name, for error messages.
+inline std::string py_type_name(nb::handle h) { return nb::cast<std::string>(nb::str(h.type().attr("__name__"))); }
+// One int, or a sequence of ints (torch's int-or-tuple arguments: sizes, dims, strides).
+Shape int_list(nb::handle h, const char* op, const char* name);
 // A shape from ints given one by one (f(2, 3)) or as one sequence (f((2, 3)), f([2, 3])).
 Shape shape_args(const nb::args& args, const char* op);
 // TensorOptions from the dtype / device keywords (the defaults: float32 on the CPU).

@@ -199,9 +199,7 @@ anvil::Tensor tensor_of(nb::handle data, std::optional<DType> dtype, nb::handle 
     else if (kind == "c") a = a.attr("astype")(np.attr("complex64"));
     else if (kind == "i" || kind == "u") a = a.attr("astype")(np.attr("int64"));
     else if (kind != "b")
-      throw nb::type_error(("[anvil.tensor] can't build a tensor from " +
-                            nb::cast<std::string>(nb::str(data.type().attr("__name__"))))
-                               .c_str());
+      throw nb::type_error(("[anvil.tensor] can't build a tensor from " + py_type_name(data)).c_str());
     t = from_dlpack(a.attr("copy")("C")).clone();  // C order; 0-d stays 0-d
   }
   if (dtype) t = t.to(*dtype);

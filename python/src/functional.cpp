@@ -22,16 +22,6 @@ namespace {
 using OptTensor = std::optional<Tensor>;
 Tensor or_undefined(const OptTensor& t) { return t ? *t : Tensor(); }
 
-// An int for every dim or a sequence of ints (torch's _size_N_t arguments).
-Shape ints(nb::handle h, const char* op, const char* name) {
-  if (is_int(h)) return {nb::cast<int64_t>(h)};
-  if (!nb::isinstance<nb::sequence>(h) || nb::isinstance<nb::str>(h))
-    throw nb::type_error((std::string("[") + op + "] " + name + " must be an int or a sequence of ints").c_str());
-  Shape s;
-  for (nb::handle d : nb::iter(h)) s.push_back(nb::cast<int64_t>(d));
-  return s;
-}
-
 Reduction reduction_of(const std::string& r, const char* op) {
   if (r == "mean") return Reduction::Mean;
   if (r == "sum") return Reduction::Sum;
@@ -46,10 +36,10 @@ template <Tensor (*Ints)(const Tensor&, const Tensor&, const Tensor&, const Shap
 void def_conv(nb::module_& f, const char* name) {
   f.def(name, [name](const Tensor& input, const Tensor& weight, const OptTensor& bias, nb::handle stride,
                      nb::handle padding, nb::handle dilation, int64_t groups) {
-    const Shape st = ints(stride, name, "stride"), dil = ints(dilation, name, "dilation");
+    const Shape st = int_list(stride, name, "stride"), dil = int_list(dilation, name, "dilation");
     if (nb::isinstance<nb::str>(padding))
       return Named(input, weight, or_undefined(bias), st, ConvPadding(nb::cast<std::string>(padding)), dil, groups);
-    return Ints(input, weight, or_undefined(bias), st, ints(padding, name, "padding"), dil, groups);
+    return Ints(input, weight, or_undefined(bias), st, int_list(padding, name, "padding"), dil, groups);
   }, nb::arg("input"), nb::arg("weight"), nb::arg("bias").none() = nb::none(), nb::arg("stride") = 1,
         nb::arg("padding") = 0, nb::arg("dilation") = 1, nb::arg("groups") = 1);
 }
@@ -59,8 +49,8 @@ template <Tensor (*Fn)(const Tensor&, const Tensor&, const Tensor&, const Shape&
 void def_conv_transpose(nb::module_& f, const char* name) {
   f.def(name, [name](const Tensor& input, const Tensor& weight, const OptTensor& bias, nb::handle stride,
                      nb::handle padding, nb::handle output_padding, int64_t groups, nb::handle dilation) {
-    return Fn(input, weight, or_undefined(bias), ints(stride, name, "stride"), ints(padding, name, "padding"),
-              ints(output_padding, name, "output_padding"), groups, ints(dilation, name, "dilation"));
+    return Fn(input, weight, or_undefined(bias), int_list(stride, name, "stride"), int_list(padding, name, "padding"),
+              int_list(output_padding, name, "output_padding"), groups, int_list(dilation, name, "dilation"));
   }, nb::arg("input"), nb::arg("weight"), nb::arg("bias").none() = nb::none(), nb::arg("stride") = 1,
         nb::arg("padding") = 0, nb::arg("output_padding") = 0, nb::arg("groups") = 1, nb::arg("dilation") = 1);
 }
@@ -82,11 +72,11 @@ void bind_functional(nb::module_& m) {
   f.def("tanh", &tanh, nb::arg("input"));
   f.def("gelu", &gelu, nb::arg("input"), nb::kw_only(), nb::arg("approximate") = "none");
   f.def("rms_norm", [](T x, nb::handle shape, const OptTensor& w, std::optional<double> eps) {
-    return rms_norm(x, ints(shape, "rms_norm", "normalized_shape"), or_undefined(w), eps);
+    return rms_norm(x, int_list(shape, "rms_norm", "normalized_shape"), or_undefined(w), eps);
   }, nb::arg("input"), nb::arg("normalized_shape"), nb::arg("weight").none() = nb::none(),
         nb::arg("eps").none() = nb::none());
   f.def("layer_norm", [](T x, nb::handle shape, const OptTensor& w, const OptTensor& b, double eps) {
-    return layer_norm(x, ints(shape, "layer_norm", "normalized_shape"), or_undefined(w), or_undefined(b), eps);
+    return layer_norm(x, int_list(shape, "layer_norm", "normalized_shape"), or_undefined(w), or_undefined(b), eps);
   }, nb::arg("input"), nb::arg("normalized_shape"), nb::arg("weight").none() = nb::none(),
         nb::arg("bias").none() = nb::none(), nb::arg("eps") = 1e-5);
   f.def("group_norm", [](T x, int64_t groups, const OptTensor& w, const OptTensor& b, double eps) {
@@ -107,12 +97,12 @@ void bind_functional(nb::module_& m) {
         nb::arg("dropout_p") = 0.0, nb::arg("is_causal") = false, nb::kw_only(), nb::arg("scale").none() = nb::none(),
         nb::arg("enable_gqa") = false);
   f.def("pad", [](T x, nb::handle p, const std::string& mode, std::optional<double> value) {
-    return pad(x, ints(p, "pad", "pad"), mode, value);
+    return pad(x, int_list(p, "pad", "pad"), mode, value);
   }, nb::arg("input"), nb::arg("pad"), nb::arg("mode") = "constant", nb::arg("value").none() = nb::none());
   f.def("interpolate", [](T x, nb::handle size, nb::handle scale, const std::string& mode,
                           std::optional<bool> align_corners, std::optional<bool> recompute) {
     std::optional<Shape> s;
-    if (!size.is_none()) s = ints(size, "interpolate", "size");
+    if (!size.is_none()) s = int_list(size, "interpolate", "size");
     std::optional<std::vector<double>> sf;
     if (!scale.is_none()) {
       std::vector<double> v;

@@ -15,9 +15,8 @@ Device device_arg(nb::handle h, Device fallback) {
   if (h.is_none()) return fallback;
   if (nb::isinstance<Device>(h)) return nb::cast<Device>(h);
   if (nb::isinstance<nb::str>(h)) return Device(nb::cast<std::string>(h));
-  throw nb::type_error(("[anvil.device] expected an anvil.device or a string such as 'cpu' or 'cuda:0', got " +
-                        nb::cast<std::string>(nb::str(h.type().attr("__name__"))))
-                           .c_str());
+  throw nb::type_error(
+      ("[anvil.device] expected an anvil.device or a string such as 'cpu' or 'cuda:0', got " + py_type_name(h)).c_str());
 }
 
 std::optional<Scalar> scalar_arg(nb::handle h) {
@@ -34,14 +33,18 @@ std::optional<Scalar> scalar_arg(nb::handle h) {
   return std::nullopt;
 }
 
+Shape int_list(nb::handle h, const char* op, const char* name) {
+  if (is_int(h)) return {nb::cast<int64_t>(h)};
+  if (!nb::isinstance<nb::sequence>(h) || nb::isinstance<nb::str>(h))
+    throw nb::type_error((std::string("[") + op + "] " + name + " must be an int or a sequence of ints").c_str());
+  Shape s;
+  for (nb::handle d : nb::iter(h)) s.push_back(nb::cast<int64_t>(d));
+  return s;
+}
+
 Shape shape_args(const nb::args& args, const char* op) {
+  if (args.size() == 1) return int_list(args[0], op, "size");
   Shape shape;
-  if (args.size() == 1 && !is_int(args[0])) {
-    if (!nb::isinstance<nb::sequence>(args[0]))
-      throw nb::type_error((std::string("[") + op + "] size must be ints or a sequence of ints").c_str());
-    for (nb::handle d : nb::iter(args[0])) shape.push_back(nb::cast<int64_t>(d));
-    return shape;
-  }
   for (nb::handle d : args) {
     if (!is_int(d)) throw nb::type_error((std::string("[") + op + "] size must be ints").c_str());
     shape.push_back(nb::cast<int64_t>(d));
@@ -133,12 +136,11 @@ void bind_factories(nb::module_& m) {
     }, nb::arg("size"), nb::kw_only(), kw("dtype"), kw("device"));
   }
   m.def("full", [](nb::handle size, nb::handle value, std::optional<DType> dtype, nb::handle device) {
-    nb::args one = nb::steal<nb::args>(PyTuple_Pack(1, size.ptr()));
     const std::optional<Scalar> v = scalar_arg(value);
     if (!v) throw nb::type_error("[anvil.full] fill_value must be a bool, int, float or complex");
     // torch: the dtype follows the fill value (bool, int64, float32, complex64) when not given.
     const DType t = dtype ? *dtype : v->default_dtype();
-    return full(shape_args(one, "anvil.full"), *v, options_of(t, device));
+    return full(int_list(size, "anvil.full", "size"), *v, options_of(t, device));
   }, nb::arg("size"), nb::arg("fill_value"), nb::kw_only(), kw("dtype"), kw("device"));
   m.def("arange", [](nb::handle start, nb::handle end, nb::handle step, std::optional<DType> dtype, nb::handle device) {
     const auto s0 = scalar_arg(start), s1 = end.is_none() ? std::optional<Scalar>() : scalar_arg(end), st = scalar_arg(step);

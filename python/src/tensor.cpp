@@ -12,7 +12,6 @@
 namespace anvil::python {
 namespace {
 
-std::string py_type_name(nb::handle h) { return nb::cast<std::string>(nb::str(h.type().attr("__name__"))); }
 
 nb::object scalar_to_python(const Scalar& s) {
   if (s.is_bool()) return nb::bool_(s.to_bool());
@@ -30,8 +29,6 @@ nb::tuple shape_tuple(const Shape& s) {
   return nb::tuple(l);
 }
 
-// dims given one by one (t.permute(1, 0)) or as one sequence (t.permute((1, 0))).
-Shape dims_of(const nb::args& args, const char* op) { return shape_args(args, op); }
 
 // The promoted dtype of `t op s`, made floating for true division as torch does.
 DType true_div_type(const Tensor& t, const Scalar& s) {
@@ -236,7 +233,7 @@ nb::class_<Tensor> bind_tensor(nb::module_& m) {
       // views
       .def("view", [](T t, nb::args s) { return t.view(shape_args(s, "anvil.Tensor.view")); })
       .def("reshape", [](T t, nb::args s) { return t.reshape(shape_args(s, "anvil.Tensor.reshape")); })
-      .def("permute", [](T t, nb::args d) { return t.permute(dims_of(d, "anvil.Tensor.permute")); })
+      .def("permute", [](T t, nb::args d) { return t.permute(shape_args(d, "anvil.Tensor.permute")); })
       .def("expand", [](T t, nb::args s) { return t.expand(shape_args(s, "anvil.Tensor.expand")); })
       .def("transpose", &Tensor::transpose, nb::arg("dim0"), nb::arg("dim1"))
       .def("t", &Tensor::t)
@@ -325,15 +322,10 @@ nb::class_<Tensor> bind_tensor(nb::module_& m) {
   c.attr("__array_priority__") = 1000;  // NumPy defers to the reflected operators (np_scalar + t), as for torch
 
   // Ops as methods and module functions (torch's names).
-  const auto dims_kw = [](std::optional<nb::object> dim) {
-    Shape d;
-    if (!dim || dim->is_none()) return d;
-    if (is_int(*dim)) return Shape{nb::cast<int64_t>(*dim)};
-    for (nb::handle h : nb::iter(*dim)) d.push_back(nb::cast<int64_t>(h));
-    return d;
-  };
   const auto reduce = [&](const char* name, auto fn) {
-    auto f = [=](T t, std::optional<nb::object> dim, bool keepdim) { return fn(t, dims_kw(dim), keepdim); };
+    auto f = [=](T t, std::optional<nb::object> dim, bool keepdim) {
+      return fn(t, !dim || dim->is_none() ? Shape{} : int_list(*dim, name, "dim"), keepdim);
+    };
     c.def(name, f, nb::arg("dim").none() = nb::none(), nb::arg("keepdim") = false);
     m.def(name, f, nb::arg("input"), nb::arg("dim").none() = nb::none(), nb::arg("keepdim") = false);
   };

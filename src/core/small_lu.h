@@ -260,8 +260,8 @@ void dispatch(const SmallLuParams& p, F&& f) {
 }
 
 // LAPACK's getf2 on one column-major m x n matrix of any size, in place, column by column (the
-// CUDA kernel's thread per matrix, the CPU's batches of small matrices and its unpivoted LU): the
-// pivot rule above, or no exchanges when !pivot; piv (min(m, n)) 1-based. Returns info.
+// CUDA kernel's thread per matrix and the CPU's LU without row exchanges): the pivot rule above,
+// or no exchanges when !pivot; piv (min(m, n)) 1-based. Returns info.
 template <typename T>
 ANVIL_HD int32_t getf2(T* a, int64_t m, int64_t n, int32_t* piv, bool pivot) {
   const int64_t k = m < n ? m : n;

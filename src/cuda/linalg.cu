@@ -154,34 +154,37 @@ cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t up
 }
 // c (m x n) -= op_a(a) (m x k) op_b(b) (k x n), column-major; full float32 / float64 arithmetic
 // (the handles keep cuBLAS's default math mode: no TF32).
-cublasStatus_t gemm_subtract(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                             float* c, int ldc) {
+cublasStatus_t gemm_subtract(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                             const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
   const float one = 1.f, minus_one = -1.f;
   return cublasSgemm(h, op_a, op_b, m, n, k, &minus_one, a, lda, b, ldb, &one, c, ldc);
 }
-cublasStatus_t gemm_subtract(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
-                             double* c, int ldc) {
+cublasStatus_t gemm_subtract(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                             const double* a, int lda, const double* b, int ldb, double* c, int ldc) {
   const double one = 1.0, minus_one = -1.0;
   return cublasDgemm(h, op_a, op_b, m, n, k, &minus_one, a, lda, b, ldb, &one, c, ldc);
 }
-cublasStatus_t gemm_subtract(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const Complex64* a, int lda, const Complex64* b,
-                             int ldb, Complex64* c, int ldc) {
+cublasStatus_t gemm_subtract(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                             const Complex64* a, int lda, const Complex64* b, int ldb, Complex64* c, int ldc) {
   const cuComplex one = make_cuComplex(1.f, 0.f), minus_one = make_cuComplex(-1.f, 0.f);
   return cublasCgemm(h, op_a, op_b, m, n, k, &minus_one, native(a), lda, native(b), ldb, &one, native(c),
                      ldc);
 }
 cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
-                            cublasDiagType_t diag, int rows, int cols, const float* const* a, int lda, float* const* b, int batch) {
+                            cublasDiagType_t diag, int rows, int cols, const float* const* a, int lda, float* const* b,
+                            int batch) {
   const float one = 1.f;
   return cublasStrsmBatched(h, side, uplo, op, diag, rows, cols, &one, a, lda, b, rows, batch);
 }
 cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
-                            cublasDiagType_t diag, int rows, int cols, const double* const* a, int lda, double* const* b, int batch) {
+                            cublasDiagType_t diag, int rows, int cols, const double* const* a, int lda,
+                            double* const* b, int batch) {
   const double one = 1.0;
   return cublasDtrsmBatched(h, side, uplo, op, diag, rows, cols, &one, a, lda, b, rows, batch);
 }
 cublasStatus_t trsm_batched(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t op,
-                            cublasDiagType_t diag, int rows, int cols, const Complex64* const* a, int lda, Complex64* const* b, int batch) {
+                            cublasDiagType_t diag, int rows, int cols, const Complex64* const* a, int lda,
+                            Complex64* const* b, int batch) {
   const cuComplex one = make_cuComplex(1.f, 0.f);
   return cublasCtrsmBatched(h, side, uplo, op, diag, rows, cols, &one,
                             reinterpret_cast<const cuComplex* const*>(a), lda, reinterpret_cast<cuComplex* const*>(b),
@@ -524,11 +527,12 @@ void lu_factor_blocked(const KernelLaunch& launch, cublasHandle_t h, Complex64* 
     }
     const int right = static_cast<int>(n - j0 - nb), below = static_cast<int>(m - j0 - nb), w = static_cast<int>(nb);
     if (right <= 0) continue;
-    check(trsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_UNIT, w, right, at(j0, j0), ld, at(j0, j0 + nb),
-               ld),
+    check(trsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_UNIT, w, right, at(j0, j0), ld,
+               at(j0, j0 + nb), ld),
           "[lu_factor]");
     if (below > 0)
-      check(gemm_subtract(h, CUBLAS_OP_N, CUBLAS_OP_N, below, right, w, at(j0 + nb, j0), ld, at(j0, j0 + nb), ld, at(j0 + nb, j0 + nb), ld),
+      check(gemm_subtract(h, CUBLAS_OP_N, CUBLAS_OP_N, below, right, w, at(j0 + nb, j0), ld, at(j0, j0 + nb), ld,
+                          at(j0 + nb, j0 + nb), ld),
             "[lu_factor]");
   }
 }
@@ -770,21 +774,32 @@ __global__ void __launch_bounds__(kThreads) small_lu_kernel(const __grid_constan
 // k 4096 1.26 / 1.22 / 1.13 / 1.10 / 1.07 / 1.04x, k 512 0.66-1.05x, k 64 0.78-0.96x below
 // order 4096, 1.09x at 4096 and 8192.
 constexpr int64_t kTriangularLeaf = 128;
+// cuBLAS's side / fill / op / diag of a triangular solve's params.
+struct TrsmModes {
+  cublasSideMode_t side;
+  cublasFillMode_t uplo;
+  cublasOperation_t op;
+  cublasDiagType_t diag;
+};
+TrsmModes trsm_modes(const TriangularSolveParams& p) {
+  return {p.left ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT, p.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
+          p.transpose ? CUBLAS_OP_T : CUBLAS_OP_N, p.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT};
+}
 bool use_blocked_triangular(const TriangularSolveParams& p) {
   return p.dtype == kFloat32 && p.left && p.n >= 256 && (p.cols >= 1024 || (p.n >= 4096 && p.cols >= 64));
 }
 template <typename T>
 void blocked_triangular(cublasHandle_t h, const TriangularSolveParams& p, const T* a, T* x, int64_t lo, int64_t hi) {
   const int n = static_cast<int>(p.n), ldx = static_cast<int>(p.rows), size = static_cast<int>(hi - lo);
-  const cublasOperation_t op = p.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const TrsmModes md = trsm_modes(p);
+  const cublasOperation_t op = md.op;
   // Block (i, j) of op(A), read through op.
   const auto op_a_at = [&](int64_t i, int64_t j) { return p.transpose ? a + j + i * p.n : a + i + j * p.n; };
   // Rows lo.. of X (left) or its columns lo.. (right).
   const auto x_at = [&](int64_t lo_) { return p.left ? x + lo_ : x + lo_ * p.rows; };
   if (size <= kTriangularLeaf) {
-    check(trsm(h, p.left ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT, p.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
-               op, p.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, p.left ? size : ldx,
-               p.left ? static_cast<int>(p.cols) : size, op_a_at(lo, lo), n, x_at(lo), ldx),
+    check(trsm(h, md.side, md.uplo, md.op, md.diag, p.left ? size : ldx, p.left ? static_cast<int>(p.cols) : size,
+               op_a_at(lo, lo), n, x_at(lo), ldx),
           "[triangular_solve]");
     return;
   }
@@ -898,16 +913,14 @@ void triangular_solve(const TriangularSolveParams& p) {
     KernelLaunch launch(p.b);
     const T* a = static_cast<const T*>(p.a);
     T* x = static_cast<T*>(p.b);
-    const cublasSideMode_t side = p.left ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT;
-    const cublasFillMode_t uplo = p.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
-    const cublasDiagType_t diag = p.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT;
-    const cublasOperation_t op = p.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const auto [side, uplo, op, diag] = trsm_modes(p);
     const int rows = static_cast<int>(p.rows), cols = static_cast<int>(p.cols), n = static_cast<int>(p.n);
     std::lock_guard<std::mutex> lock(handles_mutex());
     Handles& h = handles_locked(launch);
     check(cublasSetStream(h.blas, launch.stream()), "[triangular_solve]");
     if (use_blocked_triangular(p)) {
-      for (int64_t b = 0; b < p.batch; ++b) blocked_triangular(h.blas, p, a + b * p.n * p.n, x + b * p.rows * p.cols, 0, p.n);
+      for (int64_t b = 0; b < p.batch; ++b)
+        blocked_triangular(h.blas, p, a + b * p.n * p.n, x + b * p.rows * p.cols, 0, p.n);
     } else if (p.batch > 1) {
       auto a_ptrs = matrix_pointers(launch, a, p.n * p.n * static_cast<int64_t>(sizeof(T)), p.batch);
       auto b_ptrs = matrix_pointers(launch, x, p.rows * p.cols * static_cast<int64_t>(sizeof(T)), p.batch);
