@@ -93,6 +93,12 @@ TEST(Tokenizer, StreamsSplitCharacters) {
   EXPECT_EQ(t.push(rocket[0]), " ");
   EXPECT_EQ(t.push(rocket[1]), "");
   EXPECT_EQ(t.flush(), "\xEF\xBF\xBD");
+  // Qwen3's padding ids (the model's 151936 rows past the tokenizer's 151669) stream no text.
+  Tokenizer::Stream u(qwen3());
+  EXPECT_EQ(u.push(151669), "");
+  EXPECT_EQ(u.push(151935), "");
+  EXPECT_EQ(u.push(rocket[0]), " ");
+  EXPECT_THROWS_OP(IndexError, "tokenizer", u.push(-1));
 }
 
 TEST(Tokenizer, Utf8Repair) {

@@ -1,5 +1,5 @@
 #pragma once
-// anvil's Python bindings (nanobind): shared helpers of module.cpp, tensor.cpp and dlpack.cpp.
+// anvil's Python bindings (nanobind): the helpers the files share and each file's bind_ function.
 #include <nanobind/nanobind.h>
 
 #include <optional>
@@ -30,6 +30,19 @@ Device device_arg(nb::handle h, Device fallback = kCPU);
 std::optional<Scalar> scalar_arg(nb::handle h);
 // A Python object's type name, for error messages.
 inline std::string py_type_name(nb::handle h) { return nb::cast<std::string>(nb::str(h.type().attr("__name__"))); }
+// A progress argument: True / False as given; None draws progress when sys.stderr is a terminal
+// (tqdm's rule, as the CLI).
+inline bool show_progress(std::optional<bool> progress) {
+  if (progress) return *progress;
+  nb::object err = nb::module_::import_("sys").attr("stderr");
+  return !err.is_none() && nb::hasattr(err, "isatty") && nb::cast<bool>(err.attr("isatty")());
+}
+// FileNotFoundError (as transformers' and diffusers' from_pretrained) unless `path` is a folder.
+inline void require_folder(const std::string& path, const char* op) {
+  if (nb::cast<bool>(nb::module_::import_("os.path").attr("isdir")(path))) return;
+  PyErr_SetString(PyExc_FileNotFoundError, (std::string(op) + " " + path + " is not a folder").c_str());
+  throw nb::python_error();
+}
 // One int, or a sequence of ints (torch's int-or-tuple arguments: sizes, dims, strides).
 Shape int_list(nb::handle h, const char* op, const char* name);
 // A shape from ints given one by one (f(2, 3)) or as one sequence (f((2, 3)), f([2, 3])).
@@ -42,5 +55,7 @@ void bind_dlpack(nb::module_& m, nb::class_<Tensor>& tensor_class);
 void bind_linalg(nb::module_& m);
 void bind_functional(nb::module_& m);
 void bind_cuda(nb::module_& m, nb::class_<Tensor>& tensor_class);
+void bind_llm(nb::module_& m);
+void bind_vae(nb::module_& m);
 
 }  // namespace anvil::python

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "bindings.h"
+#include "runtime/safetensors.h"
 
 namespace anvil::python {
 
@@ -161,6 +162,15 @@ void bind_factories(nb::module_& m) {
     return linspace(start, end, steps, options_of(dtype, device));
   }, nb::arg("start"), nb::arg("end"), nb::arg("steps"), nb::kw_only(), kw("dtype"), kw("device"));
   m.def("manual_seed", &manual_seed, nb::arg("seed"));
+  m.def("load_file", [](const std::string& path, nb::handle device) {
+    const Device dev = device_arg(device);
+    const runtime::SafetensorsFile f(path);
+    nb::dict out;
+    for (const runtime::SafetensorsEntry& e : f.header().tensors)  // copies: the mapping is read-only
+      out[nb::str(e.name.data(), e.name.size())] = dev.is_cpu() ? f.tensor(e).clone() : f.tensor(e).to(dev);
+    return out;
+  }, nb::arg("filename"), nb::arg("device") = "cpu",
+        "A .safetensors file's tensors by name, as safetensors.torch.load_file.");
   m.def("cat", [](const std::vector<Tensor>& ts, int64_t dim) { return cat(ts, dim); }, nb::arg("tensors"), nb::arg("dim") = 0);
   m.def("stack", [](const std::vector<Tensor>& ts, int64_t dim) { return stack(ts, dim); }, nb::arg("tensors"), nb::arg("dim") = 0);
 }
@@ -185,4 +195,6 @@ NB_MODULE(_anvil, m) {
   bind_cuda(m, tensor_class);
   bind_linalg(m);
   bind_functional(m);
+  bind_llm(m);
+  bind_vae(m);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "anvil/anvil.h"
 
@@ -36,56 +37,68 @@ SamplingChoice choose_sampling(const GenerationDefaults& checkpoint, const Sampl
   return c;
 }
 
-std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, const GenerateOptions& o,
-                              const std::function<bool(int64_t)>& on_token, GenerateStats* stats) {
-  ANVIL_CHECK(!prompt.empty(), Error, "[generate] the prompt has no tokens");
+Generation::Generation(Model& model, std::vector<int64_t> prompt, const GenerateOptions& o)
+    : model_(&model), prompt_(std::move(prompt)), options_(o) {
+  ANVIL_CHECK(!prompt_.empty(), Error, "[generate] the prompt has no tokens");
   ANVIL_CHECK(o.max_new_tokens >= 0, Error, "[generate] max_new_tokens must be >= 0, got ", o.max_new_tokens);
-  const int64_t P = static_cast<int64_t>(prompt.size());
+  const int64_t P = static_cast<int64_t>(prompt_.size());
   ANVIL_CHECK(P < model.max_context(), Error, "[generate] the prompt's ", P, " tokens fill the context of ",
               model.max_context(), " tokens (raise the context or shorten the prompt)");
-  for (int64_t id : prompt)
+  for (int64_t id : prompt_)
     ANVIL_CHECK(id >= 0 && id < model.config().vocab_size, IndexError, "[generate] prompt token ", id,
                 " is outside the model's vocabulary of ", model.config().vocab_size,
                 " (do the tokenizer and the model match?)");
-  using clock = std::chrono::steady_clock;
-  GenerateStats st;
-  st.prompt_tokens = P;
-  Tensor ids = empty({P}, TensorOptions(kInt64));
-  std::copy(prompt.begin(), prompt.end(), ids.data_ptr<int64_t>());
-  const Device dev = model.forward_device();
-  const Tensor rng = sampler_state(o.seed, dev);
-  std::vector<int64_t> out;
-  auto t0 = clock::now();
-  Tensor logits = model.forward(ids, 0);
-  if (o.max_new_tokens == 0) {  // the prompt only: its last row read back ends the timing
-    (void)logits.select(0, P - 1).to(kCPU);
-    st.prompt_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  stats_.prompt_tokens = P;
+}
+
+std::optional<int64_t> Generation::next() {
+  if (done_) return std::nullopt;
+  if (!started_) {  // the prompt in one prefill
+    started_ = true;
+    const int64_t P = stats_.prompt_tokens;
+    Tensor ids = empty({P}, TensorOptions(kInt64));
+    std::copy(prompt_.begin(), prompt_.end(), ids.data_ptr<int64_t>());
+    rng_ = sampler_state(options_.seed, model_->forward_device());
+    t0_ = Clock::now();
+    logits_ = model_->forward(ids, 0);
+    pos_ = P;
+    if (options_.max_new_tokens == 0) {  // the prompt only: its last row read back ends the timing
+      (void)logits_.select(0, P - 1).to(kCPU);
+      stats_.prompt_seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
+      done_ = true;
+      return std::nullopt;
+    }
+  } else {  // the step of the id sampled last
+    logits_ = model_->forward(full({1}, out_.back(), TensorOptions(kInt64)), pos_++);
   }
-  int64_t pos = P;
-  while (static_cast<int64_t>(out.size()) < o.max_new_tokens) {
-    const int64_t next = sample(logits.select(0, logits.size(0) - 1), o.sampling, rng).to(kCPU).item<int64_t>();
-    if (out.empty()) {
-      st.prompt_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-      t0 = clock::now();
-    }
-    out.push_back(next);
-    if (on_token && !on_token(next)) break;
-    if (std::find(o.stop_ids.begin(), o.stop_ids.end(), next) != o.stop_ids.end()) {
-      st.stopped = true;
-      break;
-    }
-    if (static_cast<int64_t>(out.size()) >= o.max_new_tokens) break;
-    if (pos >= model.max_context()) {
-      st.context_full = true;
-      break;
-    }
-    Tensor one = full({1}, next, TensorOptions(kInt64));
-    logits = model.forward(one, pos++);
+  const int64_t id =
+      sample(logits_.select(0, logits_.size(0) - 1), options_.sampling, rng_).to(kCPU).item<int64_t>();
+  if (out_.empty()) {
+    stats_.prompt_seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
+    t0_ = Clock::now();
   }
-  st.new_tokens = static_cast<int64_t>(out.size());
-  st.decode_seconds = out.size() > 1 ? std::chrono::duration<double>(clock::now() - t0).count() : 0.0;
-  if (stats) *stats = st;
-  return out;
+  out_.push_back(id);
+  stats_.new_tokens = static_cast<int64_t>(out_.size());
+  stats_.decode_seconds = out_.size() > 1 ? std::chrono::duration<double>(Clock::now() - t0_).count() : 0.0;
+  if (std::find(options_.stop_ids.begin(), options_.stop_ids.end(), id) != options_.stop_ids.end()) {
+    stats_.stopped = true;
+    done_ = true;
+  } else if (stats_.new_tokens >= options_.max_new_tokens) {
+    done_ = true;
+  } else if (pos_ >= model_->max_context()) {
+    stats_.context_full = true;
+    done_ = true;
+  }
+  return id;
+}
+
+std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, const GenerateOptions& o,
+                              const std::function<bool(int64_t)>& on_token, GenerateStats* stats) {
+  Generation g(model, prompt, o);
+  while (const std::optional<int64_t> id = g.next())
+    if (on_token && !on_token(*id)) break;
+  if (stats) *stats = g.stats();
+  return g.tokens();
 }
 
 std::string chat_prompt(const std::string& user, const ChatOptions& o) {

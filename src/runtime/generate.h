@@ -2,6 +2,7 @@
 // sampled on the model's device (the only host read of a step is the sampled id).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -56,8 +57,35 @@ struct GenerateStats {
   bool context_full = false;                      // the model's context ended it
 };
 
-// New ids after `prompt` (non-empty). on_token(id) sees each new id as it is sampled; returning
-// false ends generation there. max_new_tokens 0 runs the prompt only (prompt_seconds times it).
+// One generation as a stepper: next() returns each new id as it is sampled, nullopt once it has
+// ended (max_new_tokens reached, a stop id emitted, the context full). The prompt runs in the first
+// next(); each later one runs the step of the id before it. The model's cache is the generation's
+// from then on: another forward on the model (or another Generation) makes this one's later steps
+// read the wrong cache, so the caller runs one at a time.
+class Generation {
+ public:
+  // Validates prompt (non-empty, ids inside the vocabulary, shorter than the context) and options.
+  Generation(Model& model, std::vector<int64_t> prompt, const GenerateOptions& options);
+  std::optional<int64_t> next();
+  bool done() const { return done_; }
+  const std::vector<int64_t>& tokens() const { return out_; }  // the new ids so far
+  const GenerateStats& stats() const { return stats_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Model* model_;
+  std::vector<int64_t> prompt_, out_;
+  GenerateOptions options_;
+  GenerateStats stats_;
+  Tensor logits_, rng_;
+  Clock::time_point t0_;
+  int64_t pos_ = 0;
+  bool started_ = false, done_ = false;
+};
+
+// New ids after `prompt` (non-empty): a Generation run to its end. on_token(id) sees each new id
+// as it is sampled; returning false ends generation there. max_new_tokens 0 runs the prompt only
+// (prompt_seconds times it).
 std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, const GenerateOptions& options,
                               const std::function<bool(int64_t)>& on_token = {}, GenerateStats* stats = nullptr);
 

@@ -109,6 +109,12 @@ std::unique_ptr<WeightSource> checkpoint_weights(const std::string& dir, const L
 // e4m3fn in 128 x 128 blocks, as the Hub's FP8 checkpoints (benchmarks of that path).
 std::unique_ptr<WeightSource> random_weights(const LoadOptions& options, uint64_t seed, bool block_fp8 = false);
 
+// Progress drawn on stderr (the caller checks that it is a terminal), for the CLI and the Python
+// package: a load's bar "[load] [#####    ]  42% 1.20 / 2.85 GB" (LoadOptions::progress), and a
+// long call's "LABEL done / total" counter, erased when it completes (Vae::set_progress).
+std::function<void(uint64_t done, uint64_t total)> stderr_load_progress();
+std::function<void(int64_t done, int64_t total)> stderr_step_progress(const std::string& label);
+
 // Loads the checkpoint folder DIR (config.json, safetensors) for its model_type.
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
 // A model of `config` over `weights` (load_model's second half).

@@ -371,6 +371,7 @@ bool Tokenizer::is_special(int32_t id) const {
 }
 
 std::string Tokenizer::Stream::push(int32_t id) {
+  if (id >= t_->size()) return {};  // a model's padding rows past the vocabulary: no text, as Hugging Face's decode
   append_token(*t_->impl_, id, skip_special_, pending_);
   size_t tail = 0;
   std::string out = utf8_sanitize(pending_, true, &tail);

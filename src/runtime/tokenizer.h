@@ -43,7 +43,9 @@ class Tokenizer {
   struct Impl;  // tokenizer.cpp
 
   // Incremental decode for streaming: push ids one by one, get the text that is complete so far
-  // (a UTF-8 character split across tokens comes out once its last byte arrives).
+  // (a UTF-8 character split across tokens comes out once its last byte arrives). An id past the
+  // vocabulary (a model's padding rows, e.g. Qwen3's 151669..151935) gives no text, as Hugging
+  // Face's decode skips it; a negative id is an IndexError.
   class Stream {
    public:
     explicit Stream(const Tokenizer& t, bool skip_special = false) : t_(&t), skip_special_(skip_special) {}

@@ -349,12 +349,16 @@ Tensor LatentDistribution::sample(uint64_t seed) const {
   return add(mean, mul(exp(mul(logvar, 0.5)), noise));
 }
 
+std::unique_ptr<Vae> build_vae(const VaeConfig& c, WeightSource& weights, const LoadOptions& options) {
+  return c.video() ? build_autoencoder_kl_wan(c, weights, options) : build_autoencoder_kl(c, weights, options);
+}
+
 std::unique_ptr<Vae> load_vae(const std::string& dir, const LoadOptions& options) {
   ANVIL_CHECK(options.dtype == kFloat32 || options.dtype == kBFloat16 || options.dtype == kFloat16, DTypeError,
               "[vae] compute dtype must be float32, bfloat16 or float16, got ", dtype_name(options.dtype));
   const VaeConfig c = load_vae_config(dir);
   const auto w = checkpoint_weights(dir, options, "diffusion_pytorch_model");
-  auto vae = c.video() ? build_autoencoder_kl_wan(c, *w, options) : build_autoencoder_kl(c, *w, options);
+  auto vae = build_vae(c, *w, options);
   const std::vector<std::string> unread = w->unread();
   if (!unread.empty() && !options.allow_unread) {
     std::string names;

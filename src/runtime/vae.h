@@ -172,6 +172,9 @@ class LoadedVae : public Vae {
 // a FormatError naming it unless allow_unread.
 std::unique_ptr<Vae> load_vae(const std::string& dir, const LoadOptions& options);
 
+// A VAE of `config` over `weights` (load_vae's second half): the architecture its class names.
+std::unique_ptr<Vae> build_vae(const VaeConfig& config, WeightSource& weights, const LoadOptions& options);
+
 // Architectures (one file each under models/).
 std::unique_ptr<Vae> build_autoencoder_kl(const VaeConfig& config, WeightSource& weights, const LoadOptions& options);
 std::unique_ptr<Vae> build_autoencoder_kl_wan(const VaeConfig& config, WeightSource& weights, const LoadOptions& options);

@@ -28,21 +28,7 @@ bool set_dtype(const std::string& s, runtime::LoadOptions& lo, const char* op) {
 }
 
 void set_progress(runtime::LoadOptions& lo) {
-  if (!isatty(fileno(stderr))) return;
-  lo.progress = [last = -1](uint64_t done, uint64_t total) mutable {
-    const int pct = total ? static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total)) : -1;
-    if (pct == last && total) return;
-    last = pct;
-    if (total) {
-      const int bar = pct / 4;
-      std::fprintf(stderr, "\r[load] [%s%s] %3d%% %.2f / %.2f GB", std::string(static_cast<size_t>(bar), '#').c_str(),
-                   std::string(static_cast<size_t>(25 - bar), ' ').c_str(), pct, done * 1e-9, total * 1e-9);
-      if (done >= total) std::fputc('\n', stderr);
-    } else {
-      std::fprintf(stderr, "\r[load] %.2f GB", done * 1e-9);
-    }
-    std::fflush(stderr);
-  };
+  if (isatty(fileno(stderr))) lo.progress = runtime::stderr_load_progress();
 }
 
 int cmd_logits(const LogitsOptions& o) {

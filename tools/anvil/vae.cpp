@@ -133,11 +133,7 @@ int cmd_vae(const VaeOptions& o) {
     t.stride_height = t.stride_width = o.tile_stride;
     vae->set_tiling(t);
   }
-  if (isatty(fileno(stderr)))
-    vae->set_progress([op](int64_t done, int64_t total) {
-      std::fprintf(stderr, "\r%s %lld / %lld", op, static_cast<long long>(done), static_cast<long long>(total));
-      if (done == total) std::fprintf(stderr, "\r\033[K");
-    });
+  if (isatty(fileno(stderr))) vae->set_progress(runtime::stderr_step_progress(op));
   reset_peak_memory_stats(lo.device);
   t0 = std::chrono::steady_clock::now();
   Tensor out;
@@ -209,7 +205,7 @@ int cmd_bench_vae(const BenchOptions& o) {
   const int64_t T = o.frames > 0 ? o.frames : (cuda ? 61 : 5);
   ANVIL_CHECK(!c.video() || (T - 1) % ft == 0, Error, op, " --frames must be 1 + ", ft, " k, got ", T);
   const auto w = runtime::random_weights(lo, 0);
-  auto vae = c.video() ? runtime::build_autoencoder_kl_wan(c, *w, lo) : runtime::build_autoencoder_kl(c, *w, lo);
+  auto vae = runtime::build_vae(c, *w, lo);
   if (o.tiled) vae->set_tiling({true});
   Shape zs = {1, c.latent_channels, H / f, W / f};
   Shape xs = {1, c.image_channels(), H, W};
