@@ -67,12 +67,11 @@ void copy(const ElementwiseParams& p) {
       // let glibc use non-temporal stores (no read-for-ownership of the destination).
       const int64_t chunk = std::max<int64_t>(1 << 20, static_cast<int64_t>(bytes) / omp_get_max_threads() + 4096);
       const int64_t nchunks = (static_cast<int64_t>(bytes) + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (nchunks > 1)
-      for (int64_t c = 0; c < nchunks; ++c) {
+      parallel_for(nchunks, nchunks > 1, [&](int64_t c) {
         size_t off = static_cast<size_t>(c) * chunk;
         std::memcpy(static_cast<char*>(p.ptr[0]) + off, static_cast<const char*>(p.ptr[1]) + off,
                     std::min<size_t>(chunk, bytes - off));
-      }
+      });
       return;
     }
     if (simd::convert(p.out_dtype, p.dtype, p.ptr[0], p.ptr[1], p.numel)) return;

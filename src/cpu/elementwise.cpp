@@ -35,14 +35,13 @@ bool binary_rows(BinaryOp op, const ElementwiseParams& p) {
   constexpr int64_t kChunk = 8192;  // elements per task: rows past it split over the team
   const int64_t per_row = (inner + kChunk - 1) / kChunk, items = p.numel / inner * per_row;
   const size_t es = element_size(p.dtype);
-#pragma omp parallel for schedule(static) if (p.numel >= kParallelGrain)
-  for (int64_t item = 0; item < items; ++item) {
+  parallel_for(items, p.numel >= kParallelGrain, [&](int64_t item) {
     int64_t off[4];
     row_offsets(p, item / per_row, off);
     const int64_t j = item % per_row * kChunk;
     auto at = [&](int s, int64_t step) { return static_cast<char*>(p.ptr[s]) + static_cast<size_t>(off[s] + j * step) * es; };
     simd::binary_row(op, p.dtype, at(0, 1), at(1, s1), s1 == 1, at(2, s2), s2 == 1, p.alpha.f, std::min(kChunk, inner - j));
-  }
+  });
   return true;
 }
 }  // namespace

@@ -19,6 +19,7 @@
 #include "cpu/simd-inl.h"
 #include "cpu/simd.h"
 #include "cpu/gemv-inl.h"
+#include "cpu/loop.h"
 
 #ifndef ANVIL_CPU_LINEAR_STORE_
 #define ANVIL_CPU_LINEAR_STORE_
@@ -143,17 +144,13 @@ void gemv(const GemvParams& p) {
       }
     });
   };
-  // Row ranges of multiples of 4 rows, ~16 per thread, taken dynamically: a thread slowed by
-  // the machine (another process, a page fault) leaves its ranges to the other threads instead
-  // of making them wait at the end.
-#pragma omp parallel if (p.n * p.k >= kGemvParallelElements)
-  {
-    const int64_t nt = omp_get_num_threads();
-    const int64_t rows = std::max<int64_t>(16, (p.n / (16 * nt) + 3) / 4 * 4);
-    const int64_t chunks = (p.n + rows - 1) / rows;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t c = 0; c < chunks; ++c) run(c * rows, std::min(p.n, (c + 1) * rows));
-  }
+  // Row ranges of multiples of 4 rows, ~16 per thread, each thread's own share first (its rows
+  // stay in its cache across calls), the others' after (for_each_chunk_affine).
+  const bool parallel = p.n * p.k >= kGemvParallelElements;
+  const int64_t nt = parallel ? omp_get_max_threads() : 1;
+  const int64_t rows = std::max<int64_t>(16, (p.n / (16 * nt) + 3) / 4 * 4);
+  for_each_chunk_affine((p.n + rows - 1) / rows, parallel,
+                        [&](int64_t c) { run(c * rows, std::min(p.n, (c + 1) * rows)); });
 }
 
 }  // namespace anvil::cpu

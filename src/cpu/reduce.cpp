@@ -178,8 +178,8 @@ void reduce_typed(const ReduceParams& p) {
       return;
     }
   }
-#pragma omp parallel for schedule(static) if (p.n_out * std::max<int64_t>(n, 1) >= kParallelGrain && p.n_out > 1)
-  for (int64_t o = 0; o < p.n_out; ++o) one_output(o, in + out_offset(p, o));
+  parallel_for(p.n_out, p.n_out * std::max<int64_t>(n, 1) >= kParallelGrain && p.n_out > 1,
+               [&](int64_t o) { one_output(o, in + out_offset(p, o)); });
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "anvil/version.h"
 #include "core/dispatch.h"
 #include "core/element.h"
+#include "cpu/loop.h"
 #include "cpu/simd.h"
 #include "cpu/simd-inl.h"
 
@@ -960,8 +961,7 @@ template <typename F>
 void parallel_chunks(int64_t n, F&& f) {
   const int64_t chunk = 1 << 16;
   const int64_t nchunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (nchunks > 1)
-  for (int64_t c = 0; c < nchunks; ++c) f(c * chunk, std::min(chunk, n - c * chunk));
+  parallel_for(nchunks, nchunks > 1, [&](int64_t c) { f(c * chunk, std::min(chunk, n - c * chunk)); });
 }
 }  // namespace
 
