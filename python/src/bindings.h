@@ -2,14 +2,33 @@
 // anvil's Python bindings (nanobind): the helpers the files share and each file's bind_ function.
 #include <nanobind/nanobind.h>
 
+#include <nanobind/stl/tuple.h>
+
 #include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "anvil/anvil.h"
 
 namespace anvil::python {
 
 namespace nb = nanobind;
+
+// A collections.namedtuple type (torch.return_types' field names), made once at import: keep it in
+// a never-freed static (a Python object must not be released after the interpreter finalised).
+struct Named {
+  nb::object type;
+  Named(const char* name, std::vector<const char*> fields) {
+    nb::list f;
+    for (const char* s : fields) f.append(s);
+    type = nb::module_::import_("collections").attr("namedtuple")(name, f);
+  }
+  template <typename... Ts>
+  nb::object operator()(const std::tuple<Ts...>& values) const {
+    return std::apply([&](const auto&... v) { return type(nb::cast(v)...); }, values);
+  }
+};
 
 // An int argument: a Python int or anything whose __index__ gives one (NumPy's integers), not a bool.
 inline bool is_int(nb::handle h) {
@@ -55,6 +74,7 @@ void bind_dlpack(nb::module_& m, nb::class_<Tensor>& tensor_class);
 void bind_linalg(nb::module_& m);
 void bind_functional(nb::module_& m);
 void bind_cuda(nb::module_& m, nb::class_<Tensor>& tensor_class);
+void bind_ops(nb::module_& m, nb::class_<Tensor>& tensor_class);
 void bind_llm(nb::module_& m);
 void bind_vae(nb::module_& m);
 

@@ -12,23 +12,6 @@
 #include "bindings.h"
 
 namespace anvil::python {
-namespace {
-
-// collections.namedtuple types, made once at import (torch.return_types' field names).
-struct Named {
-  nb::object type;
-  Named(const char* name, std::vector<const char*> fields) {
-    nb::list f;
-    for (const char* s : fields) f.append(s);
-    type = nb::module_::import_("collections").attr("namedtuple")(name, f);
-  }
-  template <typename... Ts>
-  nb::object operator()(const std::tuple<Ts...>& values) const {
-    return std::apply([&](const auto&... v) { return type(nb::cast(v)...); }, values);
-  }
-};
-
-}  // namespace
 
 void bind_linalg(nb::module_& m) {
   using T = const Tensor&;

@@ -377,6 +377,12 @@ nb::class_<Tensor> bind_tensor(nb::module_& m) {
   bin_fn("mul", ANVIL_PY_BOTH(mul));
   bin_fn("div", ANVIL_PY_BOTH(div));
   bin_fn("pow", ANVIL_PY_BOTH(pow));
+  bin_fn("eq", ANVIL_PY_BOTH(eq));
+  bin_fn("ne", ANVIL_PY_BOTH(ne));
+  bin_fn("lt", ANVIL_PY_BOTH(lt));
+  bin_fn("le", ANVIL_PY_BOTH(le));
+  bin_fn("gt", ANVIL_PY_BOTH(gt));
+  bin_fn("ge", ANVIL_PY_BOTH(ge));
 #undef ANVIL_PY_OPERATOR
 #undef ANVIL_PY_BOTH
   return c;
