@@ -1,6 +1,7 @@
 // Indexing ops: index_select, gather, scatter, scatter_add, masked_fill, embedding against the
 // float64 reference on every device, including index tensors of every layout and sizes past 2^16.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "harness.h"
@@ -300,6 +301,68 @@ TEST_P(Index, CachePrefetchErrors) {
     EXPECT_THROWS_OP(DeviceError, "cache_prefetch", cache_prefetch(x, zeros({2}, TensorOptions(kInt64))));
   }
   cache_prefetch(zeros({0, 8}, TensorOptions(kBFloat16).device(dev())), zeros({3}, TensorOptions(kInt64).device(dev())));
+}
+
+// nonzero against a row-major scan of the values: several chunks (8192) and tiles (256) with
+// true elements at their edges, every layout, 0-d and empty inputs; masked_select with broadcast.
+TEST_P(Index, NonzeroAndMaskedSelect) {
+  th::CaseLoop loop;
+  th::Gen g(2010);
+  const std::vector<Shape> shapes = {{}, {0}, {1}, {300}, {3, 0, 2}, {7, 33}, {8192}, {3, 8193}, {65537}, {5, 4, 3, 2}};
+  for (const Shape& s : shapes) {
+    for (Layout l : {Layout::Contiguous, Layout::Transposed, Layout::Strided}) {
+      for (DType t : {kFloat32, kBool, kInt64, kBFloat16}) {
+        if (!loop.run(th::case_name(s, t, l, dev()), [&] {
+          ref::Array a(s);
+          for (size_t i = 0; i < a.v.size(); ++i)  // sparse, dense and boundary runs
+            a.v[i] = (i % 8192 == 0 || i % 8192 == 8191 || g.randint(0, 9) < (i < 20000 ? 3 : 8)) ? 1.0 + i % 3 : 0.0;
+          Tensor x = th::make_tensor(a, t, dev(), l);
+          Tensor y = nonzero(x);
+          std::vector<double> want;
+          int64_t count = 0;
+          for (size_t i = 0; i < a.v.size(); ++i) {
+            if (a.v[i] == 0) continue;
+            ++count;
+            int64_t r = static_cast<int64_t>(i);
+            std::vector<double> row(s.size());
+            for (int64_t d = static_cast<int64_t>(s.size()) - 1; d >= 0; --d) {
+              row[static_cast<size_t>(d)] = static_cast<double>(r % s[static_cast<size_t>(d)]);
+              r /= s[static_cast<size_t>(d)];
+            }
+            want.insert(want.end(), row.begin(), row.end());
+          }
+          ref::Array w({count, static_cast<int64_t>(s.size())});
+          w.v = want;
+          ASSERT_TRUE(th::expect_shape(y, w.sizes, kInt64));
+          ASSERT_TRUE(th::expect_equal(y, w));
+          if (t == kBool) {
+            Tensor vals = th::make_tensor(ref::Array(s, 5.0), kFloat32, dev());
+            Tensor m = masked_select(vals, x);
+            ASSERT_TRUE(th::expect_shape(m, {count}, kFloat32));
+            ASSERT_TRUE(th::expect_equal(m, ref::Array({count}, 5.0)));
+          }
+        }))
+          return;
+      }
+    }
+  }
+  // NaN and -0: nonzero is x != 0.
+  Tensor f = th::make_tensor(ref::Array({4}, 0.0), kFloat32, dev());
+  f.narrow(0, 1, 1).fill_(std::nan(""));
+  f.narrow(0, 2, 1).fill_(-0.0);
+  ref::Array one({1, 1});
+  one.v = {1};
+  EXPECT_TRUE(th::expect_equal(nonzero(f), one));
+  // masked_select broadcasts x [2, 3] with a mask [2, 1].
+  ref::Array xa({2, 3});
+  std::iota(xa.v.begin(), xa.v.end(), 0.0);
+  ref::Array ma({2, 1});
+  ma.v = {0, 1};
+  Tensor sel = masked_select(th::make_tensor(xa, kFloat32, dev()), th::make_tensor(ma, kBool, dev()));
+  ref::Array want({3});
+  want.v = {3, 4, 5};
+  EXPECT_TRUE(th::expect_equal(sel, want));
+  EXPECT_THROWS_OP(DTypeError, "masked_select", masked_select(sel, sel));
 }
 
 ANVIL_INSTANTIATE_DEVICE_TESTS(Index);

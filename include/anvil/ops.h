@@ -112,6 +112,13 @@ ANVIL_API Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, cons
 ANVIL_API Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Scalar& value);
 ANVIL_API Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 ANVIL_API Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
+// The coordinates of x's non-zero elements (NaN counts, as != 0), int64 [count, x.dim()] in
+// row-major order. The count sizes the result: the op reads it back to the host (its one sync,
+// as PyTorch's nonzero).
+ANVIL_API Tensor nonzero(const Tensor& x);
+// x's elements where mask (bool, broadcast with x) is true, as a 1-d tensor in row-major order
+// (one host sync, as nonzero).
+ANVIL_API Tensor masked_select(const Tensor& x, const Tensor& mask);
 ANVIL_API Tensor embedding(const Tensor& weight, const Tensor& indices);
 // x's elements at flat row-major positions `index` (int64, any shape; negative counts from the
 // end): the result has index's shape.

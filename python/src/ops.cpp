@@ -123,6 +123,16 @@ void bind_ops(nb::module_& m, nb::class_<Tensor>& c) {
   c.def("masked_fill_", [=](Tensor& x, T mask, nb::handle v) -> Tensor& {
     return x.copy_(masked_fill(x, mask, fill_value(v)));
   }, nb::arg("mask"), nb::arg("value"), nb::rv_policy::reference);
+  both("nonzero", [](T x, bool as_tuple) -> nb::object {
+    const Tensor nz = nonzero(x);
+    if (!as_tuple) return nb::cast(nz);
+    nb::list cols;  // one 1-d index tensor per dim; a 0-d input gives one of zeros, as torch
+    if (x.dim() == 0) cols.append(zeros({nz.size(0)}, TensorOptions(kInt64).device(x.device())));
+    for (int64_t d = 0; d < x.dim(); ++d) cols.append(nz.select(1, d));
+    return nb::tuple(cols);
+  }, nb::kw_only(), nb::arg("as_tuple") = false);
+  both("argwhere", [](T x) { return nonzero(x); });
+  both("masked_select", &masked_select, nb::arg("mask"));
   both("bincount", [](T x, const std::optional<Tensor>& w, int64_t minlength) {
     return bincount(x, w.value_or(Tensor()), minlength);
   }, none("weights"), nb::arg("minlength") = 0);

@@ -54,7 +54,56 @@ int64_t wrap_index(int64_t i, int64_t size, int64_t dim) {
   return i < 0 ? i + size : i;
 }
 
-// t[key] for ints, slices, None, Ellipsis, 1-d integer tensors (index_select) and tuples of them.
+// The flat positions of a bool mask's true elements (row-major), after checking that the mask's
+// shape is t's over dims [dim, dim + mask.dim()) (torch's rule for a mask index).
+Tensor mask_positions(const Tensor& t, int64_t dim, const Tensor& mask) {
+  for (int64_t d = 0; d < mask.dim(); ++d)
+    if (dim + d >= t.dim() || mask.size(d) != t.size(dim + d))
+      throw nb::index_error(("[anvil.Tensor.__getitem__] the shape of the mask " + shape_str(mask.sizes()) +
+                             " at index " + std::to_string(d) + " does not match the shape of the indexed tensor " +
+                             shape_str(t.sizes()))
+                                .c_str());
+  return nonzero(mask.reshape({-1})).reshape({-1});
+}
+
+// t with dims [dim, dim + k) of a k-dim bool mask replaced by one dim of the masked positions.
+Tensor masked_rows(const Tensor& t, int64_t dim, const Tensor& mask) {
+  const Tensor rows = mask_positions(t, dim, mask);
+  Shape s = t.sizes();
+  const int64_t k = mask.dim();
+  int64_t n = 1;
+  for (int64_t d = 0; d < k; ++d) n *= s[static_cast<size_t>(dim + d)];
+  s.erase(s.begin() + dim, s.begin() + dim + k);
+  s.insert(s.begin() + dim, n);
+  return index_select(t.reshape(s), dim, rows);
+}
+
+// t[mask] = value in place, the mask over t's leading dims: a number fills, a tensor (broadcast to
+// [count, *rest]) is put at the masked elements.
+void assign_masked(Tensor& t, const Tensor& mask, nb::handle value) {
+  if (const auto s = scalar_arg(value)) {
+    Shape ms = mask.sizes();
+    ms.resize(static_cast<size_t>(t.dim()), 1);  // the mask over the leading dims, broadcast over the rest
+    (void)mask_positions(t, 0, mask);  // the shape check
+    t.copy_(masked_fill(t, mask.reshape(ms), *s));
+    return;
+  }
+  if (!nb::isinstance<Tensor>(value))
+    throw nb::type_error(("[anvil.Tensor.__setitem__] the value must be a tensor or a number, got " +
+                          py_type_name(value)).c_str());
+  const Tensor rows = mask_positions(t, 0, mask);
+  Shape rest(t.sizes().begin() + mask.dim(), t.sizes().end()), target = rest;
+  int64_t inner = 1;
+  for (int64_t d : rest) inner *= d;
+  target.insert(target.begin(), rows.size(0));
+  const Tensor src = nb::cast<const Tensor&>(value).to(t.dtype()).expand(target).reshape({-1});
+  const Tensor at = add(mul(rows.unsqueeze(1), inner), arange(Scalar(int64_t{0}), Scalar(inner), Scalar(int64_t{1}),
+                                                              TensorOptions(kInt64).device(t.device())).unsqueeze(0));
+  t.put_(at.reshape({-1}), src);
+}
+
+// t[key] for ints, bools, slices, None, Ellipsis, 1-d integer tensors (index_select), bool masks
+// (nonzero + index_select) and tuples of them.
 Tensor index(const Tensor& t, nb::handle key, bool for_write) {
   std::vector<nb::handle> items;
   if (nb::isinstance<nb::tuple>(key)) {
@@ -64,8 +113,10 @@ Tensor index(const Tensor& t, nb::handle key, bool for_write) {
   }
   int64_t consumed = 0, ellipses = 0;
   for (nb::handle h : items) {
-    if (h.is_none()) continue;
+    if (h.is_none() || nb::isinstance<nb::bool_>(h)) continue;  // a bool adds a dim, as None
     if (h.ptr() == Py_Ellipsis) ++ellipses;
+    else if (nb::isinstance<Tensor>(h) && nb::cast<const Tensor&>(h).dtype() == kBool)
+      consumed += nb::cast<const Tensor&>(h).dim();  // a mask indexes as many dims as it has
     else ++consumed;
   }
   if (ellipses > 1) throw nb::index_error("[anvil.Tensor.__getitem__] an index can only have a single ellipsis ('...')");
@@ -79,8 +130,9 @@ Tensor index(const Tensor& t, nb::handle key, bool for_write) {
       r = r.unsqueeze(dim++);
     } else if (h.ptr() == Py_Ellipsis) {
       dim += t.dim() - consumed;
-    } else if (nb::isinstance<nb::bool_>(h)) {
-      throw nb::index_error("[anvil.Tensor.__getitem__] bool indices are not supported yet");
+    } else if (nb::isinstance<nb::bool_>(h)) {  // True: a new dim of 1; False: of 0 (as torch)
+      r = r.unsqueeze(dim).narrow(dim, 0, nb::cast<bool>(h) ? 1 : 0);
+      ++dim;
     } else if (PySlice_Check(h.ptr())) {
       Py_ssize_t start = 0, stop = 0, step = 0;
       if (PySlice_Unpack(h.ptr(), &start, &stop, &step) < 0) throw nb::python_error();
@@ -91,7 +143,13 @@ Tensor index(const Tensor& t, nb::handle key, bool for_write) {
     } else if (nb::isinstance<Tensor>(h)) {
       const Tensor& idx = nb::cast<const Tensor&>(h);
       if (for_write)
-        throw nb::index_error("[anvil.Tensor.__setitem__] assignment through tensor indices is not supported yet");
+        throw nb::index_error("[anvil.Tensor.__setitem__] assignment through integer tensor indices, or a mask "
+                              "among other indices, is not supported yet (a bool mask alone is)");
+      if (idx.dtype() == kBool) {  // a mask over dims [dim, dim + k): one dim of its true positions
+        r = masked_rows(r, dim, idx);
+        ++dim;
+        continue;
+      }
       if (idx.dim() == 0 && is_integral(idx.dtype())) {  // as an int (one read of its value)
         r = r.select(dim, wrap_index(idx.item().to_int64(), r.size(dim), dim));
         continue;
@@ -251,6 +309,10 @@ nb::class_<Tensor> bind_tensor(nb::module_& m) {
       .def("select", &Tensor::select, nb::arg("dim"), nb::arg("index"))
       .def("__getitem__", [](T t, nb::handle key) { return index(t, key, false); })
       .def("__setitem__", [](Tensor& t, nb::handle key, nb::handle value) {
+        if (nb::isinstance<Tensor>(key) && nb::cast<const Tensor&>(key).dtype() == kBool) {
+          assign_masked(t, nb::cast<const Tensor&>(key), value);
+          return;
+        }
         Tensor v = index(t, key, true);
         if (nb::isinstance<Tensor>(value)) v.copy_(nb::cast<const Tensor&>(value).expand(v.sizes()));
         else if (const auto s = scalar_arg(value)) v.fill_(*s);

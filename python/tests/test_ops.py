@@ -133,3 +133,39 @@ def test_errors():
         anvil.randint(1.5, (2,))
     with pytest.raises(IndexError):
         a.take(anvil.tensor([5]))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_nonzero_and_boolean_mask_indexing(device, rng):
+    x = rng.standard_normal((4, 5, 3)).astype(np.float32)
+    x[x < 0.3] = 0
+    a = anvil.tensor(x, device=device)
+    np.testing.assert_array_equal(np_of(a.nonzero()), np.argwhere(x))
+    np.testing.assert_array_equal(np_of(anvil.argwhere(a)), np.argwhere(x))
+    for got, want in zip(anvil.nonzero(a, as_tuple=True), np.nonzero(x)):
+        np.testing.assert_array_equal(np_of(got), want)
+    assert [np_of(t).tolist() for t in anvil.tensor(5.0).nonzero(as_tuple=True)] == [[0]]
+    m = x > 0.5
+    tm = anvil.tensor(m, device=device)
+    np.testing.assert_array_equal(np_of(a[tm]), x[m])                     # a full mask: 1-d
+    np.testing.assert_array_equal(np_of(a.masked_select(tm)), x[m])
+    np.testing.assert_array_equal(np_of(a[tm[:, :, 0]]), x[m[:, :, 0]])   # leading dims: [count, 3]
+    np.testing.assert_array_equal(np_of(a[:, tm[0, :, 0]]), x[:, m[0, :, 0]])  # after a slice
+    np.testing.assert_array_equal(np_of(a[1, tm[0, :, 0], 2]), x[1, m[0, :, 0], 2])
+    assert a[True].shape == (1, 4, 5, 3) and a[False].shape == (0, 4, 5, 3)
+    b = a.clone()
+    b[tm] = -1.0
+    want = x.copy()
+    want[m] = -1
+    np.testing.assert_array_equal(np_of(b), want)
+    b[tm[:, :, 0]] = anvil.tensor([7.0, 8.0, 9.0], device=device)     # broadcast over the masked rows
+    want[m[:, :, 0]] = [7, 8, 9]
+    np.testing.assert_array_equal(np_of(b), want)
+    n = int(m.sum())
+    b[tm] = anvil.arange(n, dtype=anvil.float32, device=device)
+    want[m] = np.arange(n)
+    np.testing.assert_array_equal(np_of(b), want)
+    with pytest.raises(IndexError, match="does not match the shape"):
+        a[tm[:, :2]]
+    with pytest.raises(IndexError, match="not supported yet"):
+        b[tm[:, :, 0], 0] = 1.0

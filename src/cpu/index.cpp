@@ -2,6 +2,7 @@
 // out-of-range index raises IndexError after the loop (no exception crosses OpenMP).
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <vector>
@@ -199,6 +200,38 @@ void bincount(const BincountParams& p) {
   };
   if (p.x_dtype == kInt32) with_input(TypeTag<int32_t>{});
   else with_input(TypeTag<int64_t>{});
+}
+
+// nonzero: chunks counted over the team, offsets by one serial scan, rows written per chunk.
+void nonzero_count(const NonzeroParams& p) {
+  parallel_for(p.chunks, p.n >= kParallelGrain, [&](int64_t c) {
+    const int64_t b = c * p.chunk, e = std::min(p.n, b + p.chunk);
+    int64_t k = 0;
+    for (int64_t i = b; i < e; ++i) k += p.mask[i] != 0;
+    p.counts[c] = k;
+  });
+  int64_t total = 0;
+  for (int64_t c = 0; c < p.chunks; ++c) {
+    const int64_t k = p.counts[c];
+    p.counts[c] = total;
+    total += k;
+  }
+  p.counts[p.chunks] = total;
+}
+
+void nonzero_fill(const NonzeroParams& p) {
+  parallel_for(p.chunks, p.n >= kParallelGrain, [&](int64_t c) {
+    int64_t* row = p.out + p.counts[c] * p.ndim;
+    const int64_t b = c * p.chunk, e = std::min(p.n, b + p.chunk);
+    for (int64_t i = b; i < e; ++i) {
+      if (!p.mask[i]) continue;
+      for (int64_t d = p.ndim - 1, r = i; d >= 0; --d) {
+        row[d] = r % p.sizes[d];
+        r /= p.sizes[d];
+      }
+      row += p.ndim;
+    }
+  });
 }
 
 }  // namespace anvil::cpu

@@ -339,6 +339,112 @@ void bincount(const BincountParams& p) {
   launch.check("[bincount]");
 }
 
+
+// ---- nonzero. Count: one block per chunk (grid-stride over chunks) sums its true elements;
+// one block then scans the chunk counts into exclusive offsets and the total. Fill: one block per
+// chunk walks it in tiles of kThreads elements, in order: a warp ballot gives each true element
+// its rank in the warp, the warps' totals its warp's offset in the tile, so the rows come out in
+// row-major order without atomics.
+namespace {
+
+constexpr int kWarps = kThreads / 32;
+
+__global__ void __launch_bounds__(kThreads) nonzero_chunk_counts(const __grid_constant__ NonzeroParams p) {
+  __shared__ int64_t warp_sum[kWarps];
+  for (int64_t c = blockIdx.x; c < p.chunks; c += gridDim.x) {
+    const int64_t b = c * p.chunk, e = b + p.chunk < p.n ? b + p.chunk : p.n;
+    int64_t k = 0;
+    for (int64_t i = b + threadIdx.x; i < e; i += kThreads) k += p.mask[i] != 0;
+    for (int o = 16; o > 0; o >>= 1) k += __shfl_down_sync(0xffffffffu, k, o);
+    if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = k;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int64_t total = 0;
+      for (int w = 0; w < kWarps; ++w) total += warp_sum[w];
+      p.counts[c] = total;
+    }
+    __syncthreads();
+  }
+}
+
+// One block of kScan threads: counts[0, chunks) -> exclusive offsets, counts[chunks] = total.
+constexpr int kScan = 1024;
+__global__ void __launch_bounds__(kScan) nonzero_offsets(const __grid_constant__ NonzeroParams p) {
+  __shared__ int64_t warp_sum[kScan / 32];
+  __shared__ int64_t carry;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t t0 = 0; t0 < p.chunks; t0 += kScan) {
+    const int64_t i = t0 + threadIdx.x;
+    const int64_t v = i < p.chunks ? p.counts[i] : 0;
+    int64_t incl = v;  // inclusive scan within the warp
+    for (int o = 1; o < 32; o <<= 1) {
+      const int64_t u = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += u;
+    }
+    if (lane == 31) warp_sum[warp] = incl;
+    __syncthreads();
+    int64_t before = carry;
+    for (int w = 0; w < warp; ++w) before += warp_sum[w];
+    if (i < p.chunks) p.counts[i] = before + incl - v;
+    __syncthreads();  // every thread has read carry and warp_sum
+    if (threadIdx.x == kScan - 1) carry = before + incl;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) p.counts[p.chunks] = carry;
+}
+
+__global__ void __launch_bounds__(kThreads) nonzero_fill_kernel(const __grid_constant__ NonzeroParams p) {
+  __shared__ int warp_count[kWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t c = blockIdx.x; c < p.chunks; c += gridDim.x) {
+    const int64_t b = c * p.chunk, e = b + p.chunk < p.n ? b + p.chunk : p.n;
+    int64_t base = p.counts[c];
+    for (int64_t t0 = b; t0 < e; t0 += kThreads) {
+      const int64_t i = t0 + threadIdx.x;
+      const bool f = i < e && p.mask[i] != 0;
+      const unsigned ballot = __ballot_sync(0xffffffffu, f);
+      if (lane == 0) warp_count[warp] = __popc(ballot);
+      __syncthreads();
+      int before = 0, tile = 0;
+      for (int w = 0; w < kWarps; ++w) {
+        before += w < warp ? warp_count[w] : 0;
+        tile += warp_count[w];
+      }
+      if (f) {
+        int64_t* row = p.out + (base + before + __popc(ballot & ((1u << lane) - 1u))) * p.ndim;
+        int64_t r = i;
+        for (int d = p.ndim - 1; d >= 0; --d) {
+          row[d] = r % p.sizes[d];
+          r /= p.sizes[d];
+        }
+      }
+      base += tile;
+      __syncthreads();  // warp_count is rewritten by the next tile
+    }
+  }
+}
+
+}  // namespace
+
+void nonzero_count(const NonzeroParams& p) {
+  if (p.chunks == 0) return;
+  KernelLaunch launch(p.counts);
+  const unsigned blocks = static_cast<unsigned>(p.chunks < launch.max_blocks() ? p.chunks : launch.max_blocks());
+  nonzero_chunk_counts<<<blocks, kThreads, 0, launch.stream()>>>(p);
+  nonzero_offsets<<<1, kScan, 0, launch.stream()>>>(p);
+  launch.check("[nonzero]");
+}
+
+void nonzero_fill(const NonzeroParams& p) {
+  if (p.chunks == 0) return;
+  KernelLaunch launch(p.counts);
+  const unsigned blocks = static_cast<unsigned>(p.chunks < launch.max_blocks() ? p.chunks : launch.max_blocks());
+  nonzero_fill_kernel<<<blocks, kThreads, 0, launch.stream()>>>(p);
+  launch.check("[nonzero]");
+}
+
 }  // namespace anvil::cuda_backend
 
 // ---- cache_write: one thread per unit U (up to 16 bytes) of a [batch, heads, rows] x cols row;

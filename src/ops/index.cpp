@@ -154,6 +154,44 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   return out;
 }
 
+Tensor nonzero(const Tensor& x) {
+  const char* name = "[nonzero]";
+  ANVIL_CHECK(x.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(x.dim() <= kMaxDims, ShapeError, name, " at most ", kMaxDims, " dims, got ", describe(x));
+  // The kernels read a contiguous bool mask: other dtypes compare with 0 first (x != 0 keeps
+  // NaN, and a complex number with either part non-zero).
+  const Tensor mask = (x.dtype() == kBool ? x : as_op(name, [&] { return ne(x, Scalar(int64_t{0})); })).contiguous();
+  NonzeroParams p;
+  p.mask = static_cast<const uint8_t*>(mask.raw_data_ptr());
+  p.n = mask.numel();
+  p.ndim = static_cast<int>(x.dim());
+  for (int d = 0; d < p.ndim; ++d) p.sizes[d] = x.size(d);
+  p.chunk = 8192;
+  p.chunks = (p.n + p.chunk - 1) / p.chunk;
+  const TensorOptions i64 = TensorOptions(kInt64).device(x.device());
+  Tensor counts = empty({p.chunks + 1}, i64);
+  p.counts = static_cast<int64_t*>(counts.raw_data_ptr());
+  if (p.chunks == 0) return empty({0, x.dim()}, i64);
+  ANVIL_KERNEL(x.device(), nonzero_count, p);
+  const int64_t total = counts.narrow(0, p.chunks, 1).to(Device(kCPU)).data_ptr<int64_t>()[0];
+  Tensor out = empty({total, x.dim()}, i64);
+  if (total == 0 || x.dim() == 0) return out;
+  p.out = static_cast<int64_t*>(out.raw_data_ptr());
+  ANVIL_KERNEL(x.device(), nonzero_fill, p);
+  return out;
+}
+
+Tensor masked_select(const Tensor& x, const Tensor& mask) {
+  const char* name = "[masked_select]";
+  ANVIL_CHECK(x.defined() && mask.defined(), Error, name, " undefined tensor");
+  ANVIL_CHECK(mask.dtype() == kBool, DTypeError, name, " masked_select: expected BoolTensor for mask, got ",
+              dtype_name(mask.dtype()));
+  check_same_device(name, x, mask);
+  const Shape shape = as_op(name, [&] { return broadcast_shapes(x.sizes(), mask.sizes()); });
+  const Tensor flat = nonzero(mask.expand(shape).reshape({-1})).reshape({-1});
+  return take(x.expand(shape), flat);
+}
+
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   ANVIL_CHECK(weight.defined() && weight.dim() == 2, ShapeError, "[embedding] weight must be 2-D, got ", describe(weight));
   ANVIL_CHECK(indices.defined() && (indices.dtype() == kInt64 || indices.dtype() == kInt32), DTypeError,

@@ -48,11 +48,26 @@ struct BincountParams {
   int64_t n = 0, bins = 0;
 };
 
+// nonzero over a contiguous bool mask of n elements (shape sizes[0..ndim)), in chunks of `chunk`
+// elements: nonzero_count writes each chunk's count of true elements into counts[c], then turns
+// counts into exclusive offsets with the total at counts[chunks]; nonzero_fill writes the
+// coordinates of the true elements, in row-major order, as int64 rows [total, ndim] of out.
+struct NonzeroParams {
+  const uint8_t* mask = nullptr;
+  int64_t* counts = nullptr;  // [chunks + 1]
+  int64_t* out = nullptr;
+  int64_t n = 0, chunk = 0, chunks = 0;
+  int ndim = 0;
+  int64_t sizes[kMaxDims] = {};
+};
+
 #define ANVIL_INDEX_KERNELS(X)               \
   X(index_select, const IndexSelectParams&)  \
   X(gather, const GatherParams&)             \
   X(scatter, const GatherParams&)            \
-  X(bincount, const BincountParams&)
+  X(bincount, const BincountParams&)         \
+  X(nonzero_count, const NonzeroParams&)     \
+  X(nonzero_fill, const NonzeroParams&)
 ANVIL_DECLARE_KERNELS(ANVIL_INDEX_KERNELS)
 
 }  // namespace anvil
