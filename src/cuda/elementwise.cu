@@ -122,15 +122,34 @@ void unary(const ElementwiseParams& p) {
   launch.check("[unary]");
 }
 
+// With nargs 2 the second operand is the number p.scalar0 (a tensor op a Python number), bound
+// into the functor: one map over a, no 0-d tensor on the device.
+template <typename F, typename T>
+struct ScalarB {
+  F f;
+  T b;
+  __device__ auto operator()(T a) const { return f(a, b); }
+};
+
 void binary(const ElementwiseParams& p) {
   if (p.numel == 0) return;
   KernelLaunch launch(p.ptr[0]);
   auto op = static_cast<BinaryOp>(p.op);
+  const bool scalar_b = p.nargs == 2;
   dispatch_arith_types(p.dtype, "[binary]", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (!is_arith_v<T>) return;
-    else if (is_compare(op)) cuda_device::launch_map2<bool, T>(p, CompareFn<T>{op}, launch.stream(), launch.sm_count());
-    else cuda_device::launch_map2<T, T>(p, BinaryFn<T>{op, scalar_op<T>(p.alpha)}, launch.stream(), launch.sm_count());
+    if constexpr (!is_arith_v<T>) {
+      return;
+    } else {
+      const T b = scalar_b ? static_cast<T>(scalar_op<T>(p.scalar0)) : T{};
+      const BinaryFn<T> fn{op, scalar_op<T>(p.alpha)};
+      if (is_compare(op) && scalar_b)
+        cuda_device::launch_map1<bool, T>(p, ScalarB<CompareFn<T>, T>{CompareFn<T>{op}, b}, launch.stream(),
+                                          launch.sm_count());
+      else if (is_compare(op)) cuda_device::launch_map2<bool, T>(p, CompareFn<T>{op}, launch.stream(), launch.sm_count());
+      else if (scalar_b) cuda_device::launch_map1<T, T>(p, ScalarB<BinaryFn<T>, T>{fn, b}, launch.stream(), launch.sm_count());
+      else cuda_device::launch_map2<T, T>(p, fn, launch.stream(), launch.sm_count());
+    }
   });
   launch.check("[binary]");
 }

@@ -80,10 +80,14 @@ const char* op_name(BinaryOp op) {
 // A Scalar operand becomes a 0-dim tensor of the op's compute dtype on the tensor's device.
 Tensor wrap(const Scalar& s, DType t, Device d) { return full({}, s, TensorOptions(t).device(d)); }
 
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, DType common, const Scalar& alpha) {
+// b_scalar: on CUDA, b is this number passed to the kernel in the params (slot 2 absent, nargs 2)
+// instead of a 0-d device tensor, whose fill would be a second launch (PyTorch passes a CPU
+// scalar as a kernel argument too); `b` is then its 0-d CPU wrap, for the checks and shapes.
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, DType common, const Scalar& alpha,
+              const Scalar* b_scalar = nullptr) {
   const char* name = op_name(op);
   ANVIL_CHECK(a.defined() && b.defined(), Error, name, " undefined tensor");
-  check_same_device(name, a, b);
+  if (!b_scalar) check_same_device(name, a, b);
   DType compute = common;
   bool compare = is_compare(op);
   if (op == BinaryOp::Div && (is_integral(compute, true))) compute = kFloat32;
@@ -103,9 +107,11 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, DType common, const
   ANVIL_CHECK(!(op == BinaryOp::Pow && compute == kBool), DTypeError, name, " not implemented for 'bool'");
   Shape shape = broadcast_for(name, a.sizes(), b.sizes());
   Tensor ac = a.to(compute), bc = b.to(compute);
-  Tensor out = empty_elementwise(shape, TensorOptions(compare ? kBool : compute).device(a.device()), {&a, &b});
+  Tensor out = b_scalar ? empty_elementwise(shape, TensorOptions(compare ? kBool : compute).device(a.device()), {&a})
+                        : empty_elementwise(shape, TensorOptions(compare ? kBool : compute).device(a.device()), {&a, &b});
   if (out.numel() == 0) return out;
-  ElementwiseParams p = make_elementwise(name, out, {&ac, &bc});
+  ElementwiseParams p = b_scalar ? make_elementwise(name, out, {&ac}) : make_elementwise(name, out, {&ac, &bc});
+  if (b_scalar) p.scalar0 = to_scalar_arg(bc.item());  // the number in the compute dtype, as the wrap holds it
   p.dtype = compute;
   p.op = static_cast<int8_t>(op);
   p.alpha = to_scalar_arg(alpha);
@@ -121,6 +127,7 @@ Tensor binary_tt(BinaryOp op, const Tensor& a, const Tensor& b, const Scalar& al
 Tensor binary_ts(BinaryOp op, const Tensor& a, const Scalar& b, const Scalar& alpha = 1) {
   ANVIL_CHECK(a.defined(), Error, op_name(op), " undefined tensor");
   DType common = as_op(op_name(op), [&] { return result_type(a, b); });
+  if (a.device().is_cuda()) return binary(op, a, wrap(b, common, Device(kCPU)), common, alpha, &b);
   return binary(op, a, wrap(b, common, a.device()), common, alpha);
 }
 
