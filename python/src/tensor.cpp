@@ -54,15 +54,19 @@ int64_t wrap_index(int64_t i, int64_t size, int64_t dim) {
   return i < 0 ? i + size : i;
 }
 
-// The flat positions of a bool mask's true elements (row-major), after checking that the mask's
-// shape is t's over dims [dim, dim + mask.dim()) (torch's rule for a mask index).
-Tensor mask_positions(const Tensor& t, int64_t dim, const Tensor& mask) {
+// torch's rule for a mask index: the mask's shape is t's over dims [dim, dim + mask.dim()).
+void check_mask_shape(const Tensor& t, int64_t dim, const Tensor& mask) {
   for (int64_t d = 0; d < mask.dim(); ++d)
     if (dim + d >= t.dim() || mask.size(d) != t.size(dim + d))
       throw nb::index_error(("[anvil.Tensor.__getitem__] the shape of the mask " + shape_str(mask.sizes()) +
                              " at index " + std::to_string(d) + " does not match the shape of the indexed tensor " +
                              shape_str(t.sizes()))
                                 .c_str());
+}
+
+// The flat positions of a bool mask's true elements (row-major), the mask's shape checked first.
+Tensor mask_positions(const Tensor& t, int64_t dim, const Tensor& mask) {
+  check_mask_shape(t, dim, mask);
   return nonzero(mask.reshape({-1})).reshape({-1});
 }
 
@@ -84,7 +88,7 @@ void assign_masked(Tensor& t, const Tensor& mask, nb::handle value) {
   if (const auto s = scalar_arg(value)) {
     Shape ms = mask.sizes();
     ms.resize(static_cast<size_t>(t.dim()), 1);  // the mask over the leading dims, broadcast over the rest
-    (void)mask_positions(t, 0, mask);  // the shape check
+    check_mask_shape(t, 0, mask);  // a fill needs no positions (no nonzero, no host read)
     t.copy_(masked_fill(t, mask.reshape(ms), *s));
     return;
   }

@@ -3,9 +3,9 @@
 // strided inner loop inside. f(o0, o1, o2, o3) gets each slot's element offset.
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <memory>
 
 #include "core/kernels/elementwise.h"
 
@@ -71,8 +71,11 @@ void for_each_chunk_affine(int64_t chunks, bool parallel, F&& f) {
     for (int64_t c = 0; c < chunks; ++c) f(c);
     return;
   }
-  const int shares = omp_get_max_threads();
-  std::unique_ptr<Share[]> share(new Share[static_cast<size_t>(shares)]);
+  // On the stack (a GEMV per projection per token must not allocate); past kMaxShares threads the
+  // extra ones start on a share beside the others' (every chunk still runs exactly once).
+  constexpr int kMaxShares = 256;
+  Share share[kMaxShares];
+  const int shares = std::min(omp_get_max_threads(), kMaxShares);
   for (int s = 0; s < shares; ++s) {
     share[s].next.store(chunks * s / shares, std::memory_order_relaxed);
     share[s].end = chunks * (s + 1) / shares;

@@ -107,8 +107,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, DType common, const
   ANVIL_CHECK(!(op == BinaryOp::Pow && compute == kBool), DTypeError, name, " not implemented for 'bool'");
   Shape shape = broadcast_for(name, a.sizes(), b.sizes());
   Tensor ac = a.to(compute), bc = b.to(compute);
-  Tensor out = b_scalar ? empty_elementwise(shape, TensorOptions(compare ? kBool : compute).device(a.device()), {&a})
-                        : empty_elementwise(shape, TensorOptions(compare ? kBool : compute).device(a.device()), {&a, &b});
+  const TensorOptions out_options = TensorOptions(compare ? kBool : compute).device(a.device());
+  Tensor out = b_scalar ? empty_elementwise(shape, out_options, {&a}) : empty_elementwise(shape, out_options, {&a, &b});
   if (out.numel() == 0) return out;
   ElementwiseParams p = b_scalar ? make_elementwise(name, out, {&ac}) : make_elementwise(name, out, {&ac, &bc});
   if (b_scalar) p.scalar0 = to_scalar_arg(bc.item());  // the number in the compute dtype, as the wrap holds it

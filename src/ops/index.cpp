@@ -169,9 +169,9 @@ Tensor nonzero(const Tensor& x) {
   p.chunk = 8192;
   p.chunks = (p.n + p.chunk - 1) / p.chunk;
   const TensorOptions i64 = TensorOptions(kInt64).device(x.device());
+  if (p.chunks == 0) return empty({0, x.dim()}, i64);
   Tensor counts = empty({p.chunks + 1}, i64);
   p.counts = static_cast<int64_t*>(counts.raw_data_ptr());
-  if (p.chunks == 0) return empty({0, x.dim()}, i64);
   ANVIL_KERNEL(x.device(), nonzero_count, p);
   const int64_t total = counts.narrow(0, p.chunks, 1).to(Device(kCPU)).data_ptr<int64_t>()[0];
   Tensor out = empty({total, x.dim()}, i64);
