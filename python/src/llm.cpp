@@ -27,7 +27,7 @@ namespace {
 using runtime::Tokenizer;
 
 // A loaded model and its tokenizer. Every forward (logits, a generation's step) holds `mu` with
-// the GIL released; `epoch` counts the calls that rewrite the KV cache from position 0, so that
+// the GIL released; `epoch` counts the calls that write the KV cache (generate, any logits), so that
 // a generation started before one of them refuses to go on with the wrong cache.
 struct LanguageModel {
   std::unique_ptr<runtime::Model> model;
@@ -192,7 +192,7 @@ Tensor logits(LanguageModel& lm, nb::handle input, int64_t start_pos) {
   {
     nb::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(lm.mu);
-    if (start_pos == 0) ++lm.epoch;
+    ++lm.epoch;  // any positions it writes may be a running generation's
     // A copy: a decode step's logits can live in the step's own (CUDA graph) buffer.
     out = lm.model->forward(t, start_pos).clone();
   }

@@ -185,6 +185,11 @@ def test_errors_name_the_problem(tiny_with_tokenizer):
     m.logits([4, 5])
     with pytest.raises(RuntimeError, match="rewritten its KV cache"):
         next(first)
+    second = m.generate([1, 2, 3], 5)
+    next(second)
+    m.logits([6], start_pos=3)  # a continuation writes the cache too
+    with pytest.raises(RuntimeError, match="rewritten its KV cache"):
+        next(second)
     t = anvil.llm.load(tiny_with_tokenizer, dtype=anvil.float32, progress=False)
     with pytest.raises(ValueError, match="not a token"):
         t.generate("a", 3, stop=["<|nope|>"])
