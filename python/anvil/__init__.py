@@ -4,7 +4,7 @@ Everything comes from the compiled extension anvil._anvil; the namespaces follow
 (anvil.cuda as torch.cuda). See docs/PYTHON.md.
 """
 from ._anvil import *  # noqa: F401,F403
-from ._anvil import __version__, cuda, linalg, nn, special  # noqa: F401
+from ._anvil import __version__, cuda, linalg, nn, ops, special  # noqa: F401
 
 import warnings as _warnings
 
@@ -26,6 +26,6 @@ cuda.is_available = _is_available
 # `import anvil.nn.functional as F` (torch's idiom) and the other submodules by their dotted names.
 import sys as _sys
 
-for _name, _mod in (("cuda", cuda), ("linalg", linalg), ("nn", nn), ("nn.functional", nn.functional),
-                    ("special", special)):
+for _name, _mod in (("cuda", cuda), ("linalg", linalg), ("nn", nn), ("nn.functional", nn.functional), ("ops", ops),
+                    ("ops.aten", ops.aten), ("special", special)):
     _sys.modules[f"{__name__}.{_name}"] = _mod

@@ -69,6 +69,12 @@ Shape shape_args(const nb::args& args, const char* op);
 // TensorOptions from the dtype / device keywords (the defaults: float32 on the CPU).
 TensorOptions options_of(std::optional<DType> dtype, nb::handle device, DType fallback = kFloat32);
 
+// An optional tensor argument (None) as the C++ API's undefined Tensor.
+using OptTensor = std::optional<Tensor>;
+inline Tensor or_undefined(const OptTensor& t) { return t ? *t : Tensor(); }
+// A reduction argument: F's name ("mean", "sum", "none") or aten's int (1, 2, 0).
+Reduction reduction_arg(nb::handle r, const char* op);
+
 nb::class_<Tensor> bind_tensor(nb::module_& m);
 void bind_dlpack(nb::module_& m, nb::class_<Tensor>& tensor_class);
 void bind_linalg(nb::module_& m);
@@ -77,5 +83,6 @@ void bind_cuda(nb::module_& m, nb::class_<Tensor>& tensor_class);
 void bind_ops(nb::module_& m, nb::class_<Tensor>& tensor_class);
 void bind_llm(nb::module_& m);
 void bind_vae(nb::module_& m);
+void bind_aten(nb::module_& m);
 
 }  // namespace anvil::python

@@ -1,7 +1,9 @@
-// DLPack both ways, zero copy (the Python array API's __dlpack__ / __dlpack_device__ protocol, the
-// unversioned "dltensor" capsule every consumer takes), anvil.from_numpy and anvil.tensor.
+// DLPack both ways, zero copy (the Python array API's __dlpack__ / __dlpack_device__ protocol:
+// DLPack 1.0's "dltensor_versioned" capsule for consumers that ask for it with max_version, the
+// unversioned "dltensor" one for the others), anvil.from_numpy and anvil.tensor.
 #include <nanobind/stl/optional.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,7 +13,7 @@
 namespace anvil::python {
 namespace {
 
-// The DLPack ABI (dlpack.h, v0.8 layout), its type and device codes.
+// The DLPack ABI (dlpack.h: the v0.8 layout and v1.0's versioned one), its type and device codes.
 namespace dl {
 constexpr int32_t kCPU = 1, kCUDA = 2, kCUDAHost = 3;
 constexpr uint8_t kInt = 0, kUInt = 1, kFloat = 2, kBfloat = 4, kComplex = 5, kBool = 6, kFloat8_e4m3fn = 10,
@@ -39,6 +41,20 @@ struct ManagedTensor {
   void* manager_ctx;
   void (*deleter)(ManagedTensor* self);
 };
+struct Version {
+  uint32_t major;
+  uint32_t minor;
+};
+constexpr uint64_t kFlagReadOnly = 1, kFlagIsCopied = 2;
+struct ManagedTensorVersioned {
+  Version version;
+  void* manager_ctx;
+  void (*deleter)(ManagedTensorVersioned* self);
+  uint64_t flags;
+  Tensor dl_tensor;
+};
+constexpr const char* kCapsule = "dltensor";
+constexpr const char* kCapsuleVersioned = "dltensor_versioned";
 }  // namespace dl
 
 dl::DataType dl_type(DType t) {
@@ -71,13 +87,18 @@ struct Export {
   anvil::Tensor tensor;
   std::vector<int64_t> shape, strides;
   dl::ManagedTensor managed{};
+  dl::ManagedTensorVersioned versioned{};
 };
 
+// Unconsumed (not renamed "used_..." by a consumer): the capsule owns its tensor.
 void capsule_destructor(PyObject* capsule) {
-  // Unconsumed ("dltensor", not renamed "used_dltensor" by a consumer): the capsule owns it.
-  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
-  auto* m = static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
-  if (m && m->deleter) m->deleter(m);
+  if (PyCapsule_IsValid(capsule, dl::kCapsule)) {
+    auto* m = static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(capsule, dl::kCapsule));
+    if (m && m->deleter) m->deleter(m);
+  } else if (PyCapsule_IsValid(capsule, dl::kCapsuleVersioned)) {
+    auto* m = static_cast<dl::ManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, dl::kCapsuleVersioned));
+    if (m && m->deleter) m->deleter(m);
+  }
 }
 
 // The consumer's stream (DLPack: None or 1 the legacy default stream, 2 the per-thread default,
@@ -105,7 +126,7 @@ nb::object to_dlpack(const anvil::Tensor& t, nb::handle stream, nb::handle max_v
   }
   if (src.is_cuda()) sync_to_consumer(src, stream);
   auto* e = new Export{src, src.sizes(), src.strides()};
-  dl::Tensor& d = e->managed.dl_tensor;
+  dl::Tensor d;
   d.data = src.raw_data_ptr();
   d.device = {src.is_cpu() ? dl::kCPU : dl::kCUDA, src.is_cpu() ? 0 : src.device().index};
   d.ndim = static_cast<int32_t>(src.dim());
@@ -113,9 +134,18 @@ nb::object to_dlpack(const anvil::Tensor& t, nb::handle stream, nb::handle max_v
   d.shape = e->shape.data();
   d.strides = e->strides.data();
   d.byte_offset = 0;
-  e->managed.manager_ctx = e;
-  e->managed.deleter = [](dl::ManagedTensor* m) { delete static_cast<Export*>(m->manager_ctx); };
-  PyObject* capsule = PyCapsule_New(&e->managed, "dltensor", capsule_destructor);
+  // The consumer names the newest DLPack it reads; 1.0 and later take the versioned capsule.
+  const bool versioned = !max_version.is_none() && nb::cast<uint32_t>(nb::cast<nb::tuple>(max_version)[0]) >= 1;
+  void* managed;
+  if (versioned) {
+    e->versioned = {{1, 0}, e, [](dl::ManagedTensorVersioned* m) { delete static_cast<Export*>(m->manager_ctx); },
+                    src.is_same(t) ? 0 : dl::kFlagIsCopied, d};
+    managed = &e->versioned;
+  } else {
+    e->managed = {d, e, [](dl::ManagedTensor* m) { delete static_cast<Export*>(m->manager_ctx); }};
+    managed = &e->managed;
+  }
+  PyObject* capsule = PyCapsule_New(managed, versioned ? dl::kCapsuleVersioned : dl::kCapsule, capsule_destructor);
   if (!capsule) {
     delete e;
     throw nb::python_error();
@@ -123,10 +153,32 @@ nb::object to_dlpack(const anvil::Tensor& t, nb::handle stream, nb::handle max_v
   return nb::steal(capsule);
 }
 
-anvil::Tensor from_capsule(nb::handle capsule) {
-  auto* m = static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
-  if (!m) throw nb::python_error();
-  const dl::Tensor& d = m->dl_tensor;
+// A capsule of either kind as a tensor sharing its memory; *read_only tells whether the producer
+// marked it so (anvil has no read-only tensors).
+anvil::Tensor from_capsule(nb::handle capsule, bool* read_only) {
+  const dl::Tensor* dp;
+  std::function<void()> release;
+  *read_only = false;
+  if (PyCapsule_IsValid(capsule.ptr(), dl::kCapsuleVersioned)) {
+    auto* m = static_cast<dl::ManagedTensorVersioned*>(PyCapsule_GetPointer(capsule.ptr(), dl::kCapsuleVersioned));
+    if (m->version.major > 1)
+      throw nb::buffer_error(("[anvil.from_dlpack] DLPack " + std::to_string(m->version.major) + "." +
+                              std::to_string(m->version.minor) + " is newer than the 1.x anvil reads")
+                                 .c_str());
+    dp = &m->dl_tensor;
+    *read_only = m->flags & dl::kFlagReadOnly;
+    release = [m] {
+      if (m->deleter) m->deleter(m);
+    };
+  } else {
+    auto* m = static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), dl::kCapsule));
+    if (!m) throw nb::python_error();  // neither kind, or already consumed
+    dp = &m->dl_tensor;
+    release = [m] {
+      if (m->deleter) m->deleter(m);
+    };
+  }
+  const dl::Tensor& d = *dp;
   const DType dtype = anvil_type(d.dtype);
   Device dev;
   if (d.device.device_type == dl::kCPU || d.device.device_type == dl::kCUDAHost) dev = Device(kCPU);
@@ -151,29 +203,53 @@ anvil::Tensor from_capsule(nb::handle capsule) {
   if (numel == 0) extent = 0;
   void* data = static_cast<char*>(d.data) + d.byte_offset;
   auto storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(extent) * element_size(dtype), dev,
-                                               [m](void*) {
-                                                 if (m->deleter) m->deleter(m);
-                                               });
-  if (PyCapsule_SetName(capsule.ptr(), "used_dltensor") != 0) throw nb::python_error();
+                                               [release](void*) { release(); });
+  const bool v = PyCapsule_IsValid(capsule.ptr(), dl::kCapsuleVersioned);
+  if (PyCapsule_SetName(capsule.ptr(), v ? "used_dltensor_versioned" : "used_dltensor") != 0) throw nb::python_error();
   return anvil::Tensor(std::move(storage), sizes, strides, 0, dtype);
 }
 
-anvil::Tensor from_dlpack(nb::handle obj) {
-  if (nb::isinstance<anvil::Tensor>(obj)) return nb::cast<anvil::Tensor>(obj);
-  if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj);
+// The producer's capsule: DLPack 1.0 asked for, the unversioned one from producers that predate
+// max_version. For CUDA, anvil's current stream is the consumer's.
+nb::object capsule_of(nb::handle obj) {
   if (!nb::hasattr(obj, "__dlpack__"))
     throw nb::type_error("[anvil.from_dlpack] expected an object with __dlpack__ (a NumPy array, a torch tensor, ...) or a DLPack capsule");
-  nb::object capsule;
+  nb::kwargs kw;
   const nb::tuple where = nb::cast<nb::tuple>(obj.attr("__dlpack_device__")());
   if (nb::cast<int32_t>(where[0]) == dl::kCUDA) {
     // The producer's work must be done before anvil's current stream reads the memory.
     const Stream s = current_stream(Device(kCUDA, nb::cast<int>(where[1])));
     const intptr_t handle = reinterpret_cast<intptr_t>(s.native_handle());
-    capsule = obj.attr("__dlpack__")(nb::arg("stream") = handle == 0 ? 1 : handle);
-  } else {
-    capsule = obj.attr("__dlpack__")();
+    kw["stream"] = handle == 0 ? 1 : handle;
   }
-  return from_capsule(capsule);
+  kw["max_version"] = nb::make_tuple(1, 0);
+  try {
+    return obj.attr("__dlpack__")(**kw);
+  } catch (nb::python_error& e) {
+    if (!e.matches(PyExc_TypeError)) throw;  // a producer without max_version
+  }
+  PyDict_DelItemString(kw.ptr(), "max_version");
+  return obj.attr("__dlpack__")(**kw);
+}
+
+// anvil.from_dlpack / from_numpy: shares the memory. A read-only producer (a NumPy array with
+// writeable=False) is shared with a warning, as torch.from_numpy does: writing through it is the
+// caller's risk.
+anvil::Tensor from_dlpack(nb::handle obj, const char* op) {
+  if (nb::isinstance<anvil::Tensor>(obj)) return nb::cast<anvil::Tensor>(obj);
+  bool read_only = false;
+  anvil::Tensor t = from_capsule(PyCapsule_CheckExact(obj.ptr()) ? nb::borrow(obj) : capsule_of(obj), &read_only);
+  if (read_only &&
+      PyErr_WarnEx(PyExc_UserWarning, (std::string("[") + op + "] the array is read-only and anvil has no read-only "
+                                       "tensors: writing through this tensor writes into it").c_str(), 1) != 0)
+    throw nb::python_error();
+  return t;
+}
+
+// A copy of obj's data (anvil.tensor), read-only producers included.
+anvil::Tensor copy_of(nb::handle obj) {
+  bool read_only = false;
+  return from_capsule(capsule_of(obj), &read_only).clone();
 }
 
 // anvil.tensor(data): always a copy, as torch.tensor. Python numbers and nested lists take torch's
@@ -190,7 +266,7 @@ anvil::Tensor tensor_of(nb::handle data, std::optional<DType> dtype, nb::handle 
         throw nb::type_error("[anvil.tensor] anvil has no complex128: pass dtype=anvil.complex64 to convert");
       src = data.attr("astype")("complex64");
     }
-    t = from_dlpack(src).clone();
+    t = copy_of(src);
   } else {
     nb::module_ np = nb::module_::import_("numpy");
     nb::object a = np.attr("asarray")(data);
@@ -200,7 +276,7 @@ anvil::Tensor tensor_of(nb::handle data, std::optional<DType> dtype, nb::handle 
     else if (kind == "i" || kind == "u") a = a.attr("astype")(np.attr("int64"));
     else if (kind != "b")
       throw nb::type_error(("[anvil.tensor] can't build a tensor from " + py_type_name(data)).c_str());
-    t = from_dlpack(a.attr("copy")("C")).clone();  // C order; 0-d stays 0-d
+    t = copy_of(a.attr("copy")("C"));  // C order; 0-d stays 0-d
   }
   if (dtype) t = t.to(*dtype);
   if (!device.is_none()) t = t.to(device_arg(device));
@@ -216,10 +292,10 @@ void bind_dlpack(nb::module_& m, nb::class_<anvil::Tensor>& c) {
   c.def("__dlpack_device__", [](const anvil::Tensor& t) {
     return nb::make_tuple(t.is_cpu() ? dl::kCPU : dl::kCUDA, t.is_cpu() ? 0 : t.device().index);
   });
-  m.def("from_dlpack", &from_dlpack, nb::arg("ext_tensor"));
+  m.def("from_dlpack", [](nb::handle obj) { return from_dlpack(obj, "anvil.from_dlpack"); }, nb::arg("ext_tensor"));
   m.def("from_numpy", [](nb::handle a) {
     if (!nb::hasattr(a, "__array_interface__")) throw nb::type_error("[anvil.from_numpy] expected a numpy.ndarray");
-    return from_dlpack(a);
+    return from_dlpack(a, "anvil.from_numpy");
   }, nb::arg("ndarray"));
   m.def("tensor", &tensor_of, nb::arg("data"), nb::kw_only(), nb::arg("dtype").none() = nb::none(),
         nb::arg("device").none() = nb::none());

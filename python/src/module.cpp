@@ -195,6 +195,7 @@ NB_MODULE(_anvil, m) {
   bind_cuda(m, tensor_class);
   bind_linalg(m);
   bind_functional(m);
+  bind_aten(m);
   bind_ops(m, tensor_class);
   bind_llm(m);
   bind_vae(m);
