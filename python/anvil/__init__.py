@@ -27,5 +27,5 @@ cuda.is_available = _is_available
 import sys as _sys
 
 for _name, _mod in (("cuda", cuda), ("linalg", linalg), ("nn", nn), ("nn.functional", nn.functional), ("ops", ops),
-                    ("ops.aten", ops.aten), ("special", special)):
+                    ("ops.aten", ops.aten), ("ops.anvil", ops.anvil), ("special", special)):
     _sys.modules[f"{__name__}.{_name}"] = _mod

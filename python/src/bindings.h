@@ -84,5 +84,6 @@ void bind_ops(nb::module_& m, nb::class_<Tensor>& tensor_class);
 void bind_llm(nb::module_& m);
 void bind_vae(nb::module_& m);
 void bind_aten(nb::module_& m);
+void bind_kernels(nb::module_& m);  // after bind_aten: anvil.ops exists
 
 }  // namespace anvil::python

@@ -196,6 +196,7 @@ NB_MODULE(_anvil, m) {
   bind_linalg(m);
   bind_functional(m);
   bind_aten(m);
+  bind_kernels(m);
   bind_ops(m, tensor_class);
   bind_llm(m);
   bind_vae(m);
