@@ -17,7 +17,7 @@ t0=$(date +%s)
 echo "pyext build $(( $(date +%s) - t0 )) s"
 export PYTHONPATH=/tmp/pyb/python:/tmp/site
 python3 -c "import anvil; print(anvil.__version__, anvil.cuda.is_available(), anvil.cuda.device_count())"
-timeout 300 python3 -m pytest -q -p no:cacheprovider -p anvil -rs python/tests > $OUT/pytest.log 2>&1; echo "pytest rc $?"
+timeout 300 python3 -m pytest -q -p no:cacheprovider -rs python/tests > $OUT/pytest.log 2>&1; echo "pytest rc $?"
 tail -25 $OUT/pytest.log
 timeout 60 python3 python/bench/overhead.py --device cuda 2>&1 | tail -5
 if [[ "${GO20:-1}" == 1 ]]; then
