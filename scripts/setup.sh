@@ -63,8 +63,9 @@ if command -v python3 >/dev/null; then
     ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-pip >/dev/null) || true
   fi
   export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
-  py_reqs=("nanobind>=2.2" numpy pytest)
-  if python3 -c 'import nanobind, numpy, pytest' 2>/dev/null || python3 -m pip install -q "${py_reqs[@]}" 2>/dev/null ||
+  py_reqs=("nanobind>=2.2" "numpy>=2.1" pytest)  # NumPy 2.1: DLPack 1.0 (writable Tensor.numpy())
+  if python3 -c 'import nanobind, numpy, pytest; assert tuple(map(int, numpy.__version__.split(".")[:2])) >= (2, 1)' \
+       2>/dev/null || python3 -m pip install -q "${py_reqs[@]}" 2>/dev/null ||
      python3 -m pip install -q --break-system-packages "${py_reqs[@]}" 2>/dev/null; then
     PY_FLAG="-DANVIL_PYTHON=ON"
   else

@@ -179,6 +179,8 @@ void bind_aten(nb::module_& m) {
   a.def("l1_loss_backward", [](T g, T x, T y, nb::handle r) {
     return l1_loss_backward(g, x, y, reduction_arg(r, "l1_loss_backward"));
   }, nb::arg("grad_output"), nb::arg("input"), nb::arg("target"), nb::arg("reduction"));
+  // aten's nll_loss_backward also takes the forward's total_weight; anvil's computes it from target
+  // and weight, so its argument list ends at ignore_index.
   a.def("nll_loss_backward", [](T g, T x, T y, const OptTensor& w, nb::handle r, int64_t ignore) {
     return nll_loss_backward(g, x, y, or_undefined(w), reduction_arg(r, "nll_loss_backward"), ignore);
   }, nb::arg("grad_output"), nb::arg("input"), nb::arg("target"), nb::arg("weight").none() = nb::none(),

@@ -72,8 +72,8 @@ TensorOptions options_of(std::optional<DType> dtype, nb::handle device, DType fa
 // An optional tensor argument (None) as the C++ API's undefined Tensor.
 using OptTensor = std::optional<Tensor>;
 inline Tensor or_undefined(const OptTensor& t) { return t ? *t : Tensor(); }
-// A reduction argument: F's name ("mean", "sum", "none") or aten's int (1, 2, 0).
-Reduction reduction_arg(nb::handle r, const char* op);
+// A reduction argument: F's name ("mean", "sum", "none"), or with aten_ints aten's int (1, 2, 0).
+Reduction reduction_arg(nb::handle r, const char* op, bool aten_ints = true);
 
 nb::class_<Tensor> bind_tensor(nb::module_& m);
 void bind_dlpack(nb::module_& m, nb::class_<Tensor>& tensor_class);

@@ -4,6 +4,8 @@
 #include <nanobind/stl/optional.h>
 
 #include <functional>
+#include <memory>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -125,7 +127,16 @@ nb::object to_dlpack(const anvil::Tensor& t, nb::handle stream, nb::handle max_v
     if (!same) throw nb::buffer_error("[anvil.Tensor.__dlpack__] export to another device than the tensor's is not supported");
   }
   if (src.is_cuda()) sync_to_consumer(src, stream);
-  auto* e = new Export{src, src.sizes(), src.strides()};
+  // The consumer names the newest DLPack it reads; 1.0 and later take the versioned capsule, as
+  // 1.1 when it reads 1.1 (whose type codes the float8 dtypes use).
+  dl::Version version{0, 0};
+  if (!max_version.is_none()) {
+    const auto mv = nb::cast<std::tuple<uint32_t, uint32_t>>(max_version);
+    if (std::get<0>(mv) >= 1) version = {1, std::get<0>(mv) > 1 || std::get<1>(mv) >= 1 ? 1u : 0u};
+  }
+  const bool versioned = version.major == 1;
+  auto owned = std::make_unique<Export>(Export{src, src.sizes(), src.strides()});
+  Export* e = owned.get();
   dl::Tensor d;
   d.data = src.raw_data_ptr();
   d.device = {src.is_cpu() ? dl::kCPU : dl::kCUDA, src.is_cpu() ? 0 : src.device().index};
@@ -134,11 +145,9 @@ nb::object to_dlpack(const anvil::Tensor& t, nb::handle stream, nb::handle max_v
   d.shape = e->shape.data();
   d.strides = e->strides.data();
   d.byte_offset = 0;
-  // The consumer names the newest DLPack it reads; 1.0 and later take the versioned capsule.
-  const bool versioned = !max_version.is_none() && nb::cast<uint32_t>(nb::cast<nb::tuple>(max_version)[0]) >= 1;
   void* managed;
   if (versioned) {
-    e->versioned = {{1, 0}, e, [](dl::ManagedTensorVersioned* m) { delete static_cast<Export*>(m->manager_ctx); },
+    e->versioned = {version, e, [](dl::ManagedTensorVersioned* m) { delete static_cast<Export*>(m->manager_ctx); },
                     src.is_same(t) ? 0 : dl::kFlagIsCopied, d};
     managed = &e->versioned;
   } else {
@@ -146,10 +155,8 @@ nb::object to_dlpack(const anvil::Tensor& t, nb::handle stream, nb::handle max_v
     managed = &e->managed;
   }
   PyObject* capsule = PyCapsule_New(managed, versioned ? dl::kCapsuleVersioned : dl::kCapsule, capsule_destructor);
-  if (!capsule) {
-    delete e;
-    throw nb::python_error();
-  }
+  if (!capsule) throw nb::python_error();
+  owned.release();  // the capsule's, then the consumer's
   return nb::steal(capsule);
 }
 
@@ -202,10 +209,11 @@ anvil::Tensor from_capsule(nb::handle capsule, bool* read_only) {
   }
   if (numel == 0) extent = 0;
   void* data = static_cast<char*>(d.data) + d.byte_offset;
-  auto storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(extent) * element_size(dtype), dev,
-                                               [release](void*) { release(); });
+  // Consumed first: from here the storage below owns the producer's tensor, not the capsule.
   const bool v = PyCapsule_IsValid(capsule.ptr(), dl::kCapsuleVersioned);
   if (PyCapsule_SetName(capsule.ptr(), v ? "used_dltensor_versioned" : "used_dltensor") != 0) throw nb::python_error();
+  auto storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(extent) * element_size(dtype), dev,
+                                               [release](void*) { release(); });
   return anvil::Tensor(std::move(storage), sizes, strides, 0, dtype);
 }
 

@@ -48,7 +48,7 @@ void def_conv_transpose(nb::module_& f, const char* name) {
 
 }  // namespace
 
-Reduction reduction_arg(nb::handle r, const char* op) {
+Reduction reduction_arg(nb::handle r, const char* op, bool aten_ints) {
   if (nb::isinstance<nb::str>(r)) {
     const std::string name = nb::cast<std::string>(r);
     if (name == "mean") return Reduction::Mean;
@@ -56,7 +56,7 @@ Reduction reduction_arg(nb::handle r, const char* op) {
     if (name == "none") return Reduction::None;
     throw nb::value_error((std::string("[") + op + "] " + name + " is not a valid value for reduction").c_str());
   }
-  if (is_int(r)) {  // at::Reduction's values
+  if (aten_ints && is_int(r)) {  // at::Reduction's values
     const int64_t v = nb::cast<int64_t>(r);
     if (v == 0) return Reduction::None;
     if (v == 1) return Reduction::Mean;
@@ -64,7 +64,8 @@ Reduction reduction_arg(nb::handle r, const char* op) {
     throw nb::value_error((std::string("[") + op + "] reduction " + std::to_string(v) +
                            " is not 0 (none), 1 (mean) or 2 (sum)").c_str());
   }
-  throw nb::type_error((std::string("[") + op + "] reduction must be a str or an int, not " + py_type_name(r)).c_str());
+  throw nb::type_error((std::string("[") + op + "] reduction must be " + (aten_ints ? "a str or an int" : "a str") +
+                        ", not " + py_type_name(r)).c_str());
 }
 
 void bind_functional(nb::module_& m) {
@@ -135,16 +136,16 @@ void bind_functional(nb::module_& m) {
   def_conv_transpose<&conv_transpose1d>(f, "conv_transpose1d");
   def_conv_transpose<&conv_transpose2d>(f, "conv_transpose2d");
   def_conv_transpose<&conv_transpose3d>(f, "conv_transpose3d");
-  f.def("mse_loss", [](T x, T y, nb::handle r) { return mse_loss(x, y, reduction_arg(r, "mse_loss")); },
+  f.def("mse_loss", [](T x, T y, nb::handle r) { return mse_loss(x, y, reduction_arg(r, "mse_loss", false)); },
         nb::arg("input"), nb::arg("target"), nb::kw_only(), nb::arg("reduction") = "mean");
-  f.def("l1_loss", [](T x, T y, nb::handle r) { return l1_loss(x, y, reduction_arg(r, "l1_loss")); },
+  f.def("l1_loss", [](T x, T y, nb::handle r) { return l1_loss(x, y, reduction_arg(r, "l1_loss", false)); },
         nb::arg("input"), nb::arg("target"), nb::kw_only(), nb::arg("reduction") = "mean");
   f.def("nll_loss", [](T x, T y, const OptTensor& w, int64_t ignore, nb::handle r) {
-    return nll_loss(x, y, or_undefined(w), reduction_arg(r, "nll_loss"), ignore);
+    return nll_loss(x, y, or_undefined(w), reduction_arg(r, "nll_loss", false), ignore);
   }, nb::arg("input"), nb::arg("target"), nb::arg("weight").none() = nb::none(), nb::kw_only(),
         nb::arg("ignore_index") = -100, nb::arg("reduction") = "mean");
   f.def("cross_entropy", [](T x, T y, const OptTensor& w, int64_t ignore, nb::handle r, double smoothing) {
-    return cross_entropy(x, y, or_undefined(w), reduction_arg(r, "cross_entropy"), ignore, smoothing);
+    return cross_entropy(x, y, or_undefined(w), reduction_arg(r, "cross_entropy", false), ignore, smoothing);
   }, nb::arg("input"), nb::arg("target"), nb::arg("weight").none() = nb::none(), nb::kw_only(),
         nb::arg("ignore_index") = -100, nb::arg("reduction") = "mean", nb::arg("label_smoothing") = 0.0);
 

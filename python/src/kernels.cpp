@@ -92,8 +92,11 @@ void bind_kernels(nb::module_& m) {
   a.def("moe_combine", &moe_combine, nb::arg("expert_out"), nb::arg("topk_weights"), nb::arg("sorted_pos"));
 
   // The KV cache: writes in place (the caches' memory is the caller's), attention over it.
-  a.def("cache_write", [](Tensor cache, T values, T positions) { return cache_write(cache, values, positions); },
-        nb::arg("cache"), nb::arg("values"), nb::arg("positions"));
+  a.def("cache_write", [](nb::handle cache, T values, T positions) {  // in place: returns cache itself
+    Tensor c = nb::cast<Tensor>(cache);
+    cache_write(c, values, positions);
+    return nb::borrow(cache);
+  }, nb::arg("cache"), nb::arg("values"), nb::arg("positions"));
   a.def("decode_attention", &decode_attention, nb::arg("query"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("cache_lens"), nb::kw_only(), nb::arg("scale").none() = nb::none());
   a.def("qk_norm_rope_cache", [](T qkv, int64_t n_heads, int64_t n_kv_heads, const OptTensor& qn,

@@ -206,6 +206,8 @@ def test_loss_backward_reduction_errors(rng):
         F.l1_loss(x, x, reduction="avg")
     with pytest.raises(TypeError, match="reduction must be a str or an int"):
         aten.l1_loss_backward(t(1.0), x, x, 1.0)
+    with pytest.raises(TypeError, match=r"\[mse_loss\] reduction must be a str, not int"):  # F's take names only
+        F.mse_loss(x, x, reduction=1)
 
 
 def spd(rng, n):

@@ -148,7 +148,7 @@ def test_kv_cache_and_decode_attention(device, rng):
     keys = rng.standard_normal((B, Hk, 5, D)).astype(np.float32)
     vals = rng.standard_normal((B, Hk, 5, D)).astype(np.float32)
     start = anvil.tensor(np.array([0, 3], dtype=np.int32), device=device)
-    K.cache_write(kc, anvil.tensor(keys, device=device), start)
+    assert K.cache_write(kc, anvil.tensor(keys, device=device), start) is kc  # in place, as torch's _ ops
     K.cache_write(vc, anvil.tensor(vals, device=device), start)
     kn, vn = kc.cpu().numpy(), vc.cpu().numpy()
     np.testing.assert_array_equal(kn[0, :, :5], keys[0])

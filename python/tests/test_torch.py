@@ -103,12 +103,31 @@ def test_aten_backwards_as_torch_ops_aten(device, rng):
     args = ([2, 2], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True])
     compare(anvil.ops.aten.convolution_backward(*(anvil.tensor(v, device=device) for v in (gi, xi, wi)), [5], *args),
             torch.ops.aten.convolution_backward(*(torch.tensor(v, device=device) for v in (gi, xi, wi)), [5], *args), F32)
-
+    # The rest of the shared names, each called with one argument list for both.
+    xg, cw, cb, gg = (rng.standard_normal(s).astype(np.float32) for s in ((2, 6, 10), (6,), (6,), (2, 6, 10)))
+    for lib, mk in ((anvil, lambda v: anvil.tensor(v, device=device)), (torch, lambda v: torch.tensor(v, device=device))):
+        X, W, B, G = (mk(v) for v in (xg, cw, cb, gg))
+        _, mean, rstd = lib.ops.aten.native_group_norm(X, W, B, 2, 6, 10, 3, 1e-5)
+        gn = lib.ops.aten.native_group_norm_backward(G, X, mean, rstd, W, 2, 6, 10, 3, [True, True, True])
+        _, sm, si = lib.ops.aten.native_batch_norm(X, W, B, None, None, True, 0.1, 1e-5)
+        bn = lib.ops.aten.native_batch_norm_backward(G, X, W, None, None, sm, si, True, 1e-5, [True, True, True])
+        mask = mk(np.arange(120).reshape(2, 6, 10) % 3 > 0)
+        dr = lib.ops.aten.native_dropout_backward(G, mask, 1.5)
+        pads = [lib.ops.aten.reflection_pad1d(X, [2, 3]), lib.ops.aten.replication_pad1d(X, [1, 4]),
+                lib.ops.aten.constant_pad_nd(X, [1, -2], 0.25),
+                lib.ops.aten.reflection_pad1d_backward(mk(np.ones((2, 6, 15), np.float32)), X, [2, 3]),
+                lib.ops.aten.replication_pad1d_backward(mk(np.ones((2, 6, 15), np.float32)), X, [1, 4])]
+        if lib is anvil:
+            ours = (gn, bn, dr, pads)
+        else:
+            theirs = (gn, bn, dr, pads)
+    for got, want in zip(ours, theirs):
+        compare(got, want, F32)
 
 @pytest.mark.parametrize("device", devices())
-def test_fp8_and_grouped_mm_as_torch(device, rng):
-    # FP8 row-wise scaled_mm and grouped_mm with offs: anvil against torch's private ops where this
-    # torch has them for the device (torch._scaled_mm needs a GPU of compute capability 8.9+).
+def test_fp8_scaled_mm_as_torch(device, rng):
+    # FP8 row-wise scaled_mm against torch._scaled_mm where this torch has it for the device (CUDA:
+    # compute capability 8.9+; some CPU builds take per-tensor scales only).
     a, b = rng.standard_normal((16, 64)).astype(np.float32), rng.standard_normal((32, 64)).astype(np.float32)
     sa, sb = (rng.random((16, 1)) + 0.5).astype(np.float32), (rng.random((1, 32)) + 0.5).astype(np.float32)
     A8 = anvil.tensor(a, device=device).to(anvil.float8_e4m3fn)
@@ -121,6 +140,10 @@ def test_fp8_and_grouped_mm_as_torch(device, rng):
     except (RuntimeError, NotImplementedError) as e:
         pytest.skip(f"torch._scaled_mm on {device}: {str(e).splitlines()[0]}")
     compare(got, want, BF16)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_grouped_mm_offs_as_torch(device, rng):
     x = rng.standard_normal((10, 32)).astype(np.float32)
     w = rng.standard_normal((3, 32, 24)).astype(np.float32)
     offs = np.array([3, 3, 10], dtype=np.int32)  # an empty group in the middle
