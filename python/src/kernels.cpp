@@ -30,6 +30,10 @@ void bind_kernels(nb::module_& m) {
   static const Named& routing_t =
       *new Named("MoeRouting", {"topk_weights", "topk_ids", "offs", "token_index", "sorted_pos"});
   auto routing_of = [](nb::handle r) {
+    for (const char* f : {"topk_weights", "topk_ids", "offs", "token_index", "sorted_pos"})
+      if (!nb::hasattr(r, f))
+        throw nb::type_error(("[moe_experts] routing must be the MoeRouting moe_route / moe_router return; " +
+                              py_type_name(r) + " has no " + f).c_str());
     return MoeRouting{nb::cast<Tensor>(r.attr("topk_weights")), nb::cast<Tensor>(r.attr("topk_ids")),
                       nb::cast<Tensor>(r.attr("offs")), nb::cast<Tensor>(r.attr("token_index")),
                       nb::cast<Tensor>(r.attr("sorted_pos"))};

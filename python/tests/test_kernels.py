@@ -192,3 +192,5 @@ def test_kernel_errors_name_the_op():
         K.silu_mul(anvil.ones(3), anvil.ones(4))
     with pytest.raises(IndexError, match=r"^\[moe_route\] top_k must be in \[1, 4\], got 5"):
         K.moe_route(anvil.ones(2, 4), 5, True)
+    with pytest.raises(TypeError, match=r"^\[moe_experts\] routing must be the MoeRouting .* tuple has no topk_weights"):
+        K.moe_experts(anvil.ones(1, 8), (1, 2, 3, 4, 5), anvil.ones(2, 8, 8), anvil.ones(2, 8, 4))
