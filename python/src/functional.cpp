@@ -19,7 +19,6 @@
 namespace anvil::python {
 namespace {
 
-
 // conv{1,2,3}d: padding an int / sequence or "same" / "valid".
 template <Tensor (*Ints)(const Tensor&, const Tensor&, const Tensor&, const Shape&, const Shape&, const Shape&, int64_t),
           Tensor (*Named)(const Tensor&, const Tensor&, const Tensor&, const Shape&, const ConvPadding&, const Shape&,

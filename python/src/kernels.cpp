@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include <array>
 #include <optional>
 #include <string>
 
@@ -21,23 +22,28 @@ using T = const Tensor&;
 
 Shape block_arg(nb::handle block, const char* op) { return block.is_none() ? Shape{} : int_list(block, op, "block"); }
 
+// MoeRouting's fields, in the order of the named tuple that carries it in Python.
+constexpr std::array<const char*, 5> kRoutingFields{"topk_weights", "topk_ids", "offs", "token_index", "sorted_pos"};
+
+// The routing moe_experts takes back: the named tuple (or anything with those attributes).
+MoeRouting routing_of(nb::handle r) {
+  std::array<Tensor, 5> f;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (!nb::hasattr(r, kRoutingFields[i]))
+      throw nb::type_error(("[moe_experts] routing must be the MoeRouting moe_route / moe_router return; " +
+                            py_type_name(r) + " has no " + kRoutingFields[i]).c_str());
+    f[i] = nb::cast<Tensor>(r.attr(kRoutingFields[i]));
+  }
+  return MoeRouting{f[0], f[1], f[2], f[3], f[4]};
+}
+
 }  // namespace
 
 void bind_kernels(nb::module_& m) {
   nb::module_ a = nb::cast<nb::module_>(m.attr("ops")).def_submodule(
       "anvil", "anvil.ops.anvil: anvil's LLM kernels with no torch name (include/anvil/nn.h)");
   // Never freed: a Python object must not be released after the interpreter has finalised.
-  static const Named& routing_t =
-      *new Named("MoeRouting", {"topk_weights", "topk_ids", "offs", "token_index", "sorted_pos"});
-  auto routing_of = [](nb::handle r) {
-    for (const char* f : {"topk_weights", "topk_ids", "offs", "token_index", "sorted_pos"})
-      if (!nb::hasattr(r, f))
-        throw nb::type_error(("[moe_experts] routing must be the MoeRouting moe_route / moe_router return; " +
-                              py_type_name(r) + " has no " + f).c_str());
-    return MoeRouting{nb::cast<Tensor>(r.attr("topk_weights")), nb::cast<Tensor>(r.attr("topk_ids")),
-                      nb::cast<Tensor>(r.attr("offs")), nb::cast<Tensor>(r.attr("token_index")),
-                      nb::cast<Tensor>(r.attr("sorted_pos"))};
-  };
+  static const Named& routing_t = *new Named("MoeRouting", {kRoutingFields.begin(), kRoutingFields.end()});
   auto routing_tuple = [](const MoeRouting& r) {
     return routing_t(std::make_tuple(r.topk_weights, r.topk_ids, r.offs, r.token_index, r.sorted_pos));
   };
@@ -79,14 +85,14 @@ void bind_kernels(nb::module_& m) {
   }, nb::arg("hidden"), nb::arg("router_weight"), nb::arg("top_k"), nb::arg("norm_topk_prob"));
   a.def("moe_router_plan", [](T hidden, T w, int64_t top_k) { return plan_name(moe_router_plan(hidden, w, top_k)); },
         nb::arg("hidden"), nb::arg("router_weight"), nb::arg("top_k"));
-  a.def("moe_experts", [routing_of](T hidden, nb::handle routing, T gate_up, T down, const OptTensor& gs,
+  a.def("moe_experts", [](T hidden, nb::handle routing, T gate_up, T down, const OptTensor& gs,
                                     const OptTensor& ds, nb::handle block) {
     return moe_experts(hidden, routing_of(routing), gate_up, down, or_undefined(gs), or_undefined(ds),
                        block_arg(block, "moe_experts"));
   }, nb::arg("hidden"), nb::arg("routing"), nb::arg("gate_up"), nb::arg("down"),
         nb::arg("gate_up_scale").none() = nb::none(), nb::arg("down_scale").none() = nb::none(),
         nb::arg("block").none() = nb::none());
-  a.def("moe_experts_plan", [routing_of](T hidden, nb::handle routing, T gate_up, T down, const OptTensor& gs,
+  a.def("moe_experts_plan", [](T hidden, nb::handle routing, T gate_up, T down, const OptTensor& gs,
                                          const OptTensor& ds, nb::handle block) {
     return plan_name(moe_experts_plan(hidden, routing_of(routing), gate_up, down, or_undefined(gs), or_undefined(ds),
                                       block_arg(block, "moe_experts_plan")));

@@ -105,7 +105,7 @@ def test_aten_backwards_as_torch_ops_aten(device, rng):
             torch.ops.aten.convolution_backward(*(torch.tensor(v, device=device) for v in (gi, xi, wi)), [5], *args), F32)
     # The rest of the shared names, each called with one argument list for both.
     xg, cw, cb, gg = (rng.standard_normal(s).astype(np.float32) for s in ((2, 6, 10), (6,), (6,), (2, 6, 10)))
-    for lib, mk in ((anvil, lambda v: anvil.tensor(v, device=device)), (torch, lambda v: torch.tensor(v, device=device))):
+    def shared_names(lib, mk):
         X, W, B, G = (mk(v) for v in (xg, cw, cb, gg))
         _, mean, rstd = lib.ops.aten.native_group_norm(X, W, B, 2, 6, 10, 3, 1e-5)
         gn = lib.ops.aten.native_group_norm_backward(G, X, mean, rstd, W, 2, 6, 10, 3, [True, True, True])
@@ -117,10 +117,10 @@ def test_aten_backwards_as_torch_ops_aten(device, rng):
                 lib.ops.aten.constant_pad_nd(X, [1, -2], 0.25),
                 lib.ops.aten.reflection_pad1d_backward(mk(np.ones((2, 6, 15), np.float32)), X, [2, 3]),
                 lib.ops.aten.replication_pad1d_backward(mk(np.ones((2, 6, 15), np.float32)), X, [1, 4])]
-        if lib is anvil:
-            ours = (gn, bn, dr, pads)
-        else:
-            theirs = (gn, bn, dr, pads)
+        return gn, bn, dr, pads
+
+    ours = shared_names(anvil, lambda v: anvil.tensor(v, device=device))
+    theirs = shared_names(torch, lambda v: torch.tensor(v, device=device))
     for got, want in zip(ours, theirs):
         compare(got, want, F32)
 
