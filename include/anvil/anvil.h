@@ -2,6 +2,7 @@
 // Everything public in anvil.
 #include "anvil/conv.h"
 #include "anvil/cuda.h"
+#include "anvil/decoder.h"
 #include "anvil/device.h"
 #include "anvil/dropout.h"
 #include "anvil/dtype.h"

@@ -11,6 +11,7 @@
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
 #include "cuda/device/pdl.cuh"
+#include "cuda/device/row_ops.cuh"
 #include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
@@ -22,11 +23,7 @@ using cuda_device::from_compute;
 using cuda_device::Pack;
 using cuda_device::to_compute;
 
-template <typename A>
-__device__ __forceinline__ A silu_mul_one(A g, A u) {
-  if constexpr (std::is_same_v<A, float>) return g / (1.f + expf(-g)) * u;
-  else return g / (1.0 + exp(-g)) * u;
-}
+using cuda_device::silu_mul_one;
 
 // V elements per pack (16 bytes, or 1 for misaligned rows); packs_per_row = cols / V.
 template <typename T, int V>

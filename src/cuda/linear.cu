@@ -26,6 +26,7 @@
 #include "cuda/device/mbarrier.cuh"
 #include "cuda/device/mma.cuh"
 #include "cuda/device/pdl.cuh"
+#include "cuda/device/row_ops.cuh"
 #include "cuda/runtime.h"
 
 namespace anvil::cuda_backend {
@@ -41,7 +42,7 @@ using cuda_device::mbar_arrive_expect_tx;
 using cuda_device::mbar_init;
 using cuda_device::mbar_init_fence;
 using cuda_device::mbar_wait;
-using cuda_device::mma_16816;
+using cuda_device::mma_tile32;
 using cuda_device::Pack;
 using cuda_device::smem_u32;
 using cuda_device::to_compute;
@@ -62,13 +63,6 @@ __device__ __forceinline__ uint4 load8_elements(const uint16_t* row, int64_t k0,
     w[i] = lo | (hi << 16);
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// One 32-column tile: a lane's 8 elements are two k16 steps (elements 0-3, then 4-7).
-template <typename T>
-__device__ __forceinline__ void mma_tile(float (&d)[4], const uint4& x, const uint4& w) {
-  mma_16816<T>(d, x.x, x.y, w.x, w.y);
-  mma_16816<T>(d, x.z, x.w, w.z, w.w);
 }
 
 // d[0], d[1] of lane (g, t) are y[g][row0 + 2t + {0, 1}]: sums `warps` partials [warp][lane][2]
@@ -163,7 +157,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1) gemv_bulk_kernel(const __grid
 #pragma unroll
       for (int i = 0; i < kStageCols / 256; ++i) {
         if ((warp + kConsumers * i) * 32 + t * 8 >= cols) xv[i] = wv[i] = make_uint4(0, 0, 0, 0);
-        mma_tile<T>(acc, xv[i], wv[i]);
+        mma_tile32<T>(acc, xv[i], wv[i]);
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(smem_u32(&empty[s]));
@@ -179,52 +173,16 @@ __global__ void __launch_bounds__(kBulkThreads, 1) gemv_bulk_kernel(const __grid
 
 // ---- add_rms_norm_linear's prologue: the block's input row rms_norm(round(x + residual)) *
 // norm_weight into shared memory `xs` (k % 8 == 0, 16-byte aligned rows, m = 1); block 0 also
-// writes round(x + residual) to sum_out. float32 math with one rounding per element, as
-// add_rms_norm's kernel; the sum of squares is reduced per thread, then over warps in order.
+// writes round(x + residual) to sum_out (cuda_device::add_rms_norm_row, as add_rms_norm's kernel).
 template <typename T>
 __device__ __forceinline__ void norm_prologue(const AddRmsNormLinearParams& f, uint16_t* xs) {
-  using P = Pack<T, 8>;
-  const GemvParams& p = f.gemv;
   __shared__ float red[32];
-  const int packs = static_cast<int>(p.k / 8), warps = blockDim.x / 32;
-  const P* x = static_cast<const P*>(p.x);
-  const P* res = static_cast<const P*>(f.residual);
-  P* sum_out = static_cast<P*>(f.sum_out);
-  P* h = reinterpret_cast<P*>(xs);
-  float sumsq = 0.f;
-  for (int q = threadIdx.x; q < packs; q += blockDim.x) {
-    const P a = x[q], b = res[q];
-    P v;
-    float sq = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      v.v[e] = from_compute<T>(to_compute(a.v[e]) + to_compute(b.v[e]));
-      const float f = to_compute(v.v[e]);
-      sq = cuda_device::fma_rn(f, f, sq);
-    }
-    sumsq += sq;
-    h[q] = v;
-    if (blockIdx.x == 0) sum_out[q] = v;
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sumsq += __shfl_xor_sync(0xffffffffu, sumsq, off);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sumsq;
-  __syncthreads();
-  float total = 0.f;
-  for (int w = 0; w < warps; ++w) total += red[w];
-  const float rstd = 1.f / sqrtf(total / static_cast<float>(p.k) + static_cast<float>(f.eps));
-  const P* nw = static_cast<const P*>(f.norm_weight);
-  for (int q = threadIdx.x; q < packs; q += blockDim.x) {  // the packs this thread wrote above
-    P v = h[q];
-    const P w = nw ? nw[q] : P{};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float y = to_compute(v.v[e]) * rstd;
-      v.v[e] = from_compute<T>(nw ? y * to_compute(w.v[e]) : y);
-    }
-    h[q] = v;
-  }
-  __syncthreads();
+  const GemvParams& p = f.gemv;
+  cuda_device::add_rms_norm_row<T>(static_cast<const T*>(p.x), static_cast<const T*>(f.residual),
+                                   static_cast<const T*>(f.norm_weight),
+                                   blockIdx.x == 0 ? static_cast<T*>(f.sum_out) : nullptr, reinterpret_cast<T*>(xs),
+                                   p.k, static_cast<float>(f.eps), static_cast<int>(threadIdx.x),
+                                   static_cast<int>(blockDim.x), red, [] { __syncthreads(); });
 }
 
 // ---- regs kernel (any layout): a block per 8 * R weight rows, blockDim.x / 32 warps over k.
@@ -280,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
       for (int u = 0; u < U; ++u) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) mma_tile<T>(acc[r], xv[u], wv[u][r]);
+        for (int r = 0; r < R; ++r) mma_tile32<T>(acc[r], xv[u], wv[u][r]);
       }
     }
   }
@@ -314,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
       __syncwarp();  // reconverge after the per-lane fix-ups
 #pragma unroll
-      for (int r = 0; r < R; ++r) mma_tile<T>(acc[r], xv[u], wv[u][r]);
+      for (int r = 0; r < R; ++r) mma_tile32<T>(acc[r], xv[u], wv[u][r]);
     }
   }
 #pragma unroll

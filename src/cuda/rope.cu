@@ -13,6 +13,7 @@
 #include "cuda/device/convert.cuh"
 #include "cuda/device/map.cuh"
 #include "cuda/device/pdl.cuh"
+#include "cuda/device/row_ops.cuh"
 #include "cuda/device/strided.cuh"
 #include "cuda/runtime.h"
 
@@ -22,6 +23,7 @@ namespace {
 using cuda_device::compute_t;
 using cuda_device::from_compute;
 using cuda_device::Pack;
+using cuda_device::rotate;
 using cuda_device::to_compute;
 
 constexpr int kReuse = 4;
@@ -35,15 +37,6 @@ struct RopeSplit {
   int64_t slots = 0;      // rot_slots + packs of the copied columns
   int64_t total = 0;      // outer rows * chunks * slots
 };
-
-__device__ __forceinline__ void rotate(float a, float b, float c, float s, float& ya, float& yb) {
-  ya = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-  yb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-}
-__device__ __forceinline__ void rotate(double a, double b, double c, double s, double& ya, double& yb) {
-  ya = __dsub_rn(__dmul_rn(a, c), __dmul_rn(b, s));
-  yb = __dadd_rn(__dmul_rn(b, c), __dmul_rn(a, s));
-}
 
 template <typename T, int V>
 __global__ void __launch_bounds__(256) rope_kernel(const __grid_constant__ RopeParams p, const RopeSplit sp) {
@@ -158,10 +151,10 @@ void launch_rope(const RopeParams& p_in, const KernelLaunch& launch) {
   launch_pdl("[rope]", vec ? rope_kernel<T, V16> : rope_kernel<T, 1>, dim3(grid), dim3(256), 0, launch.stream(), p, sp);
 }
 
-// qk_norm_rope_cache: one warp per (batch, token, head) row of qkv. Lane i holds the rotated
-// pairs (c, c + half) for c = i, i + 32, ... < half and the copied columns rotary_dim + i,
-// + 32, ... in registers (up to kPairs and kPass of them); its norm weights and frequencies are
-// loaded before pdl_wait (they are constants, not outputs of earlier kernels) and its angles'
+// qk_norm_rope_cache: one warp per (batch, token, head) row of qkv (cuda_device::QkRope, shared
+// with the persistent decoder). Lane i holds the rotated pairs (c, c + half) for c = i, i + 32,
+// ... < half and the copied columns rotary_dim + i, + 32, ... in registers (up to kPairs and
+// kPass of them); its norm weights and frequencies are loaded before pdl_wait (they are constants, not outputs of earlier kernels) and its angles'
 // sincos are independent of the row, so only the row's loads and one butterfly sit between the
 // previous kernel and the stores. q / k columns are normed as rms_norm does (x * rstd * weight,
 // rounded to T) and rotated as rope_kernel does; v rows are copied.
@@ -177,23 +170,10 @@ __global__ void __launch_bounds__(kQkThreads) qk_norm_rope_cache_kernel(const __
   const bool live = r < p.batch * p.len * per_token;
   const int64_t rr = live ? r : 0;
   const int64_t j = rr % per_token, bl = rr / per_token, l = bl % p.len, b = bl / p.len, D = p.head_dim;
-  const int64_t half = p.rotary_dim / 2, pass = D - p.rotary_dim;
   const bool is_q = j < p.n_heads, is_k = !is_q && j < p.n_heads + p.n_kv_heads;
   const W* w = static_cast<const W*>(is_q ? p.q_weight : is_k ? p.k_weight : nullptr);
-  A wa[kPairs], wb[kPairs], wp[kPass];
-  float freq[kPairs];
-#pragma unroll
-  for (int i = 0; i < kPairs; ++i) {
-    const int64_t c = std::min<int64_t>(lane + 32 * i, half - 1);
-    freq[i] = half > 0 ? p.inv_freq[c] : 0.f;
-    wa[i] = w != nullptr && half > 0 ? static_cast<A>(to_compute(w[c])) : A(1);
-    wb[i] = w != nullptr && half > 0 ? static_cast<A>(to_compute(w[c + half])) : A(1);
-  }
-#pragma unroll
-  for (int i = 0; i < kPass; ++i) {
-    const int64_t c = p.rotary_dim + std::min<int64_t>(lane + 32 * i, pass - 1);
-    wp[i] = w != nullptr && pass > 0 ? static_cast<A>(to_compute(w[c])) : A(1);
-  }
+  cuda_device::QkRope<A, kPairs, kPass> rope;
+  rope.load(w, p.inv_freq, p.rotary_dim, p.head_dim, lane);
   cuda_device::pdl_wait();
   if (!live) return;
   const int64_t pos = static_cast<int64_t>(p.start[b]) + l;
@@ -211,51 +191,7 @@ __global__ void __launch_bounds__(kQkThreads) qk_norm_rope_cache_kernel(const __
       return;
     }
   }
-  A a[kPairs], bv[kPairs], pv[kPass], cs[kPairs], sn[kPairs];
-  A ss = 0;
-#pragma unroll
-  for (int i = 0; i < kPairs; ++i) {
-    const int64_t c = lane + 32 * i;
-    a[i] = c < half ? to_compute(x[c]) : A(0);
-    bv[i] = c < half ? to_compute(x[c + half]) : A(0);
-  }
-#pragma unroll
-  for (int i = 0; i < kPass; ++i) {
-    const int64_t c = lane + 32 * i;
-    pv[i] = c < pass ? to_compute(x[p.rotary_dim + c]) : A(0);
-  }
-#pragma unroll
-  for (int i = 0; i < kPairs; ++i) {
-    const float angle = static_cast<float>(pos) * freq[i];
-    if constexpr (std::is_same_v<A, float>) sincosf(angle, &sn[i], &cs[i]);
-    else sincos(static_cast<double>(angle), &sn[i], &cs[i]);
-  }
-  A rstd = 1;
-  if (w != nullptr) {
-#pragma unroll
-    for (int i = 0; i < kPairs; ++i) ss = cuda_device::fma_rn(bv[i], bv[i], cuda_device::fma_rn(a[i], a[i], ss));
-#pragma unroll
-    for (int i = 0; i < kPass; ++i) ss = cuda_device::fma_rn(pv[i], pv[i], ss);
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    rstd = A(1) / sqrt(ss / static_cast<A>(D) + static_cast<A>(p.eps));
-  }
-  // v normed and rounded to T, back in the compute type.
-  auto normed = [&](A v, A wv) -> A { return w != nullptr ? to_compute(from_compute<T>(v * rstd * wv)) : v; };
-#pragma unroll
-  for (int i = 0; i < kPairs; ++i) {
-    const int64_t c = lane + 32 * i;
-    if (c >= half) break;
-    A ya, yb;
-    rotate(normed(a[i], wa[i]), normed(bv[i], wb[i]), cs[i], sn[i], ya, yb);
-    dst[c] = from_compute<T>(ya);
-    dst[c + half] = from_compute<T>(yb);
-  }
-#pragma unroll
-  for (int i = 0; i < kPass; ++i) {
-    const int64_t c = lane + 32 * i;
-    if (c >= pass) break;
-    dst[p.rotary_dim + c] = from_compute<T>(normed(pv[i], wp[i]));
-  }
+  rope.apply(x, w != nullptr, p.eps, pos, lane, [&](int64_t c, A v) { dst[c] = from_compute<T>(v); });
 }
 
 template <typename T, typename W>

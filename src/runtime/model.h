@@ -34,6 +34,9 @@ struct LoadOptions {
   // CUDA: run each one-token step as a CUDA graph captured at the first one (kernels launched
   // back to back, no host work between them).
   bool cuda_graph = true;
+  // CUDA: run each one-token step of a dense model as one persistent kernel
+  // (anvil::PersistentDecoder) where its plan allows; else the graph or the eager step.
+  bool persistent_decode = true;
   // Called after each weight is loaded: bytes read from the source so far, of `total` (0 when
   // the source cannot tell). The CLI draws a progress bar with it on a terminal.
   std::function<void(uint64_t done, uint64_t total)> progress;
@@ -57,6 +60,15 @@ class Model {
   // With LoadOptions::keep_router: the router logits [T, experts] of each MoE layer (in layer
   // order) from the last forward; empty otherwise.
   virtual std::vector<Tensor> router_logits() const { return {}; }
+  // How one-token steps run, the one chosen at load first: "persistent" (one persistent kernel,
+  // anvil/decoder.h), "graph" (the eager step's kernels replayed from a CUDA graph), "eager".
+  virtual std::vector<std::string> decode_paths() const { return {"eager"}; }
+  virtual std::string decode_path() const { return "eager"; }
+  // Switches the path of later steps (they share the weights and the KV cache); Error when the
+  // model has no such path.
+  virtual void set_decode_path(const std::string& path) {
+    ANVIL_CHECK(path == "eager", Error, "[decode_path] this model runs one-token steps eagerly only, not as '", path, "'");
+  }
 };
 
 // A projection's (or stacked experts') weight [..., n, k] as the kernels take it: in the load

@@ -76,12 +76,17 @@ int cmd_bench(const BenchOptions& o) {
   const std::string backend = lo.device.is_cuda() ? "CUDA" : "CPU";
   Tensor ids = randint(0, model->config().vocab_size, {std::max<int64_t>(o.p, 1)}, TensorOptions(kInt64));
   struct Row {
-    std::string test;
+    std::string test, path;  // path: the decode path of a tg row
     std::vector<double> tps;
   };
   std::vector<Row> rows;
-  if (o.p > 0) rows.push_back({"pp" + std::to_string(o.p), {}});
-  if (o.n > 0) rows.push_back({"tg" + std::to_string(o.n), {}});
+  if (o.p > 0) rows.push_back({"pp" + std::to_string(o.p), "", {}});
+  // tg: one row per decode path the model has (persistent, graph, eager), measured in the same run.
+  const std::vector<std::string> paths = model->decode_paths();
+  if (o.n > 0) {
+    for (const std::string& path : paths)
+      rows.push_back({"tg" + std::to_string(o.n) + (paths.size() > 1 ? " " + path : ""), path, {}});
+  }
   // The read ceiling is measured before and after the runs, and the larger value counts: a VM or
   // a shared machine whose bandwidth changes during the run then understates the fraction rather
   // than inflating it.
@@ -93,6 +98,7 @@ int cmd_bench(const BenchOptions& o) {
       if (pp) {
         s = time_prompt(*model, ids);
       } else {  // one prompt token, then n - 1 decode steps, each token the greedy sample of the last
+        model->set_decode_path(row.path);
         runtime::GenerateOptions g;
         g.max_new_tokens = o.n;
         runtime::GenerateStats st;
@@ -102,19 +108,19 @@ int cmd_bench(const BenchOptions& o) {
       if (r >= 0) row.tps.push_back(static_cast<double>(pp ? o.p : o.n) / s);
     }
   }
-  std::printf("| %-28s | %9s | %8s | %-7s | %-6s | %18s |\n", "model", "size", "params", "backend", "test", "t/s");
+  std::printf("| %-28s | %9s | %8s | %-7s | %-16s | %18s |\n", "model", "size", "params", "backend", "test", "t/s");
   std::printf("| %s | %s | %s | %s | %s | %s |\n", std::string(28, '-').c_str(), std::string(9, '-').c_str(),
-              std::string(8, '-').c_str(), std::string(7, '-').c_str(), std::string(6, '-').c_str(),
+              std::string(8, '-').c_str(), std::string(7, '-').c_str(), std::string(16, '-').c_str(),
               std::string(18, '-').c_str());
   nlohmann::json out = nlohmann::json::array();
   for (const Row& row : rows) {
     double mean = 0, var = 0;
     for (double v : row.tps) mean += v / static_cast<double>(row.tps.size());
     for (double v : row.tps) var += (v - mean) * (v - mean) / std::max<double>(1.0, static_cast<double>(row.tps.size()) - 1);
-    std::printf("| %-28s | %5.2f GiB | %6.2f B | %-7s | %-6s | %9.2f +- %6.2f |\n", name.c_str(), gib, params,
+    std::printf("| %-28s | %5.2f GiB | %6.2f B | %-7s | %-16s | %9.2f +- %6.2f |\n", name.c_str(), gib, params,
                 backend.c_str(), row.test.c_str(), mean, std::sqrt(var));
     out.push_back({{"model", name}, {"size_gib", gib}, {"params_b", params}, {"backend", backend}, {"dtype", o.dtype.empty() ? "checkpoint" : o.dtype},
-                   {"test", row.test}, {"tps_mean", mean}, {"tps_std", std::sqrt(var)}, {"tps", row.tps}});
+                   {"test", row.test}, {"decode_path", row.path}, {"tps_mean", mean}, {"tps_std", std::sqrt(var)}, {"tps", row.tps}});
   }
   // Generation against the read ceiling of this run: weight bytes read per token (the chosen
   // experts only) x t/s.

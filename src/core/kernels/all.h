@@ -4,6 +4,7 @@
 #include "core/kernels/activation.h"
 #include "core/kernels/attention.h"
 #include "core/kernels/conv.h"
+#include "core/kernels/decoder.h"
 #include "core/kernels/dropout.h"
 #include "core/kernels/elementwise.h"
 #include "core/kernels/grouped_mm.h"
@@ -30,4 +31,5 @@
   ANVIL_PAD_KERNELS(X) ANVIL_DROPOUT_KERNELS(X) ANVIL_UPSAMPLE_KERNELS(X) ANVIL_CONV_KERNELS(X) \
   ANVIL_LINALG_KERNELS(X)
 #define ANVIL_ALL_FUSED(X) \
-  ANVIL_LINEAR_FUSED(X) ANVIL_MOE_FUSED(X) ANVIL_CONV_FUSED(X) ANVIL_NORM_FUSED(X) ANVIL_LINALG_FUSED(X)
+  ANVIL_LINEAR_FUSED(X) ANVIL_MOE_FUSED(X) ANVIL_CONV_FUSED(X) ANVIL_NORM_FUSED(X) ANVIL_LINALG_FUSED(X) \
+  ANVIL_DECODER_FUSED(X)

@@ -65,6 +65,15 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
   mma_m16n8k16<T>(d, a0, 0u, a2, 0u, b0, b1);
 }
 
+// One 32-column tile of the GEMVs (x as A, 8 weight rows as B): a lane's 8 elements of each are
+// two k16 steps (elements 0-3, then 4-7); the k order inside a tile is the same permutation for
+// x and w, which a dot product does not notice.
+template <typename T>
+__device__ __forceinline__ void mma_tile32(float (&d)[4], const uint4& x, const uint4& w) {
+  mma_16816<T>(d, x.x, x.y, w.x, w.y);
+  mma_16816<T>(d, x.z, x.w, w.z, w.w);
+}
+
 // ---- shared-memory tiles
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }

@@ -32,6 +32,12 @@
 namespace anvil::runtime {
 namespace {
 
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
 constexpr const char* kOp = "[load]";
 
 struct Layer {
@@ -86,7 +92,9 @@ class Qwen3 final : public Model {
     if (o.device.is_cuda()) {
       stream_ = Stream::create(o.device);
       synchronize(o.device);  // the weights were written on the loading stream
+      if (o.persistent_decode) make_persistent();
     }
+    path_ = decode_paths().front();
   }
 
   const ModelConfig& config() const override { return c_; }
@@ -100,6 +108,20 @@ class Qwen3 final : public Model {
     return weight_bytes_ - embed - expert_bytes_ + static_cast<uint64_t>(chosen * static_cast<double>(expert_bytes_));
   }
   std::vector<Tensor> router_logits() const override { return router_; }
+  std::vector<std::string> decode_paths() const override {
+    std::vector<std::string> paths;
+    if (persistent_) paths.push_back("persistent");
+    if (o_.device.is_cuda() && o_.cuda_graph && !o_.keep_router) paths.push_back("graph");
+    paths.push_back("eager");
+    return paths;
+  }
+  std::string decode_path() const override { return path_; }
+  void set_decode_path(const std::string& path) override {
+    const std::vector<std::string> paths = decode_paths();
+    ANVIL_CHECK(std::find(paths.begin(), paths.end(), path) != paths.end(), Error, "[decode_path] this model has no '",
+                path, "' path (it has ", join(paths), ")");
+    path_ = path;
+  }
 
   Tensor forward(const Tensor& ids_in, int64_t pos) override {
     ANVIL_CHECK(ids_in.dim() == 1 && ids_in.size(0) >= 1, ShapeError, "[forward] ids must be [T] with T >= 1, got ",
@@ -117,7 +139,9 @@ class Qwen3 final : public Model {
     Tensor logits;
     {
       StreamGuard guard(stream_);
-      if (T == 1 && o_.cuda_graph && !o_.keep_router) {
+      if (T == 1 && path_ == "persistent") {
+        logits = persistent_->step(ids_in.to(kCPU, kInt64).item<int64_t>(), pos);
+      } else if (T == 1 && path_ == "graph") {
         logits = decode_graph(ids_in, pos);
       } else {
         const Tensor where = tensor<int32_t>({static_cast<int32_t>(pos), static_cast<int32_t>(pos + T)}).to(dev);
@@ -188,6 +212,27 @@ class Qwen3 final : public Model {
     Tensor h;
     std::tie(h, x) = add_rms_norm(branch, x, {H}, norm_, eps);
     return project(h, head_).to(kFloat32);
+  }
+
+  // The persistent step (anvil/decoder.h) for dense models with unscaled weights, where its
+  // plan says Fused; the eager step and its graph stay for prefill, and for everything else.
+  void make_persistent() {
+    if (c_.is_moe() || head_.scale.defined()) return;
+    DecoderWeights w;
+    w.embed = embed_;
+    w.final_norm = norm_;
+    w.head = head_.w;
+    w.inv_freq = inv_freq_;
+    w.n_heads = c_.num_attention_heads;
+    w.n_kv_heads = c_.num_key_value_heads;
+    w.eps = c_.rms_norm_eps;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& L = layers_[l];
+      if (L.qkv.scale.defined() || L.o.scale.defined() || L.gate_up.scale.defined() || L.down.scale.defined()) return;
+      w.layers.push_back({L.in_norm, L.qkv.w, L.q_norm, L.k_norm, L.o.w, L.post_norm, L.gate_up.w, L.down.w,
+                          k_cache_[l], v_cache_[l]});
+    }
+    if (PersistentDecoder::plan(w) == FusedPlan::Fused) persistent_ = std::make_unique<PersistentDecoder>(w);
   }
 
   Tensor moe(const Layer& L, const Tensor& h) {
@@ -266,6 +311,8 @@ class Qwen3 final : public Model {
   std::vector<Tensor> k_cache_, v_cache_, router_;
   Stream stream_;
   std::unique_ptr<cuda::Graph> graph_;
+  std::unique_ptr<PersistentDecoder> persistent_;
+  std::string path_;  // of one-token steps: decode_paths()
   Tensor g_in_, g_logits_;  // the graph's inputs (token, cache row, cache length) and logits
   int64_t max_context_ = 0;
   uint64_t weight_bytes_ = 0, expert_bytes_ = 0, parameters_ = 0;

@@ -1,0 +1,84 @@
+#pragma once
+// The persistent decoder step: a whole one-token step of a pre-norm decoder with q / k norms
+// (Qwen3's dense layers) as one CUDA launch, one block per SM working through a schedule built
+// once here from the model's shapes. It is an implementation of this composition of public ops
+// (runtime/models/qwen3.cpp's eager step, which stays the oracle and the fallback):
+//   x = embed[token];  per layer:
+//     qkv, x = add_rms_norm_linear(branch, x, input_norm, eps, qkv)   (rms_norm + linear at layer 0)
+//     q = qk_norm_rope_cache(qkv, n_heads, n_kv_heads, q_norm, k_norm, eps, inv_freq, k_cache, v_cache, pos)
+//     a = decode_attention(q, k_cache, v_cache, pos + 1)
+//     gu, x = add_rms_norm_linear(linear(a, o), x, post_norm, eps, gate_up)
+//     branch = linear(silu_mul(gate, up), down)
+//   h, x = add_rms_norm(branch, x, final_norm, eps);  logits = float(linear(h, head))
+// with the same roundings; products and attention sums run in another order, so logits agree to
+// float32 rounding of the sums (tests: cosine >= 0.9999 and the same greedy tokens).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "anvil/plan.h"
+#include "anvil/tensor.h"
+
+namespace anvil {
+
+// One layer's weights and KV cache, in the layout the eager step uses (H hidden, D head_dim,
+// I intermediate). All on one CUDA device, contiguous, in the activations' 16-bit dtype.
+struct DecoderLayerWeights {
+  Tensor input_norm;        // [H]
+  Tensor qkv;               // [(n_heads + 2 n_kv_heads) D, H]: q, k and v stacked
+  Tensor q_norm, k_norm;    // [D], or undefined (no q / k norm)
+  Tensor o;                 // [H, n_heads D]
+  Tensor post_norm;         // [H]
+  Tensor gate_up;           // [2 I, H]: gate, then up
+  Tensor down;              // [H, I]
+  Tensor k_cache, v_cache;  // [1, n_kv_heads, rows, D]
+};
+
+struct DecoderWeights {
+  Tensor embed;  // [vocab, H]
+  std::vector<DecoderLayerWeights> layers;
+  Tensor final_norm;  // [H]
+  Tensor head;        // [n_logits, H] (the embedding when tied)
+  Tensor inv_freq;    // float32 [D / 2]: neox RoPE over the whole head (rope_inv_freq)
+  int64_t n_heads = 0, n_kv_heads = 0;
+  double eps = 1e-6;
+};
+
+class ANVIL_API PersistentDecoder {
+ public:
+  // Fused where the persistent kernel runs these weights: a CUDA device of compute capability
+  // 9.0 or later, bfloat16 / float16, head_dim 64 or 128, at most 16 q heads per kv head, rows
+  // of a multiple of 8 elements. Composed otherwise (the caller runs the eager step). Throws
+  // ShapeError / DTypeError / DeviceError when the weights do not describe one model.
+  static FusedPlan plan(const DecoderWeights& weights);
+
+  // Builds the schedule and the step's buffers (throws Error when the plan is Composed). The
+  // tensors are kept: the caches are written by every step.
+  explicit PersistentDecoder(const DecoderWeights& weights);
+  ~PersistentDecoder();
+  PersistentDecoder(const PersistentDecoder&) = delete;
+  PersistentDecoder& operator=(const PersistentDecoder&) = delete;
+
+  // Float32 logits [1, n_logits] of `token` at position `pos`: its k and v go to cache row pos,
+  // attention sees pos + 1 keys. One launch, asynchronous on the current stream.
+  Tensor step(int64_t token, int64_t pos);
+  // The same step run one op per launch, each checked after it: the kernel's status (a wait that
+  // timed out), and the op's output finite. Throws Error naming the op. Synchronises.
+  Tensor step_checked(int64_t token, int64_t pos);
+  // Throws Error when a wait of the last step timed out (then its outputs are garbage).
+  // Synchronises with the device.
+  void check();
+
+  // The residual stream of the last step, [H] rows: 0 the embedding row, 2 l + 1 after layer l's
+  // attention, 2 l + 2 after its MLP (2 L: the final norm's input).
+  Tensor residual(int64_t i) const;
+  // "ops, items, blocks and ring stages" of the schedule, for logs.
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace anvil

@@ -1,0 +1,90 @@
+#pragma once
+// The persistent decoder step: one launch runs a whole one-token step of a pre-norm decoder
+// (Qwen3's: rms norms, q / k norms, neox RoPE, grouped-query attention over a KV cache, SwiGLU
+// MLP, lm_head) as a schedule of ops that the op layer builds once from the model's shapes
+// (src/ops/decoder.cpp) and the backend replays every token. Params and the kernel entry points
+// of both backends (the backend boundary: core/kernels.h); only CUDA runs it, the CPU plans
+// Composed.
+
+#include "core/kernels.h"
+
+namespace anvil {
+
+// What an op computes. A Gemv op is y = x w^T over n weight rows of k columns in tiles of
+// kDecoderTileRows rows; its input row x is made once per block by its prologue (below) in
+// shared memory. An Attention op is one decode step of attention for every kv head: items are
+// (kv head, key split); each normalises and rotates its q heads (and, in the split holding the
+// new position, k, writing k and v into the cache), runs over its keys and writes (max, sum,
+// output) partials; the last split of a kv head to finish combines them into `out`.
+enum class DecoderOpKind : int32_t { Gemv, Attention };
+
+// A Gemv op's input row x (k elements of the dtype):
+//  AddNorm: s = round(a + b) (a null: s = b; `gather`: b is row in[0] of a [rows, k] table),
+//           x = round(rms_norm(s) * norm_w); the block holding tile 0 writes s to sum_out.
+//  SiluMul: x = round(silu(a[c]) * a[k + c]) (a = gate and up, [2 k]).
+//  Copy:    x = a.
+enum class DecoderPrologue : int32_t { AddNorm, SiluMul, Copy };
+
+constexpr int kDecoderTileRows = 8;
+
+struct DecoderOp {
+  DecoderOpKind kind = DecoderOpKind::Gemv;
+  DecoderPrologue prologue = DecoderPrologue::Copy;
+  int32_t dep = -1;         // op whose completion this op waits for (-1: none)
+  uint32_t dep_count = 0;   // the dependency's counter value at its completion (its `signals`)
+  uint32_t signals = 0;     // what this op adds to its counter in total: tiles, or kv heads
+  int32_t gather = 0;       // AddNorm: b is the row in[0] of the table at b
+  int32_t out_f32 = 0;      // Gemv: y is float32 (the value rounded to the dtype first)
+  // Gemv
+  const void* w = nullptr;  // [n, k], rows contiguous, 16-byte aligned
+  int64_t n = 0, k = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* norm_w = nullptr;  // [k]
+  void* sum_out = nullptr;       // [k]
+  void* y = nullptr;             // [n]; null: the step's params.out
+  float eps = 0.f;
+  // Attention (the qkv row is [n_heads + 2 n_kv] heads of head_dim; caches [n_kv, cache_rows,
+  // head_dim] contiguous; partials [n_heads][splits][head_dim + 2])
+  const void* qkv = nullptr;
+  const void* q_norm = nullptr;  // [head_dim]
+  const void* k_norm = nullptr;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  float* part = nullptr;
+  uint32_t* tickets = nullptr;  // [n_kv], zero between launches
+  void* out = nullptr;          // [n_heads * head_dim]
+  int64_t cache_rows = 0;
+  int32_t n_heads = 0, n_kv = 0, head_dim = 0, splits = 0;
+  float scale = 0.f;  // softmax scale
+};
+
+// One unit of a block's work: a Gemv tile or an Attention (kv head * splits + split).
+struct DecoderItem {
+  int32_t op = 0, index = 0;
+};
+
+struct DecoderStepParams {
+  const DecoderOp* ops = nullptr;  // device
+  int32_t n_ops = 0;
+  const DecoderItem* items = nullptr;    // device: block b's items are [block_begin[b], block_begin[b + 1])
+  const int32_t* block_begin = nullptr;  // device, [blocks + 1]
+  int32_t blocks = 0;                    // grid size: at most one block per SM
+  uint32_t* counters = nullptr;  // device [n_ops + 1], zero between launches (the kernel's last block re-zeroes them)
+  int32_t* status = nullptr;     // device [2]: a timed-out wait's op + 1, 0 when fine; the abort flag
+  const int32_t* in = nullptr;   // device int32 [3]: token id, its cache row, the cache length after it
+  void* out = nullptr;           // the output of the op whose y is null (the logits)
+  int32_t device = 0;
+  int32_t op_begin = 0, op_end = 0;  // run ops [op_begin, op_end) (the debug mode runs one per launch)
+  int64_t max_k = 0;                 // the largest Gemv k (the prologue row's shared memory)
+  int32_t max_group = 0;             // the most q heads per kv head
+  int32_t head_dim = 0;              // of the attention ops
+  DType dtype = kBFloat16;           // activations and weights (bfloat16 or float16)
+  int64_t timeout_ns = 0;            // a wait longer than this sets status and ends the launch
+};
+
+#define ANVIL_DECODER_FUSED(X) X(decoder_step, const DecoderStepParams&)
+ANVIL_DECLARE_FUSED(ANVIL_DECODER_FUSED)
+
+}  // namespace anvil

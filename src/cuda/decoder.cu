@@ -1,0 +1,559 @@
+// The persistent decoder step on CUDA (compute capability 9.0: the bulk copy engine): one block
+// per SM, each working through its list of items (core/kernels/decoder.h) in op order.
+//  - A loader warp walks the block's Gemv tiles ahead of the compute warps and streams their
+//    weights into a ring of shared-memory stages (8 rows x 1024 columns each) with cp.async.bulk,
+//    across op boundaries: weights depend on nothing, so the next op's stream is in flight while
+//    the compute warps wait for this op's inputs.
+//  - Eight compute warps run the items. An op's first item in a block waits until the counter of
+//    the op it depends on reaches that op's total (thread 0 spins on an acquire load, then a
+//    barrier of the compute warps), then its prologue makes the op's input row in shared memory
+//    once per block; each tile is mma.sync m16n8k16 over its stages (as the bulk GEMV kernel of
+//    linear.cu) and its 8 outputs are stored. When a block is done with an op's tiles it adds
+//    their number to the op's counter (release: barrier, fence, atomic add).
+//  - Attention items: (kv head, key split). Each split normalises and rotates its q heads (the
+//    split holding the new position also k, and writes k and v into the cache), runs over its
+//    keys 32 at a time (scores on 8 threads per key, online softmax per head, p v on a thread per
+//    column) and writes (max, sum, output) partials; the split that finishes last for its kv head
+//    (a ticket counter) combines them and counts the kv head done.
+//  - No grid-wide barrier: the ops form a chain of counters, and every op's items depend only on
+//    earlier ops, so blocks that run their lists in order always make progress.
+//  - The last block to finish zeroes the counters and tickets for the next launch. A wait longer
+//    than params.timeout_ns sets status (the waiting op + 1) and the abort flag: every wait then
+//    returns at once and the launch runs to its end with garbage instead of hanging.
+// Rows are computed with the standalone kernels' row functions (cuda/device/row_ops.cuh) in the
+// same order and roundings as the eager step; the products and attention sums run in a different
+// order, so results agree to float32 rounding of the sums, not bit for bit.
+#include <algorithm>
+#include <cmath>
+
+#include "core/dispatch.h"
+#include "core/kernels/decoder.h"
+#include "cuda/device/convert.cuh"
+#include "cuda/device/mbarrier.cuh"
+#include "cuda/device/mma.cuh"
+#include "cuda/device/row_ops.cuh"
+#include "cuda/runtime.h"
+
+namespace anvil::cuda_backend {
+namespace {
+
+using cuda_device::bulk_copy_g2s;
+using cuda_device::from_compute;
+using cuda_device::mbar_arrive;
+using cuda_device::mbar_arrive_expect_tx;
+using cuda_device::mbar_init;
+using cuda_device::mbar_init_fence;
+using cuda_device::mbar_try_wait;
+using cuda_device::mma_tile32;
+using cuda_device::Pack;
+using cuda_device::smem_u32;
+using cuda_device::to_compute;
+
+constexpr int kWarps = 8;                          // compute warps
+constexpr int kComputeThreads = kWarps * 32;
+constexpr int kThreads = kComputeThreads + 32;     // + the loader warp
+constexpr int kCols = 1024;                        // weight columns per stage row
+constexpr int kPitch = kCols * 2 + 64;             // bytes; 64 mod 128 spreads a quarter warp's two rows over the banks
+constexpr int kStageBytes = kDecoderTileRows * kPitch;
+constexpr int kMaxStages = 12;
+constexpr int kMinStages = 4;
+constexpr int kKeys = 32;                          // attention keys per tile
+constexpr int kMaxGroup = 16;                      // q heads per kv head
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct Shared {
+  uint64_t full[kMaxStages], empty[kMaxStages];
+  float partial[2][kWarps][32][2];
+  float red[kWarps];
+  int flag;
+};
+
+// Floats of an attention item's work area: q rows, a tile's scores, (max, sum, rescale) per
+// row, and the p v partials of the key groups past the first.
+constexpr int64_t attention_floats(int64_t group, int64_t d) {
+  return group * d + group * kKeys + 3 * group + (kComputeThreads / d - 1) * group * d;
+}
+// Bytes of the work area: the largest Gemv input row or attention work, 128-byte rounded.
+int64_t work_bytes(const DecoderStepParams& p) {
+  const int64_t att = p.head_dim > 0 ? attention_floats(p.max_group, p.head_dim) * 4 : 0;
+  return (std::max(p.max_k * 2, att) + 127) / 128 * 128;
+}
+
+__device__ __forceinline__ void compute_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kComputeThreads) : "memory"); }
+
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t now_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ bool aborted(const DecoderStepParams& p) {
+  return *reinterpret_cast<const volatile int32_t*>(p.status + 1) != 0;
+}
+
+// Thread 0 of the compute warps, for op `waiter`: until op `dep`'s counter reaches `target`, or
+// the launch is aborted (by this wait timing out or another's).
+__device__ void wait_count(const DecoderStepParams& p, int waiter, int dep, uint32_t target) {
+  const uint32_t* c = p.counters + dep;
+  if (load_acquire(c) >= target) return;
+  const uint64_t t0 = now_ns();
+  while (load_acquire(c) < target && !aborted(p)) {
+    __nanosleep(64);
+    if (now_ns() - t0 > static_cast<uint64_t>(p.timeout_ns)) {
+      atomicCAS(p.status, 0, waiter + 1);
+      atomicExch(p.status + 1, 1);
+      __threadfence();
+      return;
+    }
+  }
+}
+
+// A stage's phase, or the abort flag (then the stage holds garbage, which the aborted launch
+// computes with).
+__device__ __forceinline__ bool wait_stage(const DecoderStepParams& p, uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+    if (aborted(p)) return false;
+  }
+  return true;
+}
+
+__device__ __forceinline__ bool runs(const DecoderStepParams& p, int op) { return op >= p.op_begin && op < p.op_end; }
+
+// ---- the loader: one lane streams the block's Gemv tiles, stage u % stages for the
+// (u / stages)-th time, as the compute warps consume them in the same order.
+template <typename T>
+__device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char* ring, int stages, int begin, int end) {
+  uint32_t u = 0;
+  for (int i = begin; i < end; ++i) {
+    const DecoderItem it = p.items[i];
+    if (!runs(p, it.op)) continue;
+    const DecoderOp& op = p.ops[it.op];
+    if (op.kind != DecoderOpKind::Gemv) continue;
+    const int64_t row0 = static_cast<int64_t>(it.index) * kDecoderTileRows;
+    const int rows = static_cast<int>(std::min<int64_t>(kDecoderTileRows, op.n - row0));
+    const char* w = static_cast<const char*>(op.w);
+    for (int64_t c0 = 0; c0 < op.k; c0 += kCols, ++u) {
+      const int s = static_cast<int>(u % stages);
+      if (u >= static_cast<uint32_t>(stages) && !wait_stage(p, smem_u32(&sh.empty[s]), (u / stages - 1) & 1)) return;
+      const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(kCols, op.k - c0) * sizeof(T));
+      mbar_arrive_expect_tx(smem_u32(&sh.full[s]), bytes * rows);
+      for (int r = 0; r < rows; ++r)
+        bulk_copy_g2s(smem_u32(ring + s * kStageBytes + r * kPitch),
+                      w + ((row0 + r) * op.k + c0) * static_cast<int64_t>(sizeof(T)), bytes, smem_u32(&sh.full[s]));
+    }
+  }
+}
+
+// ---- Gemv
+
+// The op's input row into xs (k elements), by the compute warps. first: this block holds tile 0
+// (it writes the AddNorm sum).
+template <typename T>
+__device__ void prologue(const DecoderStepParams& p, const DecoderOp& op, bool first, T* xs, Shared& sh) {
+  using P = Pack<T, 8>;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int packs = static_cast<int>(op.k / 8);
+  const T* a = static_cast<const T*>(op.a);
+  switch (op.prologue) {
+    case DecoderPrologue::AddNorm: {
+      const T* b = static_cast<const T*>(op.b) + (op.gather ? static_cast<int64_t>(p.in[0]) * op.k : 0);
+      cuda_device::add_rms_norm_row<T>(a, b, static_cast<const T*>(op.norm_w), first ? static_cast<T*>(op.sum_out) : nullptr,
+                                       xs, op.k, op.eps, tid, kComputeThreads, sh.red, [] { compute_sync(); });
+      return;
+    }
+    case DecoderPrologue::SiluMul: {
+      const P* g = reinterpret_cast<const P*>(a);
+      const P* up = reinterpret_cast<const P*>(a + op.k);
+      for (int q = tid; q < packs; q += kComputeThreads) {
+        const P gv = g[q], uv = up[q];
+        P y;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) y.v[e] = from_compute<T>(cuda_device::silu_mul_one(to_compute(gv.v[e]), to_compute(uv.v[e])));
+        reinterpret_cast<P*>(xs)[q] = y;
+      }
+      break;
+    }
+    case DecoderPrologue::Copy:
+      for (int q = tid; q < packs; q += kComputeThreads) reinterpret_cast<P*>(xs)[q] = reinterpret_cast<const P*>(a)[q];
+      break;
+  }
+  compute_sync();
+}
+
+// One tile: 8 weight rows against xs over the tile's stages; u counts this block's stages.
+template <typename T>
+__device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int tile, const T* xs, const unsigned char* ring,
+                          int stages, uint32_t& u, int& par, Shared& sh) {
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  float acc[4] = {};
+  for (int64_t c0 = 0; c0 < op.k; c0 += kCols, ++u) {
+    const int s = static_cast<int>(u % stages);
+    wait_stage(p, smem_u32(&sh.full[s]), (u / stages) & 1);
+    __syncwarp();  // mma.sync needs the whole warp
+    const int cols = static_cast<int>(std::min<int64_t>(kCols, op.k - c0));
+    const unsigned char* row = ring + s * kStageBytes + g * kPitch;
+#pragma unroll
+    for (int i = 0; i < kCols / 256; ++i) {
+      const int kk = (warp + kWarps * i) * 32 + t * 8;
+      uint4 xv = make_uint4(0, 0, 0, 0), wv = xv;  // zeros past k (stale stage bytes may be NaN)
+      if (kk < cols) {
+        xv = *reinterpret_cast<const uint4*>(xs + c0 + kk);
+        wv = *reinterpret_cast<const uint4*>(row + kk * 2);
+      }
+      mma_tile32<T>(acc, xv, wv);
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(smem_u32(&sh.empty[s]));
+  }
+  // d[0], d[1] of lanes 0..3 (x row 0) are rows 2 t + {0, 1}: summed over the warps.
+  sh.partial[par][warp][lane][0] = acc[0];
+  sh.partial[par][warp][lane][1] = acc[1];
+  compute_sync();
+  if (tid < 8) {
+    const int64_t j = static_cast<int64_t>(tile) * kDecoderTileRows + tid;
+    if (j < op.n) {
+      float v = 0.f;
+      for (int w = 0; w < kWarps; ++w) v += sh.partial[par][w][tid / 2][tid % 2];
+      const T r = from_compute<T>(v);
+      void* y = op.y ? op.y : p.out;
+      if (op.out_f32) static_cast<float*>(y)[j] = to_compute(r);
+      else static_cast<T*>(y)[j] = r;
+    }
+  }
+  par ^= 1;  // the next tile writes the other half, so no second barrier is needed
+}
+
+// N (2, 4, 8 or 16) elements at p (aligned to their size) through L2 only, as float.
+template <typename T, int N>
+__device__ __forceinline__ void load_cg(const T* p, float (&out)[N]) {
+  if constexpr (N >= 8) {
+#pragma unroll
+    for (int q = 0; q < N / 8; ++q) {
+      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p) + q);
+      const Pack<T, 8> pk = *reinterpret_cast<const Pack<T, 8>*>(&v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) out[q * 8 + e] = to_compute(pk.v[e]);
+    }
+  } else if constexpr (N == 4) {
+    const uint2 v = __ldcg(reinterpret_cast<const uint2*>(p));
+    const Pack<T, 4> pk = *reinterpret_cast<const Pack<T, 4>*>(&v);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out[e] = to_compute(pk.v[e]);
+  } else {
+    static_assert(N == 2);
+    const unsigned v = __ldcg(reinterpret_cast<const unsigned*>(p));
+    const Pack<T, 2> pk = *reinterpret_cast<const Pack<T, 2>*>(&v);
+    out[0] = to_compute(pk.v[0]);
+    out[1] = to_compute(pk.v[1]);
+  }
+}
+
+// ---- attention: item = kv head * splits + split.
+
+template <typename T, int D>
+__device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, int op_index, int item, float* work,
+                               Shared& sh) {
+  constexpr int kGroups = kComputeThreads / D;  // key groups of p v
+  constexpr int kSub = kComputeThreads / kKeys;  // threads per key for the scores
+  constexpr int kDims = D / kSub;                // their dims each
+  constexpr int kVals = kKeys / kGroups;         // v values per thread and tile
+  constexpr int kPairs = D >= 64 ? D / 64 : 1;   // QkRope: rotated pairs per lane (full rotary)
+  static_assert(kDims >= 2 && kKeys == 32);
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int S = op.splits, g = item / S, s = item % S;
+  const int group = op.n_heads / op.n_kv;
+  const int64_t pos = p.in[1], len = p.in[2];
+  const int64_t chunk = ((len + S - 1) / S + kKeys - 1) / kKeys * kKeys;
+  const int64_t k0 = std::min<int64_t>(len, s * chunk), k1 = std::min<int64_t>(len, k0 + chunk);
+  float* qf = work;                    // [group][D]
+  float* sc = qf + group * D;          // [group][kKeys]
+  float* ms = sc + group * kKeys;      // [group]
+  float* ls = ms + group;
+  float* al = ls + group;
+  float* red = al + group;             // [kGroups - 1][group][D]
+  const T* qkv = static_cast<const T*>(op.qkv);
+  T* kc = static_cast<T*>(op.k_cache) + static_cast<int64_t>(g) * op.cache_rows * D;
+  T* vc = static_cast<T*>(op.v_cache) + static_cast<int64_t>(g) * op.cache_rows * D;
+  const bool writes = pos >= k0 && pos < k1 && pos < op.cache_rows;
+
+  // Heads, a warp each: q rows 0 .. group - 1 into qf (rounded to T as qk_norm_rope_cache's
+  // output), then, in the split holding pos, k (normed and rotated) and v into the cache row.
+  for (int r = warp; r < group + (writes ? 2 : 0); r += kWarps) {
+    if (r == group + 1) {
+      const T* x = qkv + static_cast<int64_t>(op.n_heads + op.n_kv + g) * D;
+      for (int c = lane; c < D; c += 32) vc[pos * D + c] = x[c];
+      continue;
+    }
+    const bool is_q = r < group;
+    const T* x = qkv + static_cast<int64_t>(is_q ? g * group + r : op.n_heads + g) * D;
+    const T* nw = static_cast<const T*>(is_q ? op.q_norm : op.k_norm);
+    cuda_device::QkRope<float, kPairs, 1> rope;
+    rope.load(nw, op.inv_freq, D, D, lane);
+    if (is_q)
+      rope.apply(x, nw != nullptr, op.eps, pos, lane, [&](int64_t c, float v) { qf[r * D + c] = to_compute(from_compute<T>(v)); });
+    else
+      rope.apply(x, nw != nullptr, op.eps, pos, lane, [&](int64_t c, float v) { kc[pos * D + c] = from_compute<T>(v); });
+  }
+  if (tid < group) {
+    ms[tid] = -INFINITY;
+    ls[tid] = 0.f;
+  }
+  compute_sync();
+
+  const float scale_log2 = op.scale * kLog2e;
+  const int j = tid / kSub, sub = tid % kSub;  // scores: key j of the tile, dims sub * kDims ..
+  const int d = tid % D, kg = tid / D;         // p v: column d over keys kg, kg + kGroups, ..
+  float acc[kMaxGroup] = {};
+  for (int64_t kt = k0; kt < k1; kt += kKeys) {
+    // This thread's loads of the tile, all issued before the first use: its K slice and its V column.
+    const int64_t key = kt + j;
+    float kf[kDims];
+    load_cg<T>(kc + std::min(key, k1 - 1) * D + sub * kDims, kf);
+    float vv[kVals];
+#pragma unroll
+    for (int q = 0; q < kVals; ++q) {
+      const int64_t kk = kt + kg + q * kGroups;
+      vv[q] = kk < k1 ? to_compute(T::from_bits(__ldcg(reinterpret_cast<const unsigned short*>(vc + kk * D + d)))) : 0.f;
+    }
+#pragma unroll
+    for (int r = 0; r < kMaxGroup; ++r) {
+      if (r >= group) break;
+      const float* qr = qf + r * D + sub * kDims;
+      float dot = 0.f;
+      if constexpr (kDims % 4 == 0) {
+#pragma unroll
+        for (int e = 0; e < kDims; e += 4) {
+          const float4 qv = *reinterpret_cast<const float4*>(qr + e);
+          dot += qv.x * kf[e] + qv.y * kf[e + 1] + qv.z * kf[e + 2] + qv.w * kf[e + 3];
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < kDims; ++e) dot += qr[e] * kf[e];
+      }
+#pragma unroll
+      for (int o = kSub / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      if (sub == 0) sc[r * kKeys + j] = key < k1 ? dot * scale_log2 : -INFINITY;
+    }
+    compute_sync();
+    for (int r = warp; r < group; r += kWarps) {  // online softmax: a warp per row, a lane per key
+      const float v = sc[r * kKeys + lane];
+      float mx = v;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_old = ms[r], m_new = fmaxf(m_old, mx), m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float e = exp2f(v - m_use);
+      sc[r * kKeys + lane] = e;
+      float sum = e;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (lane == 0) {
+        const float alpha = exp2f(m_old - m_use);
+        al[r] = alpha;
+        ls[r] = ls[r] * alpha + sum;
+        ms[r] = m_new;
+      }
+    }
+    compute_sync();
+#pragma unroll
+    for (int r = 0; r < kMaxGroup; ++r) {
+      if (r >= group) break;
+      float a = acc[r] * al[r];
+#pragma unroll
+      for (int q = 0; q < kVals; ++q) {
+        if (kt + kg + q * kGroups < k1) a += sc[r * kKeys + kg + q * kGroups] * vv[q];
+      }
+      acc[r] = a;
+    }
+    compute_sync();  // the next tile rewrites sc
+  }
+
+  // This split's partials: key group 0 adds the others' outputs.
+  if (kg > 0) {
+#pragma unroll
+    for (int r = 0; r < kMaxGroup; ++r) {
+      if (r >= group) break;
+      red[((kg - 1) * group + r) * D + d] = acc[r];
+    }
+  }
+  compute_sync();
+  const int64_t stride = D + 2;  // partial row: output [D], max, sum
+  float* part = op.part + (static_cast<int64_t>(g) * group * S) * stride;
+  if (kg == 0) {
+#pragma unroll
+    for (int r = 0; r < kMaxGroup; ++r) {
+      if (r >= group) break;
+      float o = acc[r];
+      for (int x = 1; x < kGroups; ++x) o += red[((x - 1) * group + r) * D + d];
+      part[(r * S + s) * stride + d] = o;
+    }
+  }
+  if (tid < group) {
+    part[(tid * S + s) * stride + D] = ms[tid];
+    part[(tid * S + s) * stride + D + 1] = ls[tid];
+  }
+  compute_sync();
+  if (tid == 0) {
+    __threadfence();
+    sh.flag = atomicAdd(op.tickets + g, 1u) == static_cast<uint32_t>(S - 1);
+    __threadfence();
+  }
+  compute_sync();
+  if (!sh.flag) return;
+  // The last split of kv head g: out = sum_s w_s o_s / sum_s w_s l_s, w_s = 2^(m_s - max).
+  for (int idx = tid; idx < group * D; idx += kComputeThreads) {
+    const int r = idx / D, dd = idx % D;
+    const float* row = part + static_cast<int64_t>(r) * S * stride;
+    float mx = -INFINITY;
+    for (int x = 0; x < S; ++x) mx = fmaxf(mx, __ldcg(row + x * stride + D));
+    float l = 0.f, o = 0.f;
+    for (int x = 0; x < S; ++x) {
+      const float m = __ldcg(row + x * stride + D), w = m == -INFINITY ? 0.f : exp2f(m - mx);
+      l += w * __ldcg(row + x * stride + D + 1);
+      o += w * __ldcg(row + x * stride + dd);
+    }
+    static_cast<T*>(op.out)[(static_cast<int64_t>(g) * group + r) * D + dd] = from_compute<T>(l == 0.f ? 0.f : o / l);
+  }
+  compute_sync();
+  if (tid == 0) {
+    __threadfence();
+    atomicAdd(p.counters + op_index, 1u);
+  }
+}
+
+// ---- the kernel
+
+template <typename T, int D>
+__device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsigned char* ring, unsigned char* work,
+                              int stages, int begin, int end) {
+  const int tid = static_cast<int>(threadIdx.x);
+  uint32_t u = 0, done = 0;
+  int par = 0, cur = -1;
+  auto finish = [&] {  // this block's tiles of op `cur` are stored: count them
+    if (done == 0) return;
+    compute_sync();
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(p.counters + cur, done);
+    }
+    done = 0;
+  };
+  for (int i = begin; i < end; ++i) {
+    const DecoderItem it = p.items[i];
+    if (!runs(p, it.op)) continue;
+    const DecoderOp& op = p.ops[it.op];
+    if (it.op != cur) {
+      finish();
+      cur = it.op;
+      if (op.dep >= p.op_begin && tid == 0) {  // earlier launches ran the ops before op_begin
+        wait_count(p, it.op, op.dep, op.dep_count);
+        __threadfence();
+      }
+      compute_sync();
+      if (op.kind == DecoderOpKind::Gemv) prologue<T>(p, op, it.index == 0, reinterpret_cast<T*>(work), sh);
+    }
+    if (op.kind == DecoderOpKind::Gemv) {
+      gemv_tile<T>(p, op, it.index, reinterpret_cast<const T*>(work), ring, stages, u, par, sh);
+      ++done;
+    } else {
+      attention_item<T, D>(p, op, it.op, it.index, reinterpret_cast<float*>(work), sh);
+    }
+  }
+  finish();
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 1) decoder_step_kernel(const __grid_constant__ DecoderStepParams p, int stages,
+                                                                   int64_t ring_bytes) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ Shared sh;
+  unsigned char* ring = smem;
+  unsigned char* work = smem + ring_bytes;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(smem_u32(&sh.full[s]), 1);
+      mbar_init(smem_u32(&sh.empty[s]), kWarps);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const int begin = p.block_begin[blockIdx.x], end = p.block_begin[blockIdx.x + 1];
+  if (threadIdx.x >= kComputeThreads) {
+    if (threadIdx.x == kComputeThreads) load_tiles<T>(p, sh, ring, stages, begin, end);
+    __syncwarp();
+  } else {
+    compute_items<T, D>(p, sh, ring, work, stages, begin, end);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // the last block out resets the counters and tickets for the next launch
+    __threadfence();
+    if (atomicAdd(p.counters + p.n_ops, 1u) == static_cast<uint32_t>(p.blocks - 1)) {
+      for (int o = 0; o < p.n_ops; ++o) {
+        p.counters[o] = 0;
+        const DecoderOp& op = p.ops[o];
+        if (op.kind == DecoderOpKind::Attention)
+          for (int g = 0; g < op.n_kv; ++g) op.tickets[g] = 0;
+      }
+      p.counters[p.n_ops] = 0;
+      __threadfence();
+    }
+  }
+}
+
+// ---- launch
+
+int max_smem_optin(int device) {
+  int v = 0;
+  ANVIL_CUDA_CHECK("[decoder_step]", cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return v;
+}
+
+// Ring stages that fit beside the work area and the static shared memory.
+int ring_stages(const DecoderStepParams& p, int device) {
+  const int64_t room = max_smem_optin(device) - static_cast<int64_t>(sizeof(Shared)) - work_bytes(p) - 1024;
+  return static_cast<int>(std::min<int64_t>(kMaxStages, std::max<int64_t>(0, room / kStageBytes)));
+}
+
+template <typename F>
+void with_kernel(const DecoderStepParams& p, F&& f) {
+  dispatch_half_types(p.dtype, "[decoder_step]", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (p.head_dim == 16) f(decoder_step_kernel<T, 16>);
+    else if (p.head_dim == 64) f(decoder_step_kernel<T, 64>);
+    else f(decoder_step_kernel<T, 128>);
+  });
+}
+
+}  // namespace
+
+// Fused: compute capability 9.0 or later, 16-bit activations, head_dim 16, 64 or 128 (or no
+// attention), at most 16 q heads per kv head, Gemv rows a multiple of 8 columns, and room for
+// kMinStages ring stages; one block per SM.
+FusedPlan decoder_step_plan(const DecoderStepParams& p) {
+  if (p.dtype != kBFloat16 && p.dtype != kFloat16) return FusedPlan::Composed;
+  if (!(p.head_dim == 0 || p.head_dim == 16 || p.head_dim == 64 || p.head_dim == 128) || p.max_group > kMaxGroup || p.max_k % 8 != 0)
+    return FusedPlan::Composed;
+  const int device = p.device;
+  if (compute_capability(device) < 90 || p.blocks < 1 || p.blocks > multiprocessor_count(device)) return FusedPlan::Composed;
+  return ring_stages(p, device) >= kMinStages ? FusedPlan::Fused : FusedPlan::Composed;
+}
+
+void decoder_step(const DecoderStepParams& p) {
+  const char* op = "[decoder_step]";
+  ANVIL_CHECK(decoder_step_plan(p) == FusedPlan::Fused, Error, op, " the params are outside the persistent kernel's plan");
+  KernelLaunch launch(p.counters);
+  const int stages = ring_stages(p, launch.device());
+  const int64_t ring = static_cast<int64_t>(stages) * kStageBytes;
+  const size_t smem = static_cast<size_t>(ring + work_bytes(p));
+  with_kernel(p, [&](auto kernel) {
+    ANVIL_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<p.blocks, kThreads, smem, launch.stream()>>>(p, stages, ring);
+  });
+  launch.check(op);
+}
+
+}  // namespace anvil::cuda_backend

@@ -1,0 +1,355 @@
+// PersistentDecoder: validates the weights, builds the persistent step's schedule once (the ops,
+// a chain where each waits for the one before, and each block's items) and its buffers, and
+// launches the backend's decoder_step (core/kernels/decoder.h) per token.
+// Ops per layer l (5 l + ...): qkv (AddNorm prologue: the residual add and input norm), attention,
+// o (Copy), gate_up (AddNorm: the residual add and post-attention norm), down (SiluMul); then
+// the lm_head (AddNorm: the final norm), whose float32 output is the step's logits. Items are
+// dealt round robin over the blocks, continuing from op to op, so every block holds an equal
+// share of each weight stream and of the whole step.
+#include "anvil/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "anvil/cuda.h"
+#include "anvil/stream.h"
+#include "core/kernels/decoder.h"
+#include "core/util.h"
+
+namespace anvil {
+namespace {
+
+constexpr const char* kOp = "[persistent_decoder]";
+
+// The model's sizes, from validated weights.
+struct Dims {
+  int64_t H = 0, D = 0, I = 0, vocab = 0, logits = 0, layers = 0, nh = 0, nkv = 0, rows = 0;
+};
+
+void check_shape(const Tensor& t, const Shape& want, const std::string& name) {
+  ANVIL_CHECK(t.defined(), Error, kOp, " ", name, " is undefined");
+  ANVIL_CHECK(t.sizes() == want, ShapeError, kOp, " ", name, " must be ", shape_str(want), ", got ", describe(t));
+}
+
+// Shapes, dtypes and devices of one model (throws); the plan's questions come after.
+Dims validate(const DecoderWeights& w) {
+  ANVIL_CHECK(!w.layers.empty(), ShapeError, kOp, " the model has no layers");
+  ANVIL_CHECK(w.embed.defined() && w.embed.dim() == 2, ShapeError, kOp, " embed must be [vocab, hidden], got ",
+              w.embed.defined() ? describe(w.embed) : "undefined");
+  Dims d;
+  d.vocab = w.embed.size(0);
+  d.H = w.embed.size(1);
+  d.layers = static_cast<int64_t>(w.layers.size());
+  d.nh = w.n_heads;
+  d.nkv = w.n_kv_heads;
+  ANVIL_CHECK(d.nh > 0 && d.nkv > 0 && d.nh % d.nkv == 0, ShapeError, kOp, " n_heads (", d.nh,
+              ") must be a positive multiple of n_kv_heads (", d.nkv, ")");
+  ANVIL_CHECK(w.inv_freq.defined() && w.inv_freq.dim() == 1, ShapeError, kOp, " inv_freq must be [head_dim / 2]");
+  d.D = 2 * w.inv_freq.size(0);
+  const DecoderLayerWeights& l0 = w.layers[0];
+  ANVIL_CHECK(l0.gate_up.defined() && l0.gate_up.dim() == 2 && l0.gate_up.size(0) % 2 == 0, ShapeError, kOp,
+              " layer 0 gate_up must be [2 * intermediate, hidden], got ", l0.gate_up.defined() ? describe(l0.gate_up) : "undefined");
+  d.I = l0.gate_up.size(0) / 2;
+  ANVIL_CHECK(l0.k_cache.defined() && l0.k_cache.dim() == 4, ShapeError, kOp,
+              " layer 0 k_cache must be [1, n_kv_heads, rows, head_dim]");
+  d.rows = l0.k_cache.size(2);
+  ANVIL_CHECK(w.head.defined() && w.head.dim() == 2, ShapeError, kOp, " head must be [logits, hidden]");
+  d.logits = w.head.size(0);
+  const DType dt = w.embed.dtype();
+  const Device dev = w.embed.device();
+  auto same = [&](const Tensor& t, const std::string& name) {
+    ANVIL_CHECK(t.dtype() == dt, DTypeError, kOp, " ", name, " must have embed's dtype ", dtype_name(dt), ", got ",
+                describe(t));
+    ANVIL_CHECK(t.device() == dev, DeviceError, kOp, " ", name, " must be on embed's device ", dev.str(), ", got ",
+                describe(t));
+  };
+  auto weight = [&](const Tensor& t, const Shape& want, const std::string& name) {
+    check_shape(t, want, name);
+    same(t, name);
+  };
+  weight(w.final_norm, {d.H}, "final_norm");
+  weight(w.head, {d.logits, d.H}, "head");
+  ANVIL_CHECK(w.inv_freq.dtype() == kFloat32 && w.inv_freq.device() == dev, DTypeError, kOp,
+              " inv_freq must be float32 on ", dev.str(), ", got ", describe(w.inv_freq));
+  for (int64_t l = 0; l < d.layers; ++l) {
+    const DecoderLayerWeights& L = w.layers[static_cast<size_t>(l)];
+    const std::string p = "layer " + std::to_string(l) + " ";
+    weight(L.input_norm, {d.H}, p + "input_norm");
+    weight(L.qkv, {(d.nh + 2 * d.nkv) * d.D, d.H}, p + "qkv");
+    if (L.q_norm.defined()) weight(L.q_norm, {d.D}, p + "q_norm");
+    if (L.k_norm.defined()) weight(L.k_norm, {d.D}, p + "k_norm");
+    weight(L.o, {d.H, d.nh * d.D}, p + "o");
+    weight(L.post_norm, {d.H}, p + "post_norm");
+    weight(L.gate_up, {2 * d.I, d.H}, p + "gate_up");
+    weight(L.down, {d.H, d.I}, p + "down");
+    weight(L.k_cache, {1, d.nkv, d.rows, d.D}, p + "k_cache");
+    weight(L.v_cache, {1, d.nkv, d.rows, d.D}, p + "v_cache");
+  }
+  return d;
+}
+
+// Every tensor the kernel reads through a plain pointer must be dense.
+bool all_contiguous(const DecoderWeights& w) {
+  auto ok = [](const Tensor& t) { return !t.defined() || t.is_contiguous(); };
+  bool c = ok(w.embed) && ok(w.final_norm) && ok(w.head) && ok(w.inv_freq);
+  for (const DecoderLayerWeights& L : w.layers)
+    c = c && ok(L.input_norm) && ok(L.qkv) && ok(L.q_norm) && ok(L.k_norm) && ok(L.o) && ok(L.post_norm) &&
+        ok(L.gate_up) && ok(L.down) && ok(L.k_cache) && ok(L.v_cache);
+  return c;
+}
+
+int sm_count(Device dev) { return cuda::get_device_properties(dev.index).multiprocessor_count; }
+
+// The plan-relevant params (no buffers yet).
+DecoderStepParams plan_params(const Dims& d, const DecoderWeights& w) {
+  DecoderStepParams p;
+  p.dtype = w.embed.dtype();
+  p.device = w.embed.device().index;
+  p.blocks = sm_count(w.embed.device());
+  p.max_k = std::max({d.H, d.nh * d.D, d.I});
+  p.max_group = static_cast<int32_t>(d.nh / d.nkv);
+  p.head_dim = static_cast<int32_t>(d.D);
+  return p;
+}
+
+FusedPlan plan_of(const Dims& d, const DecoderWeights& w) {
+  if (!w.embed.device().is_cuda() || !all_contiguous(w)) return FusedPlan::Composed;
+  if (d.H % 8 != 0 || d.I % 8 != 0 || (d.nh * d.D) % 8 != 0 || d.D % 8 != 0) return FusedPlan::Composed;
+  return ANVIL_PLAN(w.embed.device(), decoder_step, plan_params(d, w));
+}
+
+const void* ptr(const Tensor& t) { return t.defined() ? t.raw_data_ptr() : nullptr; }
+
+// Copies a host vector of POD into a new uint8 device tensor.
+template <typename V>
+Tensor upload(const std::vector<V>& v, Device dev) {
+  const int64_t bytes = static_cast<int64_t>(v.size() * sizeof(V));
+  Tensor host = empty({bytes}, TensorOptions(kUInt8));
+  if (bytes > 0) std::memcpy(host.data_ptr(), v.data(), static_cast<size_t>(bytes));
+  return host.to(dev);
+}
+
+}  // namespace
+
+struct PersistentDecoder::Impl {
+  DecoderWeights w;
+  Dims d;
+  Device dev;
+  Tensor resid, qkv, attn, o, gu, down, part, tickets, counters, status, in;
+  Tensor ops_dev, items_dev, begin_dev;
+  std::vector<DecoderOp> ops;
+  std::vector<std::string> names;
+  std::vector<Tensor> outputs;  // each op's output (the logits op: undefined, checked separately)
+  int64_t items = 0;
+  DecoderStepParams p;
+
+  // Writes the step's inputs; returns the logits tensor the launch fills.
+  Tensor begin_step(int64_t token, int64_t pos) {
+    ANVIL_CHECK(token >= 0 && token < d.vocab, IndexError, kOp, " token ", token, " is outside the vocabulary of ",
+                d.vocab);
+    ANVIL_CHECK(pos >= 0 && pos < d.rows, IndexError, kOp, " position ", pos, " is outside the cache of ", d.rows,
+                " rows");
+    in.copy_(tensor<int32_t>({static_cast<int32_t>(token), static_cast<int32_t>(pos), static_cast<int32_t>(pos + 1)}));
+    Tensor logits = empty({1, d.logits}, TensorOptions(kFloat32).device(dev));
+    p.out = logits.raw_data_ptr();
+    return logits;
+  }
+
+  // Throws when a wait of the last launch timed out (reads the status: synchronises).
+  void throw_status(const std::string& when) {
+    const Tensor s = status.to(kCPU);
+    const int32_t op = s.data_ptr<int32_t>()[0];
+    if (op != 0) status.copy_(zeros({2}, TensorOptions(kInt32)));  // the next launch starts clean
+    ANVIL_CHECK(op == 0, Error, kOp, " ", when, ": op ", op - 1, " (", names[static_cast<size_t>(op - 1)],
+                ") timed out waiting for ", op >= 2 ? names[static_cast<size_t>(op - 2)] : std::string("its inputs"),
+                " (the launch's outputs are garbage)");
+  }
+};
+
+FusedPlan PersistentDecoder::plan(const DecoderWeights& weights) { return plan_of(validate(weights), weights); }
+
+PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.d = validate(weights);
+  ANVIL_CHECK(plan_of(m.d, weights) == FusedPlan::Fused, Error, kOp,
+              " the persistent kernel does not take these weights (its plan is composed): ", anvil::describe(weights.embed),
+              ", head_dim ", m.d.D, ", ", m.d.nh / m.d.nkv, " q heads per kv head");
+  m.w = weights;
+  m.dev = weights.embed.device();
+  const Dims& d = m.d;
+  const int64_t L = d.layers, H = d.H, D = d.D, nh = d.nh, nkv = d.nkv;
+  const TensorOptions t = TensorOptions(weights.embed.dtype()).device(m.dev);
+  m.p = plan_params(d, weights);
+  const int G = m.p.blocks;
+  const int64_t splits = std::max<int64_t>(1, (G + nkv / 2) / nkv);
+  m.resid = empty({2 * L + 1, H}, t);
+  m.qkv = empty({L, (nh + 2 * nkv) * D}, t);
+  m.attn = empty({L, nh * D}, t);
+  m.o = empty({L, H}, t);
+  m.gu = empty({L, 2 * d.I}, t);
+  m.down = empty({L, H}, t);
+  m.part = empty({L, nh * splits * (D + 2)}, TensorOptions(kFloat32).device(m.dev));
+  m.tickets = zeros({L, nkv}, TensorOptions(kInt32).device(m.dev));
+  m.status = zeros({2}, TensorOptions(kInt32).device(m.dev));
+  m.in = zeros({3}, TensorOptions(kInt32).device(m.dev));
+
+  auto row = [](const Tensor& x, int64_t i) { return x.select(0, i).raw_data_ptr(); };
+  auto gemv = [&](const std::string& name, const Tensor& wt, DecoderPrologue pro, const void* a, const void* b,
+                  const Tensor& norm, void* sum_out, const Tensor& out) {
+    DecoderOp op;
+    op.kind = DecoderOpKind::Gemv;
+    op.prologue = pro;
+    op.w = wt.raw_data_ptr();
+    op.n = wt.size(0);
+    op.k = wt.size(1);
+    op.a = a;
+    op.b = b;
+    op.norm_w = ptr(norm);
+    op.sum_out = sum_out;
+    op.y = out.defined() ? out.raw_data_ptr() : nullptr;
+    op.eps = static_cast<float>(weights.eps);
+    op.signals = static_cast<uint32_t>((op.n + kDecoderTileRows - 1) / kDecoderTileRows);
+    m.ops.push_back(op);
+    m.names.push_back(name);
+    m.outputs.push_back(out);
+  };
+  for (int64_t l = 0; l < L; ++l) {
+    const DecoderLayerWeights& W = weights.layers[static_cast<size_t>(l)];
+    const std::string p = "layer " + std::to_string(l) + " ";
+    if (l == 0) {
+      gemv(p + "qkv", W.qkv, DecoderPrologue::AddNorm, nullptr, weights.embed.raw_data_ptr(), W.input_norm, row(m.resid, 0),
+           m.qkv.select(0, l));
+      m.ops.back().gather = 1;
+    } else {
+      gemv(p + "qkv", W.qkv, DecoderPrologue::AddNorm, row(m.down, l - 1), row(m.resid, 2 * l - 1), W.input_norm,
+           row(m.resid, 2 * l), m.qkv.select(0, l));
+    }
+    DecoderOp at;
+    at.kind = DecoderOpKind::Attention;
+    at.qkv = row(m.qkv, l);
+    at.q_norm = ptr(W.q_norm);
+    at.k_norm = ptr(W.k_norm);
+    at.inv_freq = static_cast<const float*>(weights.inv_freq.raw_data_ptr());
+    at.k_cache = W.k_cache.raw_data_ptr();
+    at.v_cache = W.v_cache.raw_data_ptr();
+    at.part = static_cast<float*>(row(m.part, l));
+    at.tickets = static_cast<uint32_t*>(row(m.tickets, l));
+    at.out = row(m.attn, l);
+    at.cache_rows = d.rows;
+    at.n_heads = static_cast<int32_t>(nh);
+    at.n_kv = static_cast<int32_t>(nkv);
+    at.head_dim = static_cast<int32_t>(D);
+    at.splits = static_cast<int32_t>(splits);
+    at.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    at.eps = static_cast<float>(weights.eps);
+    at.signals = static_cast<uint32_t>(nkv);
+    m.ops.push_back(at);
+    m.names.push_back(p + "attention");
+    m.outputs.push_back(m.attn.select(0, l));
+    gemv(p + "o", W.o, DecoderPrologue::Copy, row(m.attn, l), nullptr, Tensor(), nullptr, m.o.select(0, l));
+    gemv(p + "gate_up", W.gate_up, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
+         row(m.resid, 2 * l + 1), m.gu.select(0, l));
+    gemv(p + "down", W.down, DecoderPrologue::SiluMul, row(m.gu, l), nullptr, Tensor(), nullptr, m.down.select(0, l));
+  }
+  gemv("lm_head", weights.head, DecoderPrologue::AddNorm, row(m.down, L - 1), row(m.resid, 2 * L - 1), weights.final_norm,
+       row(m.resid, 2 * L), Tensor());
+  m.ops.back().out_f32 = 1;
+  const int32_t n_ops = static_cast<int32_t>(m.ops.size());
+  for (int32_t i = 1; i < n_ops; ++i) {  // the chain
+    m.ops[static_cast<size_t>(i)].dep = i - 1;
+    m.ops[static_cast<size_t>(i)].dep_count = m.ops[static_cast<size_t>(i - 1)].signals;
+  }
+
+  // Items round robin over the blocks, continuing from op to op.
+  std::vector<std::vector<DecoderItem>> per_block(static_cast<size_t>(G));
+  int64_t cursor = 0;
+  for (int32_t i = 0; i < n_ops; ++i) {
+    const DecoderOp& op = m.ops[static_cast<size_t>(i)];
+    const int64_t n = op.kind == DecoderOpKind::Gemv ? op.signals : static_cast<int64_t>(nkv) * splits;
+    for (int64_t j = 0; j < n; ++j, ++cursor) per_block[static_cast<size_t>(cursor % G)].push_back({i, static_cast<int32_t>(j)});
+  }
+  std::vector<DecoderItem> items;
+  std::vector<int32_t> begin{0};
+  for (const auto& b : per_block) {
+    items.insert(items.end(), b.begin(), b.end());
+    begin.push_back(static_cast<int32_t>(items.size()));
+  }
+  m.items = static_cast<int64_t>(items.size());
+  m.ops_dev = upload(m.ops, m.dev);
+  m.items_dev = upload(items, m.dev);
+  m.begin_dev = upload(begin, m.dev);
+  m.counters = zeros({n_ops + 1}, TensorOptions(kInt32).device(m.dev));
+
+  DecoderStepParams& p = m.p;
+  p.ops = static_cast<const DecoderOp*>(m.ops_dev.raw_data_ptr());
+  p.n_ops = n_ops;
+  p.items = static_cast<const DecoderItem*>(m.items_dev.raw_data_ptr());
+  p.block_begin = static_cast<const int32_t*>(m.begin_dev.raw_data_ptr());
+  p.counters = static_cast<uint32_t*>(m.counters.raw_data_ptr());
+  p.status = static_cast<int32_t*>(m.status.raw_data_ptr());
+  p.in = static_cast<const int32_t*>(m.in.raw_data_ptr());
+  p.op_begin = 0;
+  p.op_end = n_ops;
+  p.timeout_ns = int64_t{10} * 1000 * 1000 * 1000;
+  synchronize(m.dev);  // the uploads and zeroed buffers are in place before any stream uses them
+}
+
+PersistentDecoder::~PersistentDecoder() = default;
+
+namespace {
+
+void check_finite(const Tensor& t, const std::string& what) {
+  const Tensor h = t.to(kCPU, kFloat32).contiguous();
+  const float* v = h.data_ptr<float>();
+  for (int64_t i = 0; i < h.numel(); ++i)
+    ANVIL_CHECK(std::isfinite(v[i]), Error, kOp, " ", what, ": element ", i, " is ", v[i]);
+}
+
+}  // namespace
+
+Tensor PersistentDecoder::step(int64_t token, int64_t pos) {
+  Impl& m = *impl_;
+  Tensor logits = m.begin_step(token, pos);
+  m.p.op_begin = 0;
+  m.p.op_end = m.p.n_ops;
+  ANVIL_KERNEL(m.dev, decoder_step, m.p);
+  return logits;
+}
+
+Tensor PersistentDecoder::step_checked(int64_t token, int64_t pos) {
+  Impl& m = *impl_;
+  Tensor logits = m.begin_step(token, pos);
+  for (int32_t i = 0; i < m.p.n_ops; ++i) {
+    m.p.op_begin = i;
+    m.p.op_end = i + 1;
+    ANVIL_KERNEL(m.dev, decoder_step, m.p);
+    synchronize(m.dev);
+    m.throw_status("checked step, op " + std::to_string(i));
+    const Tensor& out = m.outputs[static_cast<size_t>(i)];
+    check_finite(out.defined() ? out : logits, "checked step, op " + std::to_string(i) + " (" +
+                                                   m.names[static_cast<size_t>(i)] + ") output");
+  }
+  m.p.op_begin = 0;
+  m.p.op_end = m.p.n_ops;
+  return logits;
+}
+
+void PersistentDecoder::check() {
+  synchronize(impl_->dev);
+  impl_->throw_status("last step");
+}
+
+Tensor PersistentDecoder::residual(int64_t i) const {
+  ANVIL_CHECK(i >= 0 && i < impl_->resid.size(0), IndexError, kOp, " residual ", i, " is outside [0, ",
+              impl_->resid.size(0), ")");
+  return impl_->resid.select(0, i);
+}
+
+std::string PersistentDecoder::describe() const {
+  const Impl& m = *impl_;
+  return detail::cat_message(m.p.n_ops, " ops, ", m.items, " items on ", m.p.blocks, " blocks (", m.d.layers,
+                             " layers, ", m.ops[1].splits, " key splits per kv head)");
+}
+
+}  // namespace anvil

@@ -1,0 +1,240 @@
+// The persistent decoder step (anvil/decoder.h) against its composition of public ops, the eager
+// step written out here as runtime/models/qwen3.cpp runs it: random weights at several shapes
+// (head_dim 16 / 64 / 128, 2 to 16 q heads per kv head, vocabularies that are not a multiple of
+// the tile), every residual row of every step and the logits compared (cosine >= 0.9999, the
+// same greedy token where the eager logits are not a near tie), positions spread over many key
+// splits up to the full cache, the checked (one launch per op) mode bit for bit against the one
+// launch, repeated launches, and the plan's and the validation's errors (the latter on the CPU).
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+#include <vector>
+
+#include "expect_throws.h"
+#include "harness.h"
+
+namespace {
+
+using namespace anvil;
+
+struct ModelShape {
+  int64_t H, D, nh, nkv, I, vocab, layers, rows;
+};
+
+Tensor rnd(const Shape& s, double scale, DType dt, Device dev) {
+  return mul(randn(s, TensorOptions(kFloat32)), scale).to(dt).to(dev);
+}
+Tensor norm_weight(int64_t n, DType dt, Device dev) {
+  return add(mul(randn({n}, TensorOptions(kFloat32)), 0.1), 1.0).to(dt).to(dev);
+}
+
+DecoderWeights random_model(const ModelShape& s, DType dt, Device dev) {
+  DecoderWeights w;
+  w.embed = rnd({s.vocab, s.H}, 1.0, dt, dev);
+  w.final_norm = norm_weight(s.H, dt, dev);
+  w.head = rnd({s.vocab, s.H}, 1.0 / std::sqrt(static_cast<double>(s.H)), dt, dev);
+  w.inv_freq = rope_inv_freq(s.D, 1e6, dev);
+  w.n_heads = s.nh;
+  w.n_kv_heads = s.nkv;
+  w.eps = 1e-6;
+  for (int64_t l = 0; l < s.layers; ++l) {
+    DecoderLayerWeights L;
+    L.input_norm = norm_weight(s.H, dt, dev);
+    L.qkv = rnd({(s.nh + 2 * s.nkv) * s.D, s.H}, 1.0 / std::sqrt(static_cast<double>(s.H)), dt, dev);
+    L.q_norm = norm_weight(s.D, dt, dev);
+    L.k_norm = norm_weight(s.D, dt, dev);
+    L.o = rnd({s.H, s.nh * s.D}, 1.0 / std::sqrt(static_cast<double>(s.nh * s.D)), dt, dev);
+    L.post_norm = norm_weight(s.H, dt, dev);
+    L.gate_up = rnd({2 * s.I, s.H}, 1.0 / std::sqrt(static_cast<double>(s.H)), dt, dev);
+    L.down = rnd({s.H, s.I}, 1.0 / std::sqrt(static_cast<double>(s.I)), dt, dev);
+    // Earlier positions' keys and values: random, so every key split has work.
+    L.k_cache = rnd({1, s.nkv, s.rows, s.D}, 1.0, dt, dev);
+    L.v_cache = rnd({1, s.nkv, s.rows, s.D}, 1.0, dt, dev);
+    w.layers.push_back(L);
+  }
+  return w;
+}
+
+// The same weights with caches of their own (the eager oracle writes its own rows).
+DecoderWeights with_cache_copies(const DecoderWeights& w) {
+  DecoderWeights c = w;
+  for (DecoderLayerWeights& L : c.layers) {
+    L.k_cache = L.k_cache.clone();
+    L.v_cache = L.v_cache.clone();
+  }
+  return c;
+}
+
+// The eager step (runtime/models/qwen3.cpp's composition for one token): float32 logits [1, V];
+// resid gets the residual rows in PersistentDecoder::residual's order.
+Tensor eager_step(DecoderWeights& w, int64_t token, int64_t pos, std::vector<Tensor>& resid) {
+  const Device dev = w.embed.device();
+  const int64_t H = w.embed.size(1), D = 2 * w.inv_freq.size(0), nh = w.n_heads;
+  const Tensor ids = tensor<int32_t>({static_cast<int32_t>(token)}).to(dev);
+  const Tensor where = tensor<int32_t>({static_cast<int32_t>(pos), static_cast<int32_t>(pos + 1)}).to(dev);
+  const Tensor start = where.narrow(0, 0, 1), lens = where.narrow(0, 1, 1);
+  resid.clear();
+  Tensor x = embedding(w.embed, ids), branch;
+  resid.push_back(x);
+  for (DecoderLayerWeights& L : w.layers) {
+    Tensor qkv;
+    if (branch.defined()) {
+      std::tie(qkv, x) = add_rms_norm_linear(branch, x, L.input_norm, w.eps, L.qkv);
+      resid.push_back(x);
+    } else {
+      qkv = linear(rms_norm(x, {H}, L.input_norm, w.eps), L.qkv);
+    }
+    const Tensor q = qk_norm_rope_cache(qkv.unsqueeze(0), w.n_heads, w.n_kv_heads, L.q_norm, L.k_norm, w.eps, w.inv_freq,
+                                        L.k_cache, L.v_cache, start);
+    const Tensor a = decode_attention(q, L.k_cache, L.v_cache, lens);
+    const Tensor o = linear(a.squeeze(0).permute({1, 0, 2}).reshape({1, nh * D}), L.o);
+    Tensor gu;
+    std::tie(gu, x) = add_rms_norm_linear(o, x, L.post_norm, w.eps, L.gate_up);
+    resid.push_back(x);
+    const int64_t I = gu.size(1) / 2;
+    branch = linear(silu_mul(gu.narrow(1, 0, I), gu.narrow(1, I, I)), L.down);
+  }
+  Tensor h;
+  std::tie(h, x) = add_rms_norm(branch, x, {H}, w.final_norm, w.eps);
+  resid.push_back(x);
+  return linear(h, w.head).to(kFloat32);
+}
+
+std::vector<double> host(const Tensor& t) {
+  const Tensor c = t.to(kCPU, kFloat64).contiguous().reshape({-1});
+  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+double cosine(const std::vector<double>& a, const std::vector<double>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ab += a[i] * b[i];
+    aa += a[i] * a[i];
+    bb += b[i] * b[i];
+  }
+  return aa == 0 && bb == 0 ? 1.0 : ab / std::sqrt(aa * bb);
+}
+
+// Index of the largest value and its margin over the second largest, relative to the row's range.
+std::pair<size_t, double> top1(const std::vector<double>& v) {
+  const size_t i = static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+  double second = -INFINITY;
+  for (size_t j = 0; j < v.size(); ++j)
+    if (j != i) second = std::max(second, v[j]);
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return {i, (v[i] - second) / std::max(1e-30, *hi - *lo)};
+}
+
+// Runs `positions` through both steps; each step's token is the eager step's greedy choice.
+void compare_steps(const ModelShape& s, DType dt, const std::vector<int64_t>& positions) {
+  const Device dev(kCUDA, 0);
+  manual_seed(1234);
+  DecoderWeights w = random_model(s, dt, dev);
+  ASSERT_EQ(PersistentDecoder::plan(w), FusedPlan::Fused);
+  DecoderWeights oracle = with_cache_copies(w);
+  PersistentDecoder dec(w);
+  int64_t token = 3;
+  std::vector<Tensor> resid;
+  for (int64_t pos : positions) {
+    SCOPED_TRACE("position " + std::to_string(pos));
+    const Tensor want = eager_step(oracle, token, pos, resid);
+    const Tensor got = dec.step(token, pos);
+    dec.check();
+    ASSERT_EQ(got.sizes(), want.sizes());
+    for (size_t i = 0; i < resid.size(); ++i) {
+      const double c = cosine(host(dec.residual(static_cast<int64_t>(i))), host(resid[i]));
+      EXPECT_GE(c, 0.9999) << "residual row " << i;
+    }
+    const std::vector<double> a = host(got), b = host(want);
+    EXPECT_GE(cosine(a, b), 0.9999) << "logits";
+    const auto [want_top, margin] = top1(b);
+    if (margin > 1e-3) {
+      EXPECT_EQ(top1(a).first, want_top) << "greedy token (margin " << margin << ")";
+    }
+    // The k and v rows written at pos: the eager step's, to the roundings of the q / k / v sums.
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+      EXPECT_GE(cosine(host(w.layers[l].k_cache.select(2, pos)), host(oracle.layers[l].k_cache.select(2, pos))), 0.9999);
+      EXPECT_GE(cosine(host(w.layers[l].v_cache.select(2, pos)), host(oracle.layers[l].v_cache.select(2, pos))), 0.9999);
+    }
+    token = static_cast<int64_t>(want_top);
+  }
+}
+
+TEST(PersistentDecoder, MatchesEagerHeadDim128) {
+  ANVIL_REQUIRE_CUDA();
+  // 2 q heads per kv head (Qwen3-0.6B's), a vocabulary of 125 tiles; positions over several splits.
+  compare_steps({256, 128, 4, 2, 512, 1000, 3, 200}, kBFloat16, {0, 1, 2, 37, 63, 64, 65, 130, 199});
+}
+
+TEST(PersistentDecoder, MatchesEagerHeadDim64Group8) {
+  ANVIL_REQUIRE_CUDA();
+  // 8 q heads per kv head (Qwen3-30B-A3B's), k = 1024 + 512 (a partial stage), 777 logits (a partial tile).
+  compare_steps({512, 64, 16, 2, 1536 / 2 * 2, 777, 2, 300}, kBFloat16, {0, 5, 150, 299});
+}
+
+TEST(PersistentDecoder, MatchesEagerHeadDim16Float16) {
+  ANVIL_REQUIRE_CUDA();
+  // The tiny golden model's shape (head_dim 16), float16.
+  compare_steps({64, 16, 4, 2, 128, 512, 2, 64}, kFloat16, {0, 1, 31, 32, 63});
+}
+
+TEST(PersistentDecoder, MatchesEagerGroup16OneKvHead) {
+  ANVIL_REQUIRE_CUDA();
+  compare_steps({256, 128, 16, 1, 384, 300, 2, 80}, kBFloat16, {0, 40, 79});
+}
+
+// The checked mode (one launch per op, each checked) computes what the one launch does, bit for
+// bit; repeated launches at one position give the same logits (the counters reset).
+TEST(PersistentDecoder, CheckedModeAndRepeatedLaunches) {
+  ANVIL_REQUIRE_CUDA();
+  manual_seed(99);
+  DecoderWeights w = random_model({256, 128, 4, 2, 512, 1000, 2, 64}, kBFloat16, Device(kCUDA, 0));
+  PersistentDecoder dec(w);
+  EXPECT_NE(dec.describe().find("11 ops"), std::string::npos) << dec.describe();
+  const Tensor a = dec.step(7, 10);
+  const Tensor b = dec.step_checked(7, 10);
+  const Tensor c = dec.step(7, 10);
+  dec.check();
+  EXPECT_EQ(th::to_bits(a), th::to_bits(b));
+  EXPECT_EQ(th::to_bits(a), th::to_bits(c));
+}
+
+TEST(PersistentDecoder, BadInputs) {
+  ANVIL_REQUIRE_CUDA();
+  manual_seed(5);
+  const Device dev(kCUDA, 0);
+  DecoderWeights w = random_model({64, 16, 4, 2, 128, 512, 1, 32}, kBFloat16, dev);
+  PersistentDecoder dec(w);
+  EXPECT_THROWS_SAYING(IndexError, "persistent_decoder", "vocabulary", dec.step(512, 0));
+  EXPECT_THROWS_SAYING(IndexError, "persistent_decoder", "cache of 32 rows", dec.step(1, 32));
+  EXPECT_THROWS_SAYING(IndexError, "persistent_decoder", "residual 3", dec.residual(3));
+  // Composed: float32 weights, head_dim 80.
+  DecoderWeights f32 = random_model({64, 16, 4, 2, 128, 512, 1, 32}, kFloat32, dev);
+  EXPECT_EQ(PersistentDecoder::plan(f32), FusedPlan::Composed);
+  EXPECT_THROWS_SAYING(Error, "persistent_decoder", "plan is composed", PersistentDecoder(f32));
+  DecoderWeights d80 = random_model({160, 80, 2, 1, 128, 64, 1, 16}, kBFloat16, dev);
+  EXPECT_EQ(PersistentDecoder::plan(d80), FusedPlan::Composed);
+}
+
+// Validation and the plan on the CPU (CI): the CPU always composes; shapes that do not describe
+// one model are errors naming the tensor.
+TEST(PersistentDecoder, PlanAndValidationOnCpu) {
+  manual_seed(5);
+  DecoderWeights w = random_model({64, 16, 4, 2, 128, 512, 2, 32}, kBFloat16, kCPU);
+  EXPECT_EQ(PersistentDecoder::plan(w), FusedPlan::Composed);
+  EXPECT_THROWS_SAYING(Error, "persistent_decoder", "plan is composed", PersistentDecoder(w));
+  DecoderWeights bad = w;
+  bad.layers[1].o = rnd({64, 32}, 1.0, kBFloat16, kCPU);
+  EXPECT_THROWS_SAYING(ShapeError, "persistent_decoder", "layer 1 o must be [64, 64]", PersistentDecoder::plan(bad));
+  bad = w;
+  bad.layers[0].down = bad.layers[0].down.to(kFloat32);
+  EXPECT_THROWS_SAYING(DTypeError, "persistent_decoder", "layer 0 down must have embed's dtype", PersistentDecoder::plan(bad));
+  bad = w;
+  bad.n_kv_heads = 3;
+  EXPECT_THROWS_SAYING(ShapeError, "persistent_decoder", "multiple of n_kv_heads", PersistentDecoder::plan(bad));
+  bad = w;
+  bad.layers.clear();
+  EXPECT_THROWS_SAYING(ShapeError, "persistent_decoder", "no layers", PersistentDecoder::plan(bad));
+}
+
+}  // namespace
