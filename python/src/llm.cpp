@@ -380,6 +380,13 @@ void bind_llm(nb::module_& m) {
       .def_prop_ro("weight_bytes", [](const LanguageModel& lm) { return lm.model->weight_bytes(); })
       .def_prop_ro("decode_bytes", [](const LanguageModel& lm) { return lm.model->decode_bytes(); },
                    "Weight bytes one decode token reads.")
+      .def_prop_ro("decode_paths", [](const LanguageModel& lm) { return lm.model->decode_paths(); },
+                   "How this model can run one-token steps, the default first: 'persistent' (one CUDA launch "
+                   "per token), 'graph' (the step's kernels replayed from a CUDA graph), 'eager'.")
+      .def_prop_rw(
+          "decode_path", [](const LanguageModel& lm) { return lm.model->decode_path(); },
+          [](LanguageModel& lm, const std::string& path) { lm.model->set_decode_path(path); },
+          "The decode path of later steps (one of decode_paths); they share the weights and the KV cache.")
       .def("logits", &logits, nb::arg("ids"), nb::arg("start_pos") = 0,
            "Float32 logits [T, vocab] of ids (a list, a [T] or [1, T] integer tensor, or text) at positions "
            "[start_pos, start_pos + T); start_pos > 0 continues the sequence run before.")

@@ -88,6 +88,30 @@ def test_logits_and_greedy_continuation_match_transformers(device, name):
     assert list(gen) == []  # exhausted
 
 
+@pytest.mark.parametrize("device", devices())
+def test_decode_paths_agree(device):
+    """Every decode path of the bfloat16 dense model gives the eager step's logits (the persistent
+    kernel and the graph to float32 rounding of their sums); an unknown path is an error."""
+    g = golden("qwen3-dense-tiny")
+    m = anvil.llm.load(os.path.join(DATA, "qwen3-dense-tiny"), device, anvil.bfloat16, max_context=64, progress=False)
+    if device == "cpu":
+        assert m.decode_paths == ["eager"] and m.decode_path == "eager"
+    else:
+        assert m.decode_paths == ["persistent", "graph", "eager"] and m.decode_path == "persistent"
+    rows = {}
+    for path in m.decode_paths:
+        m.decode_path = path
+        m.logits(g["input_ids"][:4])
+        rows[path] = np.stack([m.logits(g["input_ids"][i:i + 1], start_pos=i).cpu().numpy()[0] for i in range(4, 12)])
+    eager = rows["eager"].astype(np.float64)
+    for path, r in rows.items():
+        r = r.astype(np.float64)
+        cos = (r * eager).sum(1) / np.sqrt((r * r).sum(1) * (eager * eager).sum(1))
+        assert (cos >= 0.9999).all(), (path, cos)
+    with pytest.raises(RuntimeError, match=r"\[decode_path\] this model has no 'warp' path"):
+        m.decode_path = "warp"
+
+
 def test_sampling_seeds_stop_and_context():
     g = golden("qwen3-dense-tiny")
     m = anvil.llm.load(os.path.join(DATA, "qwen3-dense-tiny"), dtype=anvil.float32, max_context=64, progress=False)

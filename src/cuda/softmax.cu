@@ -156,11 +156,12 @@ __device__ __forceinline__ A row_reduce(A v, Op op, A identity, int group, int c
 // `group` threads per row part: <= 32 lanes of a warp (several rows per block) or the whole
 // block; with `cluster` > 1 the row is cut in `cluster` parts of `chunk` columns, one per block
 // of a cluster. kInRegs: a part fits in kItems values per thread; else it is read three times
-// (max, sum, output), a separate instance so its batches do not spill the common one.
-template <typename In, typename A, bool kInRegs>
+// (max, sum, output), a separate instance so its batches do not spill the common one. K: the
+// values per thread (kItems, or 4 for rows of at most 4 x 32 columns: a short row's lanes then
+// issue 4 loads, not kItems clamped ones).
+template <typename In, typename A, bool kInRegs, int K = kItems<A>>
 __global__ void __launch_bounds__(kMaxThreads)
     softmax_rows_kernel(const __grid_constant__ SoftmaxParams p, int group, int cluster, int64_t chunk) {
-  constexpr int K = kItems<A>;
   constexpr int B = 8;  // loads in flight per batch when the part is not in registers
   __shared__ RowShared<A> sh;
   const In* in = static_cast<const In*>(p.in);
@@ -435,7 +436,9 @@ void launch_rows(const SoftmaxParams& p, const KernelLaunch& launch) {
     const int group = std::min(32, pow2_ceil((dim + 3) / 4));
     const int rows_per_block = 256 / group;
     const int64_t blocks = std::min<int64_t>((p.outer + rows_per_block - 1) / rows_per_block, 0x7FFFFFFF);
-    softmax_rows_kernel<In, A, true><<<static_cast<unsigned>(blocks), 256, 0, launch.stream()>>>(p, group, 1, dim);
+    auto go = [&](auto kernel) { kernel<<<static_cast<unsigned>(blocks), 256, 0, launch.stream()>>>(p, group, 1, dim); };
+    if (dim <= 32 * 4) go(softmax_rows_kernel<In, A, true, 4>);
+    else go(softmax_rows_kernel<In, A, true>);
     return;
   }
   static const int max_cluster =
