@@ -339,7 +339,9 @@ TEST(ModelsCuda, PersistentDecodeMatchesEager) {
       if (pb[j] > pb[ib]) ib = j;
     }
     EXPECT_GE(ab / std::sqrt(aa * bb), 0.9999) << "position " << i;
-    if (g.margin[i] > 0.05) EXPECT_EQ(ia, ib) << "position " << i;
+    if (g.margin[i] > 0.05) {
+      EXPECT_EQ(ia, ib) << "position " << i;
+    }
   }
 }
 

@@ -35,6 +35,14 @@ struct DecoderLayerWeights {
   Tensor k_cache, v_cache;  // [1, n_kv_heads, rows, D]
 };
 
+// One op of a profiled step (PersistentDecoder::profile_step), microseconds from the launch's
+// first block reaching its first op: `start` when the first block had its inputs, `end` when the
+// last block was done, `wait` the blocks' mean time from reaching the op to having its inputs.
+struct DecoderOpTime {
+  std::string name;  // "layer 3 qkv", ..., "lm_head"
+  double start_us = 0, end_us = 0, wait_us = 0;
+};
+
 struct DecoderWeights {
   Tensor embed;  // [vocab, H]
   std::vector<DecoderLayerWeights> layers;
@@ -54,7 +62,9 @@ class ANVIL_API PersistentDecoder {
   static FusedPlan plan(const DecoderWeights& weights);
 
   // Builds the schedule and the step's buffers (throws Error when the plan is Composed). The
-  // tensors are kept: the caches are written by every step.
+  // tensors are kept: the caches are written by every step. Tuning: the environment variable
+  // ANVIL_DECODER_L2_AHEAD (default 12) is how many weight units (8 rows x 1024 columns) each
+  // block asks L2 for ahead of its shared-memory ring; 0 turns that prefetch off.
   explicit PersistentDecoder(const DecoderWeights& weights);
   ~PersistentDecoder();
   PersistentDecoder(const PersistentDecoder&) = delete;
@@ -66,6 +76,8 @@ class ANVIL_API PersistentDecoder {
   // The same step run one op per launch, each checked after it: the kernel's status (a wait that
   // timed out), and the op's output finite. Throws Error naming the op. Synchronises.
   Tensor step_checked(int64_t token, int64_t pos);
+  // step() with each block's op timestamps recorded (global timer), per op. Synchronises.
+  std::vector<DecoderOpTime> profile_step(int64_t token, int64_t pos);
   // Throws Error when a wait of the last step timed out (then its outputs are garbage).
   // Synchronises with the device.
   void check();

@@ -73,10 +73,11 @@ struct Shared {
 constexpr int64_t attention_floats(int64_t group, int64_t d) {
   return group * d + group * kKeys + 3 * group + (kComputeThreads / d - 1) * group * d;
 }
-// Bytes of the work area: the largest Gemv input row or attention work, 128-byte rounded.
+// Bytes of the work area: the largest Gemv input row and its norm weights (copied in while the
+// op waits for its inputs), or the attention work, 128-byte rounded.
 int64_t work_bytes(const DecoderStepParams& p) {
   const int64_t att = p.head_dim > 0 ? attention_floats(p.max_group, p.head_dim) * 4 : 0;
-  return (std::max(p.max_k * 2, att) + 127) / 128 * 128;
+  return (std::max(p.max_k * 4, att) + 127) / 128 * 128;
 }
 
 __device__ __forceinline__ void compute_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kComputeThreads) : "memory"); }
@@ -124,36 +125,69 @@ __device__ __forceinline__ bool wait_stage(const DecoderStepParams& p, uint32_t 
 __device__ __forceinline__ bool runs(const DecoderStepParams& p, int op) { return op >= p.op_begin && op < p.op_end; }
 
 // ---- the loader: one lane streams the block's Gemv tiles, stage u % stages for the
-// (u / stages)-th time, as the compute warps consume them in the same order.
+// (u / stages)-th time, as the compute warps consume them in the same order. A second cursor
+// runs params.l2_ahead units ahead of it and asks L2 for those rows (cp.async.bulk.prefetch), so
+// a stage freed by the compute warps refills from L2 rather than from DRAM.
+
+// The block's Gemv units in order: item i, columns [c0, c0 + kCols).
+struct UnitCursor {
+  int i, end;
+  int64_t c0 = 0;
+  const DecoderOp* op = nullptr;
+  int64_t row0 = 0;
+  int rows = 0;
+  // Moves to the next unit; false past the block's last.
+  __device__ bool next(const DecoderStepParams& p) {
+    if (op != nullptr) {
+      c0 += kCols;
+      if (c0 < op->k) return true;
+      ++i;
+    }
+    for (; i < end; ++i) {
+      const DecoderItem it = p.items[i];
+      if (!runs(p, it.op) || p.ops[it.op].kind != DecoderOpKind::Gemv) continue;
+      op = p.ops + it.op;
+      row0 = static_cast<int64_t>(it.index) * kDecoderTileRows;
+      rows = static_cast<int>(std::min<int64_t>(kDecoderTileRows, op->n - row0));
+      c0 = 0;
+      return true;
+    }
+    op = nullptr;
+    return false;
+  }
+  __device__ uint32_t bytes(size_t elem) const { return static_cast<uint32_t>(std::min<int64_t>(kCols, op->k - c0) * elem); }
+  __device__ const char* row(int r, size_t elem) const {
+    return static_cast<const char*>(op->w) + ((row0 + r) * op->k + c0) * static_cast<int64_t>(elem);
+  }
+};
+
 template <typename T>
 __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char* ring, int stages, int begin, int end) {
-  uint32_t u = 0;
-  for (int i = begin; i < end; ++i) {
-    const DecoderItem it = p.items[i];
-    if (!runs(p, it.op)) continue;
-    const DecoderOp& op = p.ops[it.op];
-    if (op.kind != DecoderOpKind::Gemv) continue;
-    const int64_t row0 = static_cast<int64_t>(it.index) * kDecoderTileRows;
-    const int rows = static_cast<int>(std::min<int64_t>(kDecoderTileRows, op.n - row0));
-    const char* w = static_cast<const char*>(op.w);
-    for (int64_t c0 = 0; c0 < op.k; c0 += kCols, ++u) {
-      const int s = static_cast<int>(u % stages);
-      if (u >= static_cast<uint32_t>(stages) && !wait_stage(p, smem_u32(&sh.empty[s]), (u / stages - 1) & 1)) return;
-      const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(kCols, op.k - c0) * sizeof(T));
-      mbar_arrive_expect_tx(smem_u32(&sh.full[s]), bytes * rows);
-      for (int r = 0; r < rows; ++r)
-        bulk_copy_g2s(smem_u32(ring + s * kStageBytes + r * kPitch),
-                      w + ((row0 + r) * op.k + c0) * static_cast<int64_t>(sizeof(T)), bytes, smem_u32(&sh.full[s]));
+  UnitCursor cur{begin, end}, ahead{begin, end};
+  bool more = p.l2_ahead > 0;
+  int64_t fetched = 0;  // units [0, fetched) asked of L2
+  for (uint32_t u = 0; cur.next(p); ++u) {
+    while (more && fetched <= u + p.l2_ahead) {
+      more = ahead.next(p);
+      if (!more) break;
+      for (int r = 0; r < ahead.rows; ++r) cuda_device::prefetch_l2(ahead.row(r, sizeof(T)), ahead.bytes(sizeof(T)));
+      ++fetched;
     }
+    const int s = static_cast<int>(u % stages);
+    if (u >= static_cast<uint32_t>(stages) && !wait_stage(p, smem_u32(&sh.empty[s]), (u / stages - 1) & 1)) return;
+    const uint32_t bytes = cur.bytes(sizeof(T));
+    mbar_arrive_expect_tx(smem_u32(&sh.full[s]), bytes * cur.rows);
+    for (int r = 0; r < cur.rows; ++r)
+      bulk_copy_g2s(smem_u32(ring + s * kStageBytes + r * kPitch), cur.row(r, sizeof(T)), bytes, smem_u32(&sh.full[s]));
   }
 }
 
 // ---- Gemv
 
 // The op's input row into xs (k elements), by the compute warps. first: this block holds tile 0
-// (it writes the AddNorm sum).
+// (it writes the AddNorm sum); norm: the norm weights' copy in shared memory.
 template <typename T>
-__device__ void prologue(const DecoderStepParams& p, const DecoderOp& op, bool first, T* xs, Shared& sh) {
+__device__ void prologue(const DecoderStepParams& p, const DecoderOp& op, bool first, T* xs, const T* norm, Shared& sh) {
   using P = Pack<T, 8>;
   const int tid = static_cast<int>(threadIdx.x);
   const int packs = static_cast<int>(op.k / 8);
@@ -161,7 +195,7 @@ __device__ void prologue(const DecoderStepParams& p, const DecoderOp& op, bool f
   switch (op.prologue) {
     case DecoderPrologue::AddNorm: {
       const T* b = static_cast<const T*>(op.b) + (op.gather ? static_cast<int64_t>(p.in[0]) * op.k : 0);
-      cuda_device::add_rms_norm_row<T>(a, b, static_cast<const T*>(op.norm_w), first ? static_cast<T*>(op.sum_out) : nullptr,
+      cuda_device::add_rms_norm_row<T>(a, b, op.norm_w ? norm : nullptr, first ? static_cast<T*>(op.sum_out) : nullptr,
                                        xs, op.k, op.eps, tid, kComputeThreads, sh.red, [] { compute_sync(); });
       return;
     }
@@ -253,6 +287,21 @@ __device__ __forceinline__ void load_cg(const T* p, float (&out)[N]) {
   }
 }
 
+// Keys [k0, k1) of split s of a kv head at cache length len: splits of at least kMinChunk keys
+// (a multiple of kKeys), as many as the schedule's S allow; `active` splits hold keys, the others
+// have nothing to do.
+constexpr int64_t kMinChunk = 64;
+struct KeySplit {
+  int64_t k0, k1;
+  int active;
+};
+__device__ __forceinline__ KeySplit key_split(int64_t len, int S, int s) {
+  const int64_t per = ((len + S - 1) / S + kKeys - 1) / kKeys * kKeys;
+  const int64_t chunk = per > kMinChunk ? per : kMinChunk;
+  const int64_t k0 = std::min<int64_t>(len, s * chunk);
+  return {k0, std::min<int64_t>(len, k0 + chunk), static_cast<int>((len + chunk - 1) / chunk)};
+}
+
 // ---- attention: item = kv head * splits + split.
 
 template <typename T, int D>
@@ -268,8 +317,10 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
   const int S = op.splits, g = item / S, s = item % S;
   const int group = op.n_heads / op.n_kv;
   const int64_t pos = p.in[1], len = p.in[2];
-  const int64_t chunk = ((len + S - 1) / S + kKeys - 1) / kKeys * kKeys;
-  const int64_t k0 = std::min<int64_t>(len, s * chunk), k1 = std::min<int64_t>(len, k0 + chunk);
+  const KeySplit ks = key_split(len, S, s);
+  const int64_t k0 = ks.k0, k1 = ks.k1;
+  const int active = ks.active;
+  if (s >= active) return;  // no keys: the active splits alone make the output
   float* qf = work;                    // [group][D]
   float* sc = qf + group * D;          // [group][kKeys]
   float* ms = sc + group * kKeys;      // [group]
@@ -381,6 +432,28 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
     }
   }
   compute_sync();
+  T* out = static_cast<T*>(op.out) + static_cast<int64_t>(g) * group * D;
+  auto done = [&] {  // the kv head's output is written: count it
+    compute_sync();
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(p.counters + op_index, 1u);
+    }
+  };
+  if (active == 1) {  // one split: the output directly
+    if (kg == 0) {
+#pragma unroll
+      for (int r = 0; r < kMaxGroup; ++r) {
+        if (r >= group) break;
+        float o = acc[r];
+        for (int x = 1; x < kGroups; ++x) o += red[((x - 1) * group + r) * D + d];
+        const float l = ls[r];
+        out[r * D + d] = from_compute<T>(l == 0.f ? 0.f : o / l);
+      }
+    }
+    done();
+    return;
+  }
   const int64_t stride = D + 2;  // partial row: output [D], max, sum
   float* part = op.part + (static_cast<int64_t>(g) * group * S) * stride;
   if (kg == 0) {
@@ -399,29 +472,62 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
   compute_sync();
   if (tid == 0) {
     __threadfence();
-    sh.flag = atomicAdd(op.tickets + g, 1u) == static_cast<uint32_t>(S - 1);
+    sh.flag = atomicAdd(op.tickets + g, 1u) == static_cast<uint32_t>(active - 1);
     __threadfence();
   }
   compute_sync();
   if (!sh.flag) return;
-  // The last split of kv head g: out = sum_s w_s o_s / sum_s w_s l_s, w_s = 2^(m_s - max).
-  for (int idx = tid; idx < group * D; idx += kComputeThreads) {
-    const int r = idx / D, dd = idx % D;
-    const float* row = part + static_cast<int64_t>(r) * S * stride;
-    float mx = -INFINITY;
-    for (int x = 0; x < S; ++x) mx = fmaxf(mx, __ldcg(row + x * stride + D));
-    float l = 0.f, o = 0.f;
-    for (int x = 0; x < S; ++x) {
-      const float m = __ldcg(row + x * stride + D), w = m == -INFINITY ? 0.f : exp2f(m - mx);
-      l += w * __ldcg(row + x * stride + D + 1);
-      o += w * __ldcg(row + x * stride + dd);
-    }
-    static_cast<T*>(op.out)[(static_cast<int64_t>(g) * group + r) * D + dd] = from_compute<T>(l == 0.f ? 0.f : o / l);
+  // The last split of kv head g: out = sum_s w_s o_s / sum_s w_s l_s, w_s = 2^(m_s - max). The
+  // (max, sum) pairs first, all loads at once; then a warp per row; then the outputs.
+  float* wm = work;                // [group][active]: m, then w
+  float* wl = wm + group * active;  // [group][active]: l
+  float* tot = wl + group * active;  // [group]
+  for (int idx = tid; idx < group * active; idx += kComputeThreads) {
+    const int r = idx / active, x = idx % active;
+    wm[idx] = __ldcg(part + (r * S + x) * stride + D);
+    wl[idx] = __ldcg(part + (r * S + x) * stride + D + 1);
   }
   compute_sync();
-  if (tid == 0) {
-    __threadfence();
-    atomicAdd(p.counters + op_index, 1u);
+  for (int r = warp; r < group; r += kWarps) {
+    float mx = -INFINITY;
+    for (int x = lane; x < active; x += 32) mx = fmaxf(mx, wm[r * active + x]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float l = 0.f;
+    for (int x = lane; x < active; x += 32) {
+      const float m = wm[r * active + x], w = m == -INFINITY ? 0.f : exp2f(m - mx);
+      wm[r * active + x] = w;
+      l += w * wl[r * active + x];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (lane == 0) tot[r] = l;
+  }
+  compute_sync();
+  for (int idx = tid; idx < group * D; idx += kComputeThreads) {
+    const int r = idx / D, dd = idx % D;
+    const float* row = part + static_cast<int64_t>(r) * S * stride + dd;
+    float o = 0.f;
+#pragma unroll 8
+    for (int x = 0; x < active; ++x) o += wm[r * active + x] * __ldcg(row + x * stride);
+    out[r * D + dd] = from_compute<T>(tot[r] == 0.f ? 0.f : o / tot[r]);
+  }
+  done();
+}
+
+// Before an attention op's inputs are ready: L2 is asked for the keys and values of this block's
+// items (the rows before the new position were written by earlier launches).
+template <int D>
+__device__ void prefetch_keys(const DecoderStepParams& p, const DecoderOp& op, int op_index, int i, int end) {
+  const int64_t len = p.in[2];
+  for (; i < end && p.items[i].op == op_index; ++i) {
+    const int S = op.splits, g = p.items[i].index / S;
+    const KeySplit ks = key_split(len, S, p.items[i].index % S);
+    if (ks.k1 <= ks.k0) continue;
+    const int64_t off = (static_cast<int64_t>(g) * op.cache_rows + ks.k0) * D * 2;
+    const uint32_t bytes = static_cast<uint32_t>((ks.k1 - ks.k0) * D * 2);
+    cuda_device::prefetch_l2(static_cast<const char*>(op.k_cache) + off, bytes);
+    cuda_device::prefetch_l2(static_cast<const char*>(op.v_cache) + off, bytes);
   }
 }
 
@@ -433,14 +539,20 @@ __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsi
   const int tid = static_cast<int>(threadIdx.x);
   uint32_t u = 0, done = 0;
   int par = 0, cur = -1;
-  auto finish = [&] {  // this block's tiles of op `cur` are stored: count them
-    if (done == 0) return;
-    compute_sync();
-    if (tid == 0) {
-      __threadfence();
-      atomicAdd(p.counters + cur, done);
+  auto stamp = [&](int op, int which) {
+    if (p.trace && tid == 0) p.trace[(static_cast<int64_t>(blockIdx.x) * p.n_ops + op) * 3 + which] = now_ns();
+  };
+  auto finish = [&] {  // this block's items of op `cur` are done: count its tiles
+    if (cur < 0) return;
+    if (done > 0) {
+      compute_sync();
+      if (tid == 0) {
+        __threadfence();
+        atomicAdd(p.counters + cur, done);
+      }
+      done = 0;
     }
-    done = 0;
+    stamp(cur, 2);
   };
   for (int i = begin; i < end; ++i) {
     const DecoderItem it = p.items[i];
@@ -449,12 +561,21 @@ __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsi
     if (it.op != cur) {
       finish();
       cur = it.op;
+      stamp(cur, 0);
+      if (op.kind == DecoderOpKind::Attention && tid == 0) prefetch_keys<D>(p, op, it.op, i, end);
+      T* norm = reinterpret_cast<T*>(work) + p.max_k;  // the norm weights do not wait for the inputs
+      if (op.kind == DecoderOpKind::Gemv && op.prologue == DecoderPrologue::AddNorm && op.norm_w) {
+        using P = Pack<T, 8>;
+        for (int q = tid; q < op.k / 8; q += kComputeThreads)
+          reinterpret_cast<P*>(norm)[q] = reinterpret_cast<const P*>(op.norm_w)[q];
+      }
       if (op.dep >= p.op_begin && tid == 0) {  // earlier launches ran the ops before op_begin
         wait_count(p, it.op, op.dep, op.dep_count);
         __threadfence();
       }
+      stamp(cur, 1);
       compute_sync();
-      if (op.kind == DecoderOpKind::Gemv) prologue<T>(p, op, it.index == 0, reinterpret_cast<T*>(work), sh);
+      if (op.kind == DecoderOpKind::Gemv) prologue<T>(p, op, it.index == 0, reinterpret_cast<T*>(work), norm, sh);
     }
     if (op.kind == DecoderOpKind::Gemv) {
       gemv_tile<T>(p, op, it.index, reinterpret_cast<const T*>(work), ring, stages, u, par, sh);

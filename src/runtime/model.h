@@ -64,6 +64,8 @@ class Model {
   // anvil/decoder.h), "graph" (the eager step's kernels replayed from a CUDA graph), "eager".
   virtual std::vector<std::string> decode_paths() const { return {"eager"}; }
   virtual std::string decode_path() const { return "eager"; }
+  // The persistent step behind the "persistent" path (profiling), or null.
+  virtual PersistentDecoder* persistent_decoder() { return nullptr; }
   // Switches the path of later steps (they share the weights and the KV cache); Error when the
   // model has no such path.
   virtual void set_decode_path(const std::string& path) {

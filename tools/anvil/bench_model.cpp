@@ -27,6 +27,47 @@ double time_prompt(runtime::Model& m, const Tensor& ids) {
   return seconds_since(t0);
 }
 
+
+// The persistent step's time per op, from `steps` profiled steps (positions 1..steps): per kind
+// of op (the name without its layer), the sum over layers of busy time (first block ready to
+// last block done) and of the gaps before it (previous op's last block done to this op's first
+// block ready: the dependency's latency).
+void print_trace(PersistentDecoder& dec, int steps) {
+  std::vector<DecoderOpTime> mean;
+  for (int s = 0; s < steps; ++s) {
+    const std::vector<DecoderOpTime> t = dec.profile_step(1, 1 + s);
+    if (mean.empty()) mean.assign(t.size(), DecoderOpTime{});
+    for (size_t i = 0; i < t.size(); ++i) {
+      mean[i].name = t[i].name;
+      mean[i].start_us += t[i].start_us / steps;
+      mean[i].end_us += t[i].end_us / steps;
+      mean[i].wait_us += t[i].wait_us / steps;
+    }
+  }
+  struct Kind {
+    std::string name;
+    int count = 0;
+    double busy = 0, gap = 0, wait = 0;
+  };
+  std::vector<Kind> kinds;
+  for (size_t i = 0; i < mean.size(); ++i) {
+    std::string k = mean[i].name;
+    if (k.rfind("layer ", 0) == 0) k = k.substr(k.find(' ', 6) + 1);
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const Kind& x) { return x.name == k; });
+    if (it == kinds.end()) it = kinds.insert(kinds.end(), Kind{k});
+    ++it->count;
+    it->busy += mean[i].end_us - mean[i].start_us;
+    it->gap += mean[i].start_us - (i > 0 ? mean[i - 1].end_us : 0.0);
+    it->wait += mean[i].wait_us;
+  }
+  std::printf("persistent step, %d profiled steps (mean): %.1f us from the first block's start to the last block's end\n",
+              steps, mean.empty() ? 0.0 : mean.back().end_us);
+  std::printf("| %-10s | %5s | %12s | %12s | %15s |\n", "op", "count", "busy us", "gap us", "mean wait us");
+  std::printf("| ---------- | ----- | ------------ | ------------ | --------------- |\n");
+  for (const Kind& k : kinds)
+    std::printf("| %-10s | %5d | %12.1f | %12.1f | %15.1f |\n", k.name.c_str(), k.count, k.busy, k.gap, k.wait);
+}
+
 }  // namespace
 
 double read_ceiling_gbps(Device dev) {
@@ -138,6 +179,14 @@ int cmd_bench(const BenchOptions& o) {
     out.push_back({{"test", row.test}, {"decode_bytes", model->decode_bytes()}, {"weights_gbps", gbps},
                    {"read_ceiling_gbps", ceiling}, {"read_ceiling_before_gbps", ceiling_before},
                    {"read_ceiling_after_gbps", after}, {"fraction_of_ceiling", fraction}});
+  }
+  if (o.trace) {
+    PersistentDecoder* dec = model->persistent_decoder();
+    ANVIL_CHECK(dec != nullptr, Error, op,
+                " --trace needs the persistent decode path (a dense bfloat16 / float16 model on a CUDA GPU of compute "
+                "capability 9.0)");
+    ANVIL_CHECK(lo.max_context > 8, Error, op, " --trace profiles positions 1..8: give -p or -n of at least 8");
+    print_trace(*dec, 8);
   }
   if (!o.json.empty()) {
     std::ofstream f(o.json);

@@ -44,6 +44,7 @@ struct BenchOptions {
   std::string vae, size;
   int64_t frames = 0;
   bool tiled = false, encode = false, profile = false;
+  bool trace = false;  // LLMs: the persistent decode step's time per op (bench_model.cpp)
 };
 
 // anvil vae decode | encode | roundtrip (vae.cpp).

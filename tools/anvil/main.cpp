@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--tiled", bm.tiled, "--vae: with the model's default tiling");
   bench->add_flag("--encode", bm.encode, "--vae: time encode too");
   bench->add_flag("--profile", bm.profile, "--vae: also print the timed calls' kernel time per kernel (anvil/profile.h)");
+  bench->add_flag("--trace", bm.trace, "LLMs: also print the persistent decode step's time per op (profiled steps)");
 
   anvil::cli::VaeOptions vo;
   auto* vae = app.add_subcommand("vae", "a diffusers VAE folder (AutoencoderKL, AutoencoderKLWan, AutoencoderKLQwenImage): decode, encode, round trips");

@@ -116,6 +116,7 @@ class Qwen3 final : public Model {
     return paths;
   }
   std::string decode_path() const override { return path_; }
+  PersistentDecoder* persistent_decoder() override { return persistent_.get(); }
   void set_decode_path(const std::string& path) override {
     const std::vector<std::string> paths = decode_paths();
     ANVIL_CHECK(std::find(paths.begin(), paths.end(), path) != paths.end(), Error, "[decode_path] this model has no '",
