@@ -37,10 +37,11 @@ struct DecoderLayerWeights {
 
 // One op of a profiled step (PersistentDecoder::profile_step), microseconds from the launch's
 // first block reaching its first op: `start` when the first block had its inputs, `end` when the
-// last block was done, `wait` the blocks' mean time from reaching the op to having its inputs.
+// last block was done; means over the blocks holding its items: `wait` from reaching the op to
+// having its inputs, `prologue` making the input row (GEMVs), `stage_wait` waiting for weights.
 struct DecoderOpTime {
   std::string name;  // "layer 3 qkv", ..., "lm_head"
-  double start_us = 0, end_us = 0, wait_us = 0;
+  double start_us = 0, end_us = 0, wait_us = 0, prologue_us = 0, stage_wait_us = 0;
 };
 
 struct DecoderWeights {
@@ -62,9 +63,7 @@ class ANVIL_API PersistentDecoder {
   static FusedPlan plan(const DecoderWeights& weights);
 
   // Builds the schedule and the step's buffers (throws Error when the plan is Composed). The
-  // tensors are kept: the caches are written by every step. Tuning: the environment variable
-  // ANVIL_DECODER_L2_AHEAD (default 12) is how many weight units (8 rows x 1024 columns) each
-  // block asks L2 for ahead of its shared-memory ring; 0 turns that prefetch off.
+  // tensors are kept: the caches are written by every step.
   explicit PersistentDecoder(const DecoderWeights& weights);
   ~PersistentDecoder();
   PersistentDecoder(const PersistentDecoder&) = delete;

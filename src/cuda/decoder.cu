@@ -61,10 +61,20 @@ constexpr int kKeys = 32;                          // attention keys per tile
 constexpr int kMaxGroup = 16;                      // q heads per kv head
 constexpr float kLog2e = 1.4426950408889634f;
 
+constexpr int kItemBatch = 64;  // items the compute warps read from global memory at once
+constexpr int kOpWords = static_cast<int>(sizeof(DecoderOp) / 4);
+static_assert(sizeof(DecoderOp) % 4 == 0 && kOpWords <= kComputeThreads && kItemBatch <= kComputeThreads);
+
+// The block's static shared memory. The compute warps read their op's record and their items
+// from here: global loads after an acquire would each pay an L2 round trip, dependent ones in
+// series (the first version lost ~1 us per item to them).
 struct Shared {
   uint64_t full[kMaxStages], empty[kMaxStages];
   float partial[2][kWarps][32][2];
   float red[kWarps];
+  DecoderOp op;                    // the compute warps' current op
+  DecoderItem items[kItemBatch];   // their current batch of items
+  int32_t in[3];                   // params.in: token, cache row, cache length
   int flag;
 };
 
@@ -125,60 +135,52 @@ __device__ __forceinline__ bool wait_stage(const DecoderStepParams& p, uint32_t 
 __device__ __forceinline__ bool runs(const DecoderStepParams& p, int op) { return op >= p.op_begin && op < p.op_end; }
 
 // ---- the loader: one lane streams the block's Gemv tiles, stage u % stages for the
-// (u / stages)-th time, as the compute warps consume them in the same order. A second cursor
-// runs params.l2_ahead units ahead of it and asks L2 for those rows (cp.async.bulk.prefetch), so
-// a stage freed by the compute warps refills from L2 rather than from DRAM.
+// (u / stages)-th time, as the compute warps consume them in the same order. (Asking L2 for the
+// units past the ring as well was measured slower: H100, Qwen3-0.6B, 12 units ahead 646 tok/s,
+// 24 ahead 633, none 791; the prefetches compete with the ring's own reads for DRAM and L2.)
 
-// The block's Gemv units in order: item i, columns [c0, c0 + kCols).
-struct UnitCursor {
-  int i, end;
-  int64_t c0 = 0;
-  const DecoderOp* op = nullptr;
-  int64_t row0 = 0;
-  int rows = 0;
-  // Moves to the next unit; false past the block's last.
-  __device__ bool next(const DecoderStepParams& p) {
-    if (op != nullptr) {
-      c0 += kCols;
-      if (c0 < op->k) return true;
-      ++i;
-    }
-    for (; i < end; ++i) {
-      const DecoderItem it = p.items[i];
-      if (!runs(p, it.op) || p.ops[it.op].kind != DecoderOpKind::Gemv) continue;
-      op = p.ops + it.op;
-      row0 = static_cast<int64_t>(it.index) * kDecoderTileRows;
-      rows = static_cast<int>(std::min<int64_t>(kDecoderTileRows, op->n - row0));
-      c0 = 0;
-      return true;
-    }
-    op = nullptr;
-    return false;
-  }
-  __device__ uint32_t bytes(size_t elem) const { return static_cast<uint32_t>(std::min<int64_t>(kCols, op->k - c0) * elem); }
-  __device__ const char* row(int r, size_t elem) const {
-    return static_cast<const char*>(op->w) + ((row0 + r) * op->k + c0) * static_cast<int64_t>(elem);
-  }
-};
-
+// The loader warp reads 32 items (and their ops' weight fields) at once, a lane each, so the
+// item list costs one pair of dependent loads per 32 items; lane 0 issues the copies.
 template <typename T>
 __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char* ring, int stages, int begin, int end) {
-  UnitCursor cur{begin, end}, ahead{begin, end};
-  bool more = p.l2_ahead > 0;
-  int64_t fetched = 0;  // units [0, fetched) asked of L2
-  for (uint32_t u = 0; cur.next(p); ++u) {
-    while (more && fetched <= u + p.l2_ahead) {
-      more = ahead.next(p);
-      if (!more) break;
-      for (int r = 0; r < ahead.rows; ++r) cuda_device::prefetch_l2(ahead.row(r, sizeof(T)), ahead.bytes(sizeof(T)));
-      ++fetched;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  uint32_t u = 0;
+  for (int base = begin; base < end; base += 32) {
+    const char* w = nullptr;  // this lane's item: a Gemv tile's first row, its k and rows (0: no tile)
+    int64_t k = 0;
+    int rows = 0;
+    if (base + lane < end) {
+      const DecoderItem it = p.items[base + lane];
+      if (runs(p, it.op)) {
+        const DecoderOp* op = p.ops + it.op;
+        if (op->kind == DecoderOpKind::Gemv) {
+          const int64_t row0 = static_cast<int64_t>(it.index) * kDecoderTileRows;
+          k = op->k;
+          rows = static_cast<int>(std::min<int64_t>(kDecoderTileRows, op->n - row0));
+          w = static_cast<const char*>(op->w) + row0 * k * static_cast<int64_t>(sizeof(T));
+        }
+      }
     }
-    const int s = static_cast<int>(u % stages);
-    if (u >= static_cast<uint32_t>(stages) && !wait_stage(p, smem_u32(&sh.empty[s]), (u / stages - 1) & 1)) return;
-    const uint32_t bytes = cur.bytes(sizeof(T));
-    mbar_arrive_expect_tx(smem_u32(&sh.full[s]), bytes * cur.rows);
-    for (int r = 0; r < cur.rows; ++r)
-      bulk_copy_g2s(smem_u32(ring + s * kStageBytes + r * kPitch), cur.row(r, sizeof(T)), bytes, smem_u32(&sh.full[s]));
+    const int n = std::min(32, end - base);
+    for (int j = 0; j < n; ++j) {
+      const int rj = __shfl_sync(0xffffffffu, rows, j);
+      if (rj == 0) continue;
+      const int64_t kj = __shfl_sync(0xffffffffu, k, j);
+      const char* wj = reinterpret_cast<const char*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(w), j));
+      for (int64_t c0 = 0; c0 < kj; c0 += kCols, ++u) {
+        const int s = static_cast<int>(u % stages);
+        int ok = 1;
+        if (lane == 0 && u >= static_cast<uint32_t>(stages)) ok = wait_stage(p, smem_u32(&sh.empty[s]), (u / stages - 1) & 1);
+        if (!__shfl_sync(0xffffffffu, ok, 0)) return;
+        if (lane == 0) {
+          const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(kCols, kj - c0) * sizeof(T));
+          mbar_arrive_expect_tx(smem_u32(&sh.full[s]), bytes * rj);
+          for (int r = 0; r < rj; ++r)
+            bulk_copy_g2s(smem_u32(ring + s * kStageBytes + r * kPitch),
+                          wj + (r * kj + c0) * static_cast<int64_t>(sizeof(T)), bytes, smem_u32(&sh.full[s]));
+        }
+      }
+    }
   }
 }
 
@@ -194,7 +196,7 @@ __device__ void prologue(const DecoderStepParams& p, const DecoderOp& op, bool f
   const T* a = static_cast<const T*>(op.a);
   switch (op.prologue) {
     case DecoderPrologue::AddNorm: {
-      const T* b = static_cast<const T*>(op.b) + (op.gather ? static_cast<int64_t>(p.in[0]) * op.k : 0);
+      const T* b = static_cast<const T*>(op.b) + (op.gather ? static_cast<int64_t>(sh.in[0]) * op.k : 0);
       cuda_device::add_rms_norm_row<T>(a, b, op.norm_w ? norm : nullptr, first ? static_cast<T*>(op.sum_out) : nullptr,
                                        xs, op.k, op.eps, tid, kComputeThreads, sh.red, [] { compute_sync(); });
       return;
@@ -219,15 +221,18 @@ __device__ void prologue(const DecoderStepParams& p, const DecoderOp& op, bool f
 }
 
 // One tile: 8 weight rows against xs over the tile's stages; u counts this block's stages.
+// waited: ns thread 0 spent waiting for stages (profiling).
 template <typename T>
 __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int tile, const T* xs, const unsigned char* ring,
-                          int stages, uint32_t& u, int& par, Shared& sh) {
+                          int stages, uint32_t& u, int& par, Shared& sh, uint64_t& waited) {
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   float acc[4] = {};
   for (int64_t c0 = 0; c0 < op.k; c0 += kCols, ++u) {
     const int s = static_cast<int>(u % stages);
+    const uint64_t t0 = p.trace && tid == 0 ? now_ns() : 0;
     wait_stage(p, smem_u32(&sh.full[s]), (u / stages) & 1);
+    if (p.trace && tid == 0) waited += now_ns() - t0;
     __syncwarp();  // mma.sync needs the whole warp
     const int cols = static_cast<int>(std::min<int64_t>(kCols, op.k - c0));
     const unsigned char* row = ring + s * kStageBytes + g * kPitch;
@@ -316,7 +321,7 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int S = op.splits, g = item / S, s = item % S;
   const int group = op.n_heads / op.n_kv;
-  const int64_t pos = p.in[1], len = p.in[2];
+  const int64_t pos = sh.in[1], len = sh.in[2];
   const KeySplit ks = key_split(len, S, s);
   const int64_t k0 = ks.k0, k1 = ks.k1;
   const int active = ks.active;
@@ -516,13 +521,14 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
 }
 
 // Before an attention op's inputs are ready: L2 is asked for the keys and values of this block's
-// items (the rows before the new position were written by earlier launches).
+// items of it in the current batch (the rows before the new position were written by earlier
+// launches).
 template <int D>
-__device__ void prefetch_keys(const DecoderStepParams& p, const DecoderOp& op, int op_index, int i, int end) {
-  const int64_t len = p.in[2];
-  for (; i < end && p.items[i].op == op_index; ++i) {
-    const int S = op.splits, g = p.items[i].index / S;
-    const KeySplit ks = key_split(len, S, p.items[i].index % S);
+__device__ void prefetch_keys(const Shared& sh, const DecoderOp& op, int op_index, int j, int n) {
+  const int64_t len = sh.in[2];
+  for (; j < n && sh.items[j].op == op_index; ++j) {
+    const int S = op.splits, g = sh.items[j].index / S;
+    const KeySplit ks = key_split(len, S, sh.items[j].index % S);
     if (ks.k1 <= ks.k0) continue;
     const int64_t off = (static_cast<int64_t>(g) * op.cache_rows + ks.k0) * D * 2;
     const uint32_t bytes = static_cast<uint32_t>((ks.k1 - ks.k0) * D * 2);
@@ -539,8 +545,9 @@ __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsi
   const int tid = static_cast<int>(threadIdx.x);
   uint32_t u = 0, done = 0;
   int par = 0, cur = -1;
+  uint64_t waited = 0;  // profiling: this op's stage waits
   auto stamp = [&](int op, int which) {
-    if (p.trace && tid == 0) p.trace[(static_cast<int64_t>(blockIdx.x) * p.n_ops + op) * 3 + which] = now_ns();
+    if (p.trace && tid == 0) p.trace[(static_cast<int64_t>(blockIdx.x) * p.n_ops + op) * kTraceSlots + which] = now_ns();
   };
   auto finish = [&] {  // this block's items of op `cur` are done: count its tiles
     if (cur < 0) return;
@@ -552,36 +559,63 @@ __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsi
       }
       done = 0;
     }
-    stamp(cur, 2);
+    stamp(cur, 3);
+    if (p.trace && tid == 0) p.trace[(static_cast<int64_t>(blockIdx.x) * p.n_ops + cur) * kTraceSlots + 4] = waited;
+    waited = 0;
   };
-  for (int i = begin; i < end; ++i) {
-    const DecoderItem it = p.items[i];
-    if (!runs(p, it.op)) continue;
-    const DecoderOp& op = p.ops[it.op];
-    if (it.op != cur) {
-      finish();
-      cur = it.op;
-      stamp(cur, 0);
-      if (op.kind == DecoderOpKind::Attention && tid == 0) prefetch_keys<D>(p, op, it.op, i, end);
-      T* norm = reinterpret_cast<T*>(work) + p.max_k;  // the norm weights do not wait for the inputs
-      if (op.kind == DecoderOpKind::Gemv && op.prologue == DecoderPrologue::AddNorm && op.norm_w) {
-        using P = Pack<T, 8>;
-        for (int q = tid; q < op.k / 8; q += kComputeThreads)
-          reinterpret_cast<P*>(norm)[q] = reinterpret_cast<const P*>(op.norm_w)[q];
-      }
-      if (op.dep >= p.op_begin && tid == 0) {  // earlier launches ran the ops before op_begin
-        wait_count(p, it.op, op.dep, op.dep_count);
-        __threadfence();
-      }
-      stamp(cur, 1);
-      compute_sync();
-      if (op.kind == DecoderOpKind::Gemv) prologue<T>(p, op, it.index == 0, reinterpret_cast<T*>(work), norm, sh);
+  // Items in batches, the next batch's loads in flight during this one; the op record of the
+  // op after the current one likewise (ops follow one another in every block's list).
+  const uint32_t* op_words = reinterpret_cast<const uint32_t*>(p.ops);
+  uint32_t pre_word = 0;
+  int pre_op = -1;
+  DecoderItem pre_item{};
+  if (tid < kItemBatch && begin + tid < end) pre_item = p.items[begin + tid];
+  for (int base = begin; base < end; base += kItemBatch) {
+    compute_sync();  // the batch before is read
+    if (tid < kItemBatch) {
+      sh.items[tid] = pre_item;
+      if (base + kItemBatch + tid < end) pre_item = p.items[base + kItemBatch + tid];
     }
-    if (op.kind == DecoderOpKind::Gemv) {
-      gemv_tile<T>(p, op, it.index, reinterpret_cast<const T*>(work), ring, stages, u, par, sh);
-      ++done;
-    } else {
-      attention_item<T, D>(p, op, it.op, it.index, reinterpret_cast<float*>(work), sh);
+    compute_sync();
+    const int n = (end - base < kItemBatch ? end - base : kItemBatch);
+    for (int j = 0; j < n; ++j) {
+      const DecoderItem it = sh.items[j];
+      if (!runs(p, it.op)) continue;
+      if (it.op != cur) {
+        finish();
+        compute_sync();  // nobody reads the op record any more
+        cur = it.op;
+        if (tid < kOpWords) {
+          reinterpret_cast<uint32_t*>(&sh.op)[tid] = pre_op == cur ? pre_word : op_words[cur * kOpWords + tid];
+          pre_op = cur + 1;
+          if (pre_op < p.n_ops) pre_word = op_words[pre_op * kOpWords + tid];
+        }
+        compute_sync();
+        const DecoderOp& op = sh.op;
+        stamp(cur, 0);
+        if (op.kind == DecoderOpKind::Attention && tid == 0) prefetch_keys<D>(sh, op, it.op, j, n);
+        T* norm = reinterpret_cast<T*>(work) + p.max_k;  // the norm weights do not wait for the inputs
+        if (op.kind == DecoderOpKind::Gemv && op.prologue == DecoderPrologue::AddNorm && op.norm_w) {
+          using P = Pack<T, 8>;
+          for (int q = tid; q < op.k / 8; q += kComputeThreads)
+            reinterpret_cast<P*>(norm)[q] = reinterpret_cast<const P*>(op.norm_w)[q];
+        }
+        if (op.dep >= p.op_begin && tid == 0) {  // earlier launches ran the ops before op_begin
+          wait_count(p, it.op, op.dep, op.dep_count);
+          __threadfence();
+        }
+        stamp(cur, 1);
+        compute_sync();
+        if (op.kind == DecoderOpKind::Gemv) prologue<T>(p, op, it.index == 0, reinterpret_cast<T*>(work), norm, sh);
+        stamp(cur, 2);
+      }
+      const DecoderOp& op = sh.op;
+      if (op.kind == DecoderOpKind::Gemv) {
+        gemv_tile<T>(p, op, it.index, reinterpret_cast<const T*>(work), ring, stages, u, par, sh, waited);
+        ++done;
+      } else {
+        attention_item<T, D>(p, op, it.op, it.index, reinterpret_cast<float*>(work), sh);
+      }
     }
   }
   finish();
@@ -601,11 +635,11 @@ __global__ void __launch_bounds__(kThreads, 1) decoder_step_kernel(const __grid_
     }
     mbar_init_fence();
   }
+  if (threadIdx.x < 3) sh.in[threadIdx.x] = p.in[threadIdx.x];
   __syncthreads();
   const int begin = p.block_begin[blockIdx.x], end = p.block_begin[blockIdx.x + 1];
   if (threadIdx.x >= kComputeThreads) {
-    if (threadIdx.x == kComputeThreads) load_tiles<T>(p, sh, ring, stages, begin, end);
-    __syncwarp();
+    load_tiles<T>(p, sh, ring, stages, begin, end);
   } else {
     compute_items<T, D>(p, sh, ring, work, stages, begin, end);
   }

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
 #include "anvil/cuda.h"
@@ -122,18 +121,6 @@ FusedPlan plan_of(const Dims& d, const DecoderWeights& w) {
 }
 
 const void* ptr(const Tensor& t) { return t.defined() ? t.raw_data_ptr() : nullptr; }
-
-// Weight units each block asks L2 for ahead of its shared-memory ring (PersistentDecoder's
-// header): ANVIL_DECODER_L2_AHEAD when set (a tuning knob; 0 turns the prefetch off), else 12.
-int32_t l2_ahead_units() {
-  const char* v = std::getenv("ANVIL_DECODER_L2_AHEAD");
-  if (v == nullptr || *v == 0) return 12;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  ANVIL_CHECK(*end == 0 && n >= 0 && n <= 1024, Error, kOp, " ANVIL_DECODER_L2_AHEAD must be a unit count in [0, 1024], got '",
-              v, "'");
-  return static_cast<int32_t>(n);
-}
 
 // Copies a host vector of POD into a new uint8 device tensor.
 template <typename V>
@@ -308,7 +295,6 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
   p.op_begin = 0;
   p.op_end = n_ops;
   p.timeout_ns = int64_t{10} * 1000 * 1000 * 1000;
-  p.l2_ahead = l2_ahead_units();
   synchronize(m.dev);  // the uploads and zeroed buffers are in place before any stream uses them
 }
 
@@ -355,7 +341,7 @@ Tensor PersistentDecoder::step_checked(int64_t token, int64_t pos) {
 std::vector<DecoderOpTime> PersistentDecoder::profile_step(int64_t token, int64_t pos) {
   Impl& m = *impl_;
   const int64_t n = m.p.n_ops;
-  Tensor trace = zeros({m.p.blocks, n, 3}, TensorOptions(kInt64).device(m.dev));
+  Tensor trace = zeros({m.p.blocks, n, kTraceSlots}, TensorOptions(kInt64).device(m.dev));
   (void)m.begin_step(token, pos);
   m.p.trace = static_cast<uint64_t*>(trace.raw_data_ptr());
   ANVIL_KERNEL(m.dev, decoder_step, m.p);
@@ -364,26 +350,31 @@ std::vector<DecoderOpTime> PersistentDecoder::profile_step(int64_t token, int64_
   const Tensor h = trace.to(kCPU);
   const auto* t = h.data_ptr<int64_t>();
   int64_t t0 = INT64_MAX;
-  for (int64_t i = 0; i < m.p.blocks * n * 3; i += 3)
+  for (int64_t i = 0; i < m.p.blocks * n * kTraceSlots; i += kTraceSlots)
     if (t[i] > 0) t0 = std::min(t0, t[i]);
   std::vector<DecoderOpTime> out(static_cast<size_t>(n));
   for (int64_t o = 0; o < n; ++o) {
     DecoderOpTime& r = out[static_cast<size_t>(o)];
     r.name = m.names[static_cast<size_t>(o)];
     int64_t start = INT64_MAX, end = 0, blocks = 0;
-    double wait = 0;
+    double wait = 0, prologue = 0, stages = 0;
     for (int64_t b = 0; b < m.p.blocks; ++b) {
-      const int64_t* e = t + (b * n + o) * 3;
+      const int64_t* e = t + (b * n + o) * kTraceSlots;
       if (e[0] == 0) continue;  // no items of this op in block b
       start = std::min(start, e[1]);
-      end = std::max(end, e[2]);
+      end = std::max(end, e[3]);
       wait += static_cast<double>(e[1] - e[0]);
+      prologue += static_cast<double>(e[2] - e[1]);
+      stages += static_cast<double>(e[4]);
       ++blocks;
     }
     if (blocks == 0) continue;
+    const double per = 1e-3 / static_cast<double>(blocks);
     r.start_us = static_cast<double>(start - t0) * 1e-3;
     r.end_us = static_cast<double>(end - t0) * 1e-3;
-    r.wait_us = wait / static_cast<double>(blocks) * 1e-3;
+    r.wait_us = wait * per;
+    r.prologue_us = prologue * per;
+    r.stage_wait_us = stages * per;
   }
   return out;
 }

@@ -42,12 +42,14 @@ void print_trace(PersistentDecoder& dec, int steps) {
       mean[i].start_us += t[i].start_us / steps;
       mean[i].end_us += t[i].end_us / steps;
       mean[i].wait_us += t[i].wait_us / steps;
+      mean[i].prologue_us += t[i].prologue_us / steps;
+      mean[i].stage_wait_us += t[i].stage_wait_us / steps;
     }
   }
   struct Kind {
     std::string name;
     int count = 0;
-    double busy = 0, gap = 0, wait = 0;
+    double busy = 0, gap = 0, wait = 0, prologue = 0, stages = 0;
   };
   std::vector<Kind> kinds;
   for (size_t i = 0; i < mean.size(); ++i) {
@@ -59,13 +61,19 @@ void print_trace(PersistentDecoder& dec, int steps) {
     it->busy += mean[i].end_us - mean[i].start_us;
     it->gap += mean[i].start_us - (i > 0 ? mean[i - 1].end_us : 0.0);
     it->wait += mean[i].wait_us;
+    it->prologue += mean[i].prologue_us;
+    it->stages += mean[i].stage_wait_us;
   }
   std::printf("persistent step, %d profiled steps (mean): %.1f us from the first block's start to the last block's end\n",
               steps, mean.empty() ? 0.0 : mean.back().end_us);
-  std::printf("| %-10s | %5s | %12s | %12s | %15s |\n", "op", "count", "busy us", "gap us", "mean wait us");
-  std::printf("| ---------- | ----- | ------------ | ------------ | --------------- |\n");
+  std::printf("(sums over the layers; busy: first block ready to last block done; gap: the op before's last block\n"
+              "done to this op's first block ready; per-block means: waiting for inputs, prologue, waiting for weights)\n");
+  std::printf("| %-10s | %5s | %9s | %8s | %9s | %11s | %12s |\n", "op", "count", "busy us", "gap us", "wait us",
+              "prologue us", "weights us");
+  std::printf("| ---------- | ----- | --------- | -------- | --------- | ----------- | ------------ |\n");
   for (const Kind& k : kinds)
-    std::printf("| %-10s | %5d | %12.1f | %12.1f | %15.1f |\n", k.name.c_str(), k.count, k.busy, k.gap, k.wait);
+    std::printf("| %-10s | %5d | %9.1f | %8.1f | %9.1f | %11.1f | %12.1f |\n", k.name.c_str(), k.count, k.busy, k.gap,
+                k.wait, k.prologue, k.stages);
 }
 
 }  // namespace

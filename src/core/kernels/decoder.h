@@ -26,6 +26,7 @@ enum class DecoderOpKind : int32_t { Gemv, Attention };
 enum class DecoderPrologue : int32_t { AddNorm, SiluMul, Copy };
 
 constexpr int kDecoderTileRows = 8;
+constexpr int kTraceSlots = 5;
 
 struct DecoderOp {
   DecoderOpKind kind = DecoderOpKind::Gemv;
@@ -82,9 +83,9 @@ struct DecoderStepParams {
   int32_t head_dim = 0;              // of the attention ops
   DType dtype = kBFloat16;           // activations and weights (bfloat16 or float16)
   int64_t timeout_ns = 0;            // a wait longer than this sets status and ends the launch
-  int32_t l2_ahead = 0;              // Gemv units (8 rows x 1024 columns) asked of L2 ahead of the ring
-  // Profiling (null: off): per block and op, the global timer (ns) when the block reached the
-  // op, when its inputs were ready, and when it was done with the op: [blocks][n_ops][3].
+  // Profiling (null: off): per block and op [blocks][n_ops][kTraceSlots], the global timer (ns)
+  // when the block reached the op, when its inputs were ready, when its prologue was done and
+  // when it was done with the op; then the ns it waited for weight stages in the op.
   uint64_t* trace = nullptr;
 };
 
