@@ -306,21 +306,24 @@ TEST(ModelsCuda, DecodeGraphMatchesEager) {
   }
 }
 
-// CUDA: the dense model's one-token steps run as the persistent kernel by default (the MoE model
-// has no persistent path yet); its logits match the eager step's to float32 rounding of the sums
-// (cosine >= 0.9999, the same greedy token) at every position, and each path can be chosen.
+// CUDA: the dense model's one-token steps run as the persistent kernel when asked
+// (LoadOptions::persistent_decode; the MoE model has no persistent path yet); its logits match the
+// eager step's to float32 rounding of the sums (cosine >= 0.9999, the same greedy token) at every
+// position, and each path can be chosen.
 TEST(ModelsCuda, PersistentDecodeMatchesEager) {
   ANVIL_REQUIRE_CUDA();
   const Golden& g = golden("qwen3-dense-tiny");
   LoadOptions o = opts(Device(kCUDA, 0), kBFloat16, 64);
+  o.persistent_decode = true;
   auto fast = load_model(model_dir("qwen3-dense-tiny"), o);
   ASSERT_EQ(fast->decode_paths(), (std::vector<std::string>{"persistent", "graph", "eager"}));
   EXPECT_EQ(fast->decode_path(), "persistent");
-  o.persistent_decode = false;
+  o.persistent_decode = false;  // the graph first, the persistent step still there
   auto eager = load_model(model_dir("qwen3-dense-tiny"), o);
-  EXPECT_EQ(eager->decode_paths(), (std::vector<std::string>{"graph", "eager"}));
+  EXPECT_EQ(eager->decode_paths(), (std::vector<std::string>{"graph", "persistent", "eager"}));
+  EXPECT_EQ(eager->decode_path(), "graph");
   eager->set_decode_path("eager");
-  EXPECT_THROWS_OP(Error, "decode_path", eager->set_decode_path("persistent"));
+  EXPECT_THROWS_OP(Error, "decode_path", eager->set_decode_path("warp"));
   EXPECT_EQ(load_model(model_dir("qwen3-moe-tiny"), o)->decode_paths(), (std::vector<std::string>{"graph", "eager"}));
   (void)fast->forward(ids_tensor(g.ids, 0, 4), 0);
   (void)eager->forward(ids_tensor(g.ids, 0, 4), 0);

@@ -97,7 +97,7 @@ def test_decode_paths_agree(device):
     if device == "cpu":
         assert m.decode_paths == ["eager"] and m.decode_path == "eager"
     else:
-        assert m.decode_paths == ["persistent", "graph", "eager"] and m.decode_path == "persistent"
+        assert m.decode_paths == ["graph", "persistent", "eager"] and m.decode_path == "graph"
     rows = {}
     for path in m.decode_paths:
         m.decode_path = path

@@ -34,9 +34,11 @@ struct LoadOptions {
   // CUDA: run each one-token step as a CUDA graph captured at the first one (kernels launched
   // back to back, no host work between them).
   bool cuda_graph = true;
-  // CUDA: run each one-token step of a dense model as one persistent kernel
-  // (anvil::PersistentDecoder) where its plan allows; else the graph or the eager step.
-  bool persistent_decode = true;
+  // CUDA: a dense model whose weights the persistent kernel takes (anvil::PersistentDecoder's
+  // plan) can run one-token steps as one launch ("persistent" in Model::decode_paths); true
+  // makes that the default path, false (for now: the graph is still faster, docs/PERFORMANCE.md)
+  // leaves the graph first.
+  bool persistent_decode = false;
   // Called after each weight is loaded: bytes read from the source so far, of `total` (0 when
   // the source cannot tell). The CLI draws a progress bar with it on a terminal.
   std::function<void(uint64_t done, uint64_t total)> progress;

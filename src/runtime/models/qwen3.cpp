@@ -92,7 +92,7 @@ class Qwen3 final : public Model {
     if (o.device.is_cuda()) {
       stream_ = Stream::create(o.device);
       synchronize(o.device);  // the weights were written on the loading stream
-      if (o.persistent_decode) make_persistent();
+      make_persistent();
     }
     path_ = decode_paths().front();
   }
@@ -110,8 +110,10 @@ class Qwen3 final : public Model {
   std::vector<Tensor> router_logits() const override { return router_; }
   std::vector<std::string> decode_paths() const override {
     std::vector<std::string> paths;
-    if (persistent_) paths.push_back("persistent");
-    if (o_.device.is_cuda() && o_.cuda_graph && !o_.keep_router) paths.push_back("graph");
+    const bool graph = o_.device.is_cuda() && o_.cuda_graph && !o_.keep_router;
+    if (persistent_ && (o_.persistent_decode || !graph)) paths.push_back("persistent");
+    if (graph) paths.push_back("graph");
+    if (persistent_ && !o_.persistent_decode && graph) paths.push_back("persistent");
     paths.push_back("eager");
     return paths;
   }
