@@ -407,6 +407,7 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
       float sum = e;
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      __syncwarp();  // every lane has read ms[r] before lane 0 rewrites it (racecheck's warnings)
       if (lane == 0) {
         const float alpha = exp2f(m_old - m_use);
         al[r] = alpha;
