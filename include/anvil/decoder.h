@@ -57,7 +57,7 @@ struct DecoderWeights {
 class ANVIL_API PersistentDecoder {
  public:
   // Fused where the persistent kernel runs these weights: a CUDA device of compute capability
-  // 9.0 or later, bfloat16 / float16, head_dim 64 or 128, at most 16 q heads per kv head, rows
+  // 9.0 or later, bfloat16 / float16, head_dim 16, 64 or 128, at most 16 q heads per kv head, rows
   // of a multiple of 8 elements. Composed otherwise (the caller runs the eager step). Throws
   // ShapeError / DTypeError / DeviceError when the weights do not describe one model.
   static FusedPlan plan(const DecoderWeights& weights);

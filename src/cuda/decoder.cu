@@ -446,20 +446,7 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
       atomicAdd(p.counters + op_index, 1u);
     }
   };
-  if (active == 1) {  // one split: the output directly
-    if (kg == 0) {
-#pragma unroll
-      for (int r = 0; r < kMaxGroup; ++r) {
-        if (r >= group) break;
-        float o = acc[r];
-        for (int x = 1; x < kGroups; ++x) o += red[((x - 1) * group + r) * D + d];
-        const float l = ls[r];
-        out[r * D + d] = from_compute<T>(l == 0.f ? 0.f : o / l);
-      }
-    }
-    done();
-    return;
-  }
+  // The key groups' outputs summed: the output itself when one split is active, else a partial.
   const int64_t stride = D + 2;  // partial row: output [D], max, sum
   float* part = op.part + (static_cast<int64_t>(g) * group * S) * stride;
   if (kg == 0) {
@@ -468,8 +455,13 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
       if (r >= group) break;
       float o = acc[r];
       for (int x = 1; x < kGroups; ++x) o += red[((x - 1) * group + r) * D + d];
-      part[(r * S + s) * stride + d] = o;
+      if (active == 1) out[r * D + d] = from_compute<T>(ls[r] == 0.f ? 0.f : o / ls[r]);
+      else part[(r * S + s) * stride + d] = o;
     }
+  }
+  if (active == 1) {
+    done();
+    return;
   }
   if (tid < group) {
     part[(tid * S + s) * stride + D] = ms[tid];
@@ -662,25 +654,30 @@ __global__ void __launch_bounds__(kThreads, 1) decoder_step_kernel(const __grid_
 
 // ---- launch
 
-int max_smem_optin(int device) {
-  int v = 0;
-  ANVIL_CUDA_CHECK("[decoder_step]", cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return v;
-}
-
 // Ring stages that fit beside the work area and the static shared memory.
 int ring_stages(const DecoderStepParams& p, int device) {
-  const int64_t room = max_smem_optin(device) - static_cast<int64_t>(sizeof(Shared)) - work_bytes(p) - 1024;
+  const int64_t room = max_shared_memory_optin(device) - static_cast<int64_t>(sizeof(Shared)) - work_bytes(p) - 1024;
   return static_cast<int>(std::min<int64_t>(kMaxStages, std::max<int64_t>(0, room / kStageBytes)));
 }
 
+// The kernel for (T, D), its dynamic shared memory limit raised once per instance to the most any
+// launch may ask (the device's opt-in limit; ring_stages fits under it).
+template <typename T, int D>
+auto configured_kernel(int device) {
+  static const cudaError_t set = cudaFuncSetAttribute(decoder_step_kernel<T, D>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      max_shared_memory_optin(device));
+  ANVIL_CUDA_CHECK("[decoder_step]", set);
+  return decoder_step_kernel<T, D>;
+}
+
 template <typename F>
-void with_kernel(const DecoderStepParams& p, F&& f) {
+void with_kernel(const DecoderStepParams& p, int device, F&& f) {
   dispatch_half_types(p.dtype, "[decoder_step]", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (p.head_dim == 16) f(decoder_step_kernel<T, 16>);
-    else if (p.head_dim == 64) f(decoder_step_kernel<T, 64>);
-    else f(decoder_step_kernel<T, 128>);
+    if (p.head_dim == 16) f(configured_kernel<T, 16>(device));
+    else if (p.head_dim == 64) f(configured_kernel<T, 64>(device));
+    else f(configured_kernel<T, 128>(device));
   });
 }
 
@@ -705,10 +702,8 @@ void decoder_step(const DecoderStepParams& p) {
   const int stages = ring_stages(p, launch.device());
   const int64_t ring = static_cast<int64_t>(stages) * kStageBytes;
   const size_t smem = static_cast<size_t>(ring + work_bytes(p));
-  with_kernel(p, [&](auto kernel) {
-    ANVIL_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    kernel<<<p.blocks, kThreads, smem, launch.stream()>>>(p, stages, ring);
-  });
+  with_kernel(p, launch.device(),
+              [&](auto kernel) { kernel<<<p.blocks, kThreads, smem, launch.stream()>>>(p, stages, ring); });
   launch.check(op);
 }
 

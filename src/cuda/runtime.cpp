@@ -72,6 +72,17 @@ thread_local std::array<bool, kMaxDevices> t_current_set{};
 std::array<std::atomic<int64_t>, kMaxDevices> g_streams_created{};
 std::array<std::atomic<int>, kMaxDevices> g_sm_count{};
 std::array<std::atomic<int>, kMaxDevices> g_capability{};
+std::array<std::atomic<int>, kMaxDevices> g_smem_optin{};
+
+// A device attribute read once per device and kept in `slot`.
+int cached_attribute(std::array<std::atomic<int>, kMaxDevices>& slot, int device, cudaDeviceAttr attr) {
+  int n = slot[device].load(std::memory_order_relaxed);
+  if (n == 0) {
+    ANVIL_CUDA_CHECK("[cuda]", cudaDeviceGetAttribute(&n, attr, device));
+    slot[device].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
 
 std::once_flag g_flag_once;
 volatile int* g_flag_host = nullptr;
@@ -117,13 +128,10 @@ int device_of(const void* ptr) {
   return cur;
 }
 
-int multiprocessor_count(int device) {
-  int n = g_sm_count[device].load(std::memory_order_relaxed);
-  if (n == 0) {
-    ANVIL_CUDA_CHECK("[cuda]", cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    g_sm_count[device].store(n, std::memory_order_relaxed);
-  }
-  return n;
+int multiprocessor_count(int device) { return cached_attribute(g_sm_count, device, cudaDevAttrMultiProcessorCount); }
+
+int max_shared_memory_optin(int device) {
+  return cached_attribute(g_smem_optin, device, cudaDevAttrMaxSharedMemoryPerBlockOptin);
 }
 
 int compute_capability(int device) {

@@ -42,6 +42,8 @@ int device_of(const void* ptr);
 int multiprocessor_count(int device);
 // major * 10 + minor (90 for H100 / H200: the sm_90a kernels, wgmma, run only there).
 int compute_capability(int device);
+// Dynamic shared memory one block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize).
+int max_shared_memory_optin(int device);
 cudaStream_t native_stream(const Stream& stream);
 
 // Everything a kernel launch needs, derived from one of its device pointers: that pointer's
