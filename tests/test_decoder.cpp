@@ -5,6 +5,8 @@
 // same greedy token where the eager logits are not a near tie), positions spread over many key
 // splits up to the full cache, the checked (one launch per op) mode bit for bit against the one
 // launch, repeated launches, and the plan's and the validation's errors (the latter on the CPU).
+// MoE layers (Qwen3-MoE's: router, routed experts, weighted sum) likewise, mixed with dense ones,
+// with and without the top_k renormalisation, and with routing ties (duplicated router rows).
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -19,6 +21,8 @@ using namespace anvil;
 
 struct ModelShape {
   int64_t H, D, nh, nkv, I, vocab, layers, rows;
+  int64_t E = 0, top_k = 0, dense_layers = 0;  // MoE: layers past dense_layers have E experts (I each)
+  bool norm_topk = true, tied_router = false;  // tied_router: router rows 2 j and 2 j + 1 equal (routing ties)
 };
 
 Tensor rnd(const Shape& s, double scale, DType dt, Device dev) {
@@ -37,6 +41,8 @@ DecoderWeights random_model(const ModelShape& s, DType dt, Device dev) {
   w.n_heads = s.nh;
   w.n_kv_heads = s.nkv;
   w.eps = 1e-6;
+  w.top_k = s.top_k;
+  w.norm_topk_prob = s.norm_topk;
   for (int64_t l = 0; l < s.layers; ++l) {
     DecoderLayerWeights L;
     L.input_norm = norm_weight(s.H, dt, dev);
@@ -45,8 +51,17 @@ DecoderWeights random_model(const ModelShape& s, DType dt, Device dev) {
     L.k_norm = norm_weight(s.D, dt, dev);
     L.o = rnd({s.H, s.nh * s.D}, 1.0 / std::sqrt(static_cast<double>(s.nh * s.D)), dt, dev);
     L.post_norm = norm_weight(s.H, dt, dev);
-    L.gate_up = rnd({2 * s.I, s.H}, 1.0 / std::sqrt(static_cast<double>(s.H)), dt, dev);
-    L.down = rnd({s.H, s.I}, 1.0 / std::sqrt(static_cast<double>(s.I)), dt, dev);
+    if (s.E > 0 && l >= s.dense_layers) {
+      // Logits of a few units, so the top_k are apart by more than their roundings (unless tied).
+      Tensor r = rnd({s.E, s.H}, 3.0 / std::sqrt(static_cast<double>(s.H)), dt, kCPU);
+      if (s.tied_router) r = r.narrow(0, 0, s.E / 2).unsqueeze(1).expand({s.E / 2, 2, s.H}).reshape({s.E, s.H}).contiguous();
+      L.router = r.to(dev);
+      L.gate_up = rnd({s.E, 2 * s.I, s.H}, 1.0 / std::sqrt(static_cast<double>(s.H)), dt, dev);
+      L.down = rnd({s.E, s.H, s.I}, 1.0 / std::sqrt(static_cast<double>(s.I)), dt, dev);
+    } else {
+      L.gate_up = rnd({2 * s.I, s.H}, 1.0 / std::sqrt(static_cast<double>(s.H)), dt, dev);
+      L.down = rnd({s.H, s.I}, 1.0 / std::sqrt(static_cast<double>(s.I)), dt, dev);
+    }
     // Earlier positions' keys and values: random, so every key split has work.
     L.k_cache = rnd({1, s.nkv, s.rows, s.D}, 1.0, dt, dev);
     L.v_cache = rnd({1, s.nkv, s.rows, s.D}, 1.0, dt, dev);
@@ -88,6 +103,14 @@ Tensor eager_step(DecoderWeights& w, int64_t token, int64_t pos, std::vector<Ten
                                         L.k_cache, L.v_cache, start);
     const Tensor a = decode_attention(q, L.k_cache, L.v_cache, lens);
     const Tensor o = linear(a.squeeze(0).permute({1, 0, 2}).reshape({1, nh * D}), L.o);
+    if (L.router.defined()) {
+      Tensor h;
+      std::tie(h, x) = add_rms_norm(o, x, {H}, L.post_norm, w.eps);
+      resid.push_back(x);
+      const auto [logits, routing] = moe_router(h, L.router, w.top_k, w.norm_topk_prob);
+      branch = moe_experts(h, routing, L.gate_up, L.down);
+      continue;
+    }
     Tensor gu;
     std::tie(gu, x) = add_rms_norm_linear(o, x, L.post_norm, w.eps, L.gate_up);
     resid.push_back(x);
@@ -183,20 +206,54 @@ TEST(PersistentDecoder, MatchesEagerGroup16OneKvHead) {
   compare_steps({256, 128, 16, 1, 384, 300, 2, 80}, kBFloat16, {0, 40, 79});
 }
 
+TEST(PersistentDecoder, MoeMatchesEager) {
+  ANVIL_REQUIRE_CUDA();
+  // A dense layer, then MoE layers: 16 experts, top 4 renormalised, intermediate 136 (down's k a
+  // partial stage).
+  ModelShape s{256, 128, 4, 2, 136, 1000, 3, 100};
+  s.E = 16, s.top_k = 4, s.dense_layers = 1;
+  compare_steps(s, kBFloat16, {0, 1, 2, 64, 65, 99});
+}
+
+TEST(PersistentDecoder, MoeQwen3MoeLikeWithTies) {
+  ANVIL_REQUIRE_CUDA();
+  // Qwen3-30B-A3B's routing (128 experts, top 8 renormalised; 8 q heads per kv head) at a small
+  // hidden size, router rows tied in pairs: the lower expert of a tie comes first.
+  ModelShape s{512, 64, 16, 2, 96, 777, 2, 80};
+  s.E = 128, s.top_k = 8, s.tied_router = true;
+  compare_steps(s, kBFloat16, {0, 7, 79});
+}
+
+TEST(PersistentDecoder, MoeUnnormalisedFloat16) {
+  ANVIL_REQUIRE_CUDA();
+  // 200 experts (two 32-lane rounds of routing registers), top 2 without renormalisation, float16.
+  ModelShape s{128, 16, 4, 2, 64, 512, 2, 40};
+  s.E = 200, s.top_k = 2, s.norm_topk = false;
+  compare_steps(s, kFloat16, {0, 1, 39});
+}
+
 // The checked mode (one launch per op, each checked) computes what the one launch does, bit for
 // bit; repeated launches at one position give the same logits (the counters reset).
-TEST(PersistentDecoder, CheckedModeAndRepeatedLaunches) {
-  ANVIL_REQUIRE_CUDA();
-  manual_seed(99);
-  DecoderWeights w = random_model({256, 128, 4, 2, 512, 1000, 2, 64}, kBFloat16, Device(kCUDA, 0));
+void expect_checked_and_repeated(const ModelShape& s, const std::string& ops) {
+  DecoderWeights w = random_model(s, kBFloat16, Device(kCUDA, 0));
   PersistentDecoder dec(w);
-  EXPECT_NE(dec.describe().find("11 ops"), std::string::npos) << dec.describe();
+  EXPECT_NE(dec.describe().find(ops), std::string::npos) << dec.describe();
   const Tensor a = dec.step(7, 10);
   const Tensor b = dec.step_checked(7, 10);
   const Tensor c = dec.step(7, 10);
   dec.check();
   EXPECT_EQ(th::to_bits(a), th::to_bits(b));
   EXPECT_EQ(th::to_bits(a), th::to_bits(c));
+}
+
+TEST(PersistentDecoder, CheckedModeAndRepeatedLaunches) {
+  ANVIL_REQUIRE_CUDA();
+  manual_seed(99);
+  expect_checked_and_repeated({256, 128, 4, 2, 512, 1000, 2, 64}, "11 ops");
+  // An MoE model: 2 layers of qkv, attention, o, router, experts gate_up, experts down; lm_head.
+  ModelShape s{256, 128, 4, 2, 64, 500, 2, 64};
+  s.E = 32, s.top_k = 8;
+  expect_checked_and_repeated(s, "13 ops");
 }
 
 TEST(PersistentDecoder, BadInputs) {
@@ -214,6 +271,12 @@ TEST(PersistentDecoder, BadInputs) {
   EXPECT_THROWS_SAYING(Error, "persistent_decoder", "plan is composed", PersistentDecoder(f32));
   DecoderWeights d80 = random_model({160, 80, 2, 1, 128, 64, 1, 16}, kBFloat16, dev);
   EXPECT_EQ(PersistentDecoder::plan(d80), FusedPlan::Composed);
+  // Composed: 300 experts (the kernel routes over at most 256), top 9 of 64 (at most 8).
+  ModelShape many{64, 16, 4, 2, 32, 64, 1, 16};
+  many.E = 300, many.top_k = 2;
+  EXPECT_EQ(PersistentDecoder::plan(random_model(many, kBFloat16, dev)), FusedPlan::Composed);
+  many.E = 64, many.top_k = 9;
+  EXPECT_EQ(PersistentDecoder::plan(random_model(many, kBFloat16, dev)), FusedPlan::Composed);
 }
 
 // Validation and the plan on the CPU (CI): the CPU always composes; shapes that do not describe
@@ -232,6 +295,21 @@ TEST(PersistentDecoder, PlanAndValidationOnCpu) {
   bad = w;
   bad.n_kv_heads = 3;
   EXPECT_THROWS_SAYING(ShapeError, "persistent_decoder", "multiple of n_kv_heads", PersistentDecoder::plan(bad));
+  // MoE layers: experts' shapes, top_k within the experts; over 256 experts composes.
+  ModelShape ms{64, 16, 4, 2, 32, 512, 2, 32};
+  ms.E = 8, ms.top_k = 2;
+  const DecoderWeights moe = random_model(ms, kBFloat16, kCPU);
+  EXPECT_EQ(PersistentDecoder::plan(moe), FusedPlan::Composed);
+  bad = moe;
+  bad.top_k = 9;
+  EXPECT_THROWS_SAYING(ShapeError, "persistent_decoder", "top_k (9) must be in [1, 8]", PersistentDecoder::plan(bad));
+  bad = moe;
+  bad.layers[1].gate_up = bad.layers[1].gate_up.select(0, 0);
+  EXPECT_THROWS_SAYING(ShapeError, "persistent_decoder", "layer 1 gate_up must be [experts, 2 * intermediate, hidden]",
+                       PersistentDecoder::plan(bad));
+  bad = moe;
+  bad.layers[0].down = bad.layers[0].down.narrow(2, 0, 16).contiguous();
+  EXPECT_THROWS_SAYING(ShapeError, "persistent_decoder", "layer 0 down must be [8, 64, 32]", PersistentDecoder::plan(bad));
   bad = w;
   bad.layers.clear();
   EXPECT_THROWS_SAYING(ShapeError, "persistent_decoder", "no layers", PersistentDecoder::plan(bad));

@@ -9,6 +9,10 @@
 //     a = decode_attention(q, k_cache, v_cache, pos + 1)
 //     gu, x = add_rms_norm_linear(linear(a, o), x, post_norm, eps, gate_up)
 //     branch = linear(silu_mul(gate, up), down)
+//   or, in an MoE layer (Qwen3-MoE's), after the attention:
+//     h, x = add_rms_norm(linear(a, o), x, post_norm, eps)
+//     logits, routing = moe_router(h, router, top_k, norm_topk_prob)
+//     branch = moe_experts(h, routing, gate_up, down)
 //   h, x = add_rms_norm(branch, x, final_norm, eps);  logits = float(linear(h, head))
 // with the same roundings; products and attention sums run in another order, so logits agree to
 // float32 rounding of the sums (tests: cosine >= 0.9999 and the same greedy tokens).
@@ -23,16 +27,18 @@
 namespace anvil {
 
 // One layer's weights and KV cache, in the layout the eager step uses (H hidden, D head_dim,
-// I intermediate). All on one CUDA device, contiguous, in the activations' 16-bit dtype.
+// I intermediate, E experts). All on one CUDA device, contiguous, in the activations' 16-bit
+// dtype. A layer with a router is an MoE layer: its gate_up and down are its experts'.
 struct DecoderLayerWeights {
   Tensor input_norm;        // [H]
   Tensor qkv;               // [(n_heads + 2 n_kv_heads) D, H]: q, k and v stacked
   Tensor q_norm, k_norm;    // [D], or undefined (no q / k norm)
   Tensor o;                 // [H, n_heads D]
   Tensor post_norm;         // [H]
-  Tensor gate_up;           // [2 I, H]: gate, then up
-  Tensor down;              // [H, I]
+  Tensor gate_up;           // [2 I, H]: gate, then up (MoE: [E, 2 I, H])
+  Tensor down;              // [H, I] (MoE: [E, H, I])
   Tensor k_cache, v_cache;  // [1, n_kv_heads, rows, D]
+  Tensor router;            // [E, H]: an MoE layer; undefined: a dense one
 };
 
 // One op of a profiled step (PersistentDecoder::profile_step), microseconds from the launch's
@@ -52,13 +58,15 @@ struct DecoderWeights {
   Tensor inv_freq;    // float32 [D / 2]: neox RoPE over the whole head (rope_inv_freq)
   int64_t n_heads = 0, n_kv_heads = 0;
   double eps = 1e-6;
+  int64_t top_k = 0;            // experts per token of the MoE layers
+  bool norm_topk_prob = true;   // their weights divided by their sum
 };
 
 class ANVIL_API PersistentDecoder {
  public:
   // Fused where the persistent kernel runs these weights: a CUDA device of compute capability
   // 9.0 or later, bfloat16 / float16, head_dim 16, 64 or 128, at most 16 q heads per kv head, rows
-  // of a multiple of 8 elements. Composed otherwise (the caller runs the eager step). Throws
+  // of a multiple of 8 elements, MoE layers of at most 256 experts and top_k <= 8. Composed otherwise (the caller runs the eager step). Throws
   // ShapeError / DTypeError / DeviceError when the weights do not describe one model.
   static FusedPlan plan(const DecoderWeights& weights);
 

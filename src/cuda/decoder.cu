@@ -15,6 +15,10 @@
 //    keys 32 at a time (scores on 8 threads per key, online softmax per head, p v on a thread per
 //    column) and writes (max, sum, output) partials; the split that finishes last for its kv head
 //    (a ticket counter) combines them and counts the kv head done.
+//  - Routed (MoE) ops: the router is a Gemv whose output is the logits; the loader, at the first
+//    item of a routed op, waits for the router's count and routes with one warp (the same
+//    function as moe_router's), then streams the chosen experts' tiles; the compute warps route
+//    again for the weights of the combine (ExpertsSum), so no block waits for another's routing.
 //  - No grid-wide barrier: the ops form a chain of counters, and every op's items depend only on
 //    earlier ops, so blocks that run their lists in order always make progress.
 //  - The last block to finish zeroes the counters and tickets for the next launch. A wait longer
@@ -31,6 +35,7 @@
 #include "cuda/device/convert.cuh"
 #include "cuda/device/mbarrier.cuh"
 #include "cuda/device/mma.cuh"
+#include "cuda/device/moe_route.cuh"
 #include "cuda/device/row_ops.cuh"
 #include "cuda/runtime.h"
 
@@ -70,8 +75,11 @@ static_assert(sizeof(DecoderOp) % 4 == 0 && kOpWords <= kComputeThreads && kItem
 // series (the first version lost ~1 us per item to them).
 struct Shared {
   uint64_t full[kMaxStages], empty[kMaxStages];
-  float partial[2][kWarps][32][2];
+  float partial[2][kDecoderMaxTopK][kWarps][4][2];  // a tile's sums per slot and warp (lanes 0-3)
   float red[kWarps];
+  float route_w[kDecoderMaxTopK];      // the compute warps' routing weights, of router op route_for
+  int32_t route_ids[kDecoderMaxTopK];  // the loader's experts, of router op load_route_for
+  int route_for;
   DecoderOp op;                    // the compute warps' current op
   DecoderItem items[kItemBatch];   // their current batch of items
   int32_t in[3];                   // params.in: token, cache row, cache length
@@ -134,30 +142,67 @@ __device__ __forceinline__ bool wait_stage(const DecoderStepParams& p, uint32_t 
 
 __device__ __forceinline__ bool runs(const DecoderStepParams& p, int op) { return op >= p.op_begin && op < p.op_end; }
 
+// A warp: the routing of routed op `op` from its router's logits (written in this launch: read
+// through L2) into ids and / or weights by slot; then __syncwarp.
+template <typename T, int P>
+__device__ void route_warp_p(const DecoderOp& op, int32_t* ids, float* weights) {
+  const unsigned short* lg = static_cast<const unsigned short*>(op.logits);
+  float prob[P];
+  int slot[P];
+  const float scale = cuda_device::warp_top_k<P>(
+      op.experts, op.top_k, [&](int e) { return to_compute(T::from_bits(__ldcg(lg + e))); }, prob, slot);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    if (slot[j] < 0) continue;
+    if (ids) ids[slot[j]] = lane * P + j;
+    if (weights) weights[slot[j]] = op.norm_topk ? prob[j] * scale : prob[j];
+  }
+  __syncwarp();
+}
+template <typename T>
+__device__ void route_warp(const DecoderOp& op, int32_t* ids, float* weights) {
+  if (op.experts <= 128) route_warp_p<T, 4>(op, ids, weights);
+  else route_warp_p<T, kDecoderMaxExperts / 32>(op, ids, weights);
+}
+
 // ---- the loader: one lane streams the block's Gemv tiles, stage u % stages for the
 // (u / stages)-th time, as the compute warps consume them in the same order. (Asking L2 for the
 // units past the ring as well was measured slower: H100, Qwen3-0.6B, 12 units ahead 646 tok/s,
 // 24 ahead 633, none 791; the prefetches compete with the ring's own reads for DRAM and L2.)
 
 // The loader warp reads 32 items (and their ops' weight fields) at once, a lane each, so the
-// item list costs one pair of dependent loads per 32 items; lane 0 issues the copies.
+// item list costs one pair of dependent loads per 32 items; lane 0 issues the copies. A routed
+// op's weights wait for its router: at its router's first routed item the warp waits for the
+// router's count and routes (the experts are the same for every routed op of one router).
 template <typename T>
 __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char* ring, int stages, int begin, int end) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   uint32_t u = 0;
+  int routed_by = -1;  // the router op whose experts sh.route_ids holds
   for (int base = begin; base < end; base += 32) {
-    const char* w = nullptr;  // this lane's item: a Gemv tile's first row, its k and rows (0: no tile)
-    int64_t k = 0;
-    int rows = 0;
+    const char* w = nullptr;  // this lane's item: a Gemv tile's first row (expert 0's when routed), its k and rows (0: no tile)
+    int64_t k = 0, expert_bytes = 0;
+    int rows = 0, op_i = 0, slot = 0, slots = 1;
+    DecoderRouting routing = DecoderRouting::None;
     if (base + lane < end) {
       const DecoderItem it = p.items[base + lane];
       if (runs(p, it.op)) {
         const DecoderOp* op = p.ops + it.op;
         if (op->kind == DecoderOpKind::Gemv) {
-          const int64_t row0 = static_cast<int64_t>(it.index) * kDecoderTileRows;
+          routing = op->routing;
+          const int tiles = static_cast<int>((op->n + kDecoderTileRows - 1) / kDecoderTileRows);
+          const int tile = routing == DecoderRouting::Experts ? it.index % tiles : it.index;
+          const int64_t row0 = static_cast<int64_t>(tile) * kDecoderTileRows;
           k = op->k;
           rows = static_cast<int>(std::min<int64_t>(kDecoderTileRows, op->n - row0));
           w = static_cast<const char*>(op->w) + row0 * k * static_cast<int64_t>(sizeof(T));
+          op_i = it.op;
+          if (routing != DecoderRouting::None) {
+            expert_bytes = op->n * k * static_cast<int64_t>(sizeof(T));
+            slot = routing == DecoderRouting::Experts ? it.index / tiles : 0;
+            slots = routing == DecoderRouting::ExpertsSum ? op->top_k : 1;
+          }
         }
       }
     }
@@ -167,17 +212,35 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
       if (rj == 0) continue;
       const int64_t kj = __shfl_sync(0xffffffffu, k, j);
       const char* wj = reinterpret_cast<const char*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(w), j));
-      for (int64_t c0 = 0; c0 < kj; c0 += kCols, ++u) {
-        const int s = static_cast<int>(u % stages);
-        int ok = 1;
-        if (lane == 0 && u >= static_cast<uint32_t>(stages)) ok = wait_stage(p, smem_u32(&sh.empty[s]), (u / stages - 1) & 1);
-        if (!__shfl_sync(0xffffffffu, ok, 0)) return;
-        if (lane == 0) {
-          const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(kCols, kj - c0) * sizeof(T));
-          mbar_arrive_expect_tx(smem_u32(&sh.full[s]), bytes * rj);
-          for (int r = 0; r < rj; ++r)
-            bulk_copy_g2s(smem_u32(ring + s * kStageBytes + r * kPitch),
-                          wj + (r * kj + c0) * static_cast<int64_t>(sizeof(T)), bytes, smem_u32(&sh.full[s]));
+      const auto routing_j = static_cast<DecoderRouting>(__shfl_sync(0xffffffffu, static_cast<int>(routing), j));
+      const int64_t expert_bytes_j = __shfl_sync(0xffffffffu, expert_bytes, j);
+      const int slot_j = __shfl_sync(0xffffffffu, slot, j), slots_j = __shfl_sync(0xffffffffu, slots, j);
+      if (routing_j != DecoderRouting::None) {
+        const int oj = __shfl_sync(0xffffffffu, op_i, j);
+        const DecoderOp& op = p.ops[oj];
+        if (op.route_op != routed_by) {
+          if (lane == 0) wait_count(p, oj, op.route_op, op.route_count);
+          __syncwarp();
+          if (aborted(p)) return;
+          route_warp<T>(op, sh.route_ids, nullptr);
+          routed_by = op.route_op;
+        }
+      }
+      for (int si = 0; si < slots_j; ++si) {
+        const int64_t expert = routing_j == DecoderRouting::None ? 0 : sh.route_ids[routing_j == DecoderRouting::Experts ? slot_j : si];
+        const char* ws = wj + expert * expert_bytes_j;
+        for (int64_t c0 = 0; c0 < kj; c0 += kCols, ++u) {
+          const int s = static_cast<int>(u % stages);
+          int ok = 1;
+          if (lane == 0 && u >= static_cast<uint32_t>(stages)) ok = wait_stage(p, smem_u32(&sh.empty[s]), (u / stages - 1) & 1);
+          if (!__shfl_sync(0xffffffffu, ok, 0)) return;
+          if (lane == 0) {
+            const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(kCols, kj - c0) * sizeof(T));
+            mbar_arrive_expect_tx(smem_u32(&sh.full[s]), bytes * rj);
+            for (int r = 0; r < rj; ++r)
+              bulk_copy_g2s(smem_u32(ring + s * kStageBytes + r * kPitch),
+                            ws + (r * kj + c0) * static_cast<int64_t>(sizeof(T)), bytes, smem_u32(&sh.full[s]));
+          }
         }
       }
     }
@@ -201,11 +264,11 @@ __device__ void prologue(const DecoderStepParams& p, const DecoderOp& op, bool f
                                        xs, op.k, op.eps, tid, kComputeThreads, sh.red, [] { compute_sync(); });
       return;
     }
-    case DecoderPrologue::SiluMul: {
-      const P* g = reinterpret_cast<const P*>(a);
-      const P* up = reinterpret_cast<const P*>(a + op.k);
-      for (int q = tid; q < packs; q += kComputeThreads) {
-        const P gv = g[q], uv = up[q];
+    case DecoderPrologue::SiluMul: {  // a row per slot of an ExpertsSum
+      const int rows = op.routing == DecoderRouting::ExpertsSum ? op.top_k : 1;
+      for (int q = tid; q < rows * packs; q += kComputeThreads) {
+        const int r = q / packs, c = q % packs;
+        const P gv = reinterpret_cast<const P*>(a + 2 * r * op.k)[c], uv = reinterpret_cast<const P*>(a + (2 * r + 1) * op.k)[c];
         P y;
 #pragma unroll
         for (int e = 0; e < 8; ++e) y.v[e] = from_compute<T>(cuda_device::silu_mul_one(to_compute(gv.v[e]), to_compute(uv.v[e])));
@@ -220,48 +283,68 @@ __device__ void prologue(const DecoderStepParams& p, const DecoderOp& op, bool f
   compute_sync();
 }
 
-// One tile: 8 weight rows against xs over the tile's stages; u counts this block's stages.
-// waited: ns thread 0 spent waiting for stages (profiling).
+// One item: 8 weight rows against xs over the tile's stages (per slot of an ExpertsSum, against
+// its row of xs); u counts this block's stages. waited: ns thread 0 spent waiting for stages
+// (profiling).
 template <typename T>
-__device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int tile, const T* xs, const unsigned char* ring,
+__device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int item, const T* xs, const unsigned char* ring,
                           int stages, uint32_t& u, int& par, Shared& sh, uint64_t& waited) {
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  float acc[4] = {};
-  for (int64_t c0 = 0; c0 < op.k; c0 += kCols, ++u) {
-    const int s = static_cast<int>(u % stages);
-    const uint64_t t0 = p.trace && tid == 0 ? now_ns() : 0;
-    wait_stage(p, smem_u32(&sh.full[s]), (u / stages) & 1);
-    if (p.trace && tid == 0) waited += now_ns() - t0;
-    __syncwarp();  // mma.sync needs the whole warp
-    const int cols = static_cast<int>(std::min<int64_t>(kCols, op.k - c0));
-    const unsigned char* row = ring + s * kStageBytes + g * kPitch;
+  const int tiles = static_cast<int>((op.n + kDecoderTileRows - 1) / kDecoderTileRows);
+  const int tile = op.routing == DecoderRouting::Experts ? item % tiles : item;
+  const int slots = op.routing == DecoderRouting::ExpertsSum ? op.top_k : 1;
+  for (int si = 0; si < slots; ++si) {
+    const T* x = xs + si * op.k;
+    float acc[4] = {};
+    for (int64_t c0 = 0; c0 < op.k; c0 += kCols, ++u) {
+      const int s = static_cast<int>(u % stages);
+      const uint64_t t0 = p.trace && tid == 0 ? now_ns() : 0;
+      wait_stage(p, smem_u32(&sh.full[s]), (u / stages) & 1);
+      if (p.trace && tid == 0) waited += now_ns() - t0;
+      __syncwarp();  // mma.sync needs the whole warp
+      const int cols = static_cast<int>(std::min<int64_t>(kCols, op.k - c0));
+      const unsigned char* row = ring + s * kStageBytes + g * kPitch;
 #pragma unroll
-    for (int i = 0; i < kCols / 256; ++i) {
-      const int kk = (warp + kWarps * i) * 32 + t * 8;
-      uint4 xv = make_uint4(0, 0, 0, 0), wv = xv;  // zeros past k (stale stage bytes may be NaN)
-      if (kk < cols) {
-        xv = *reinterpret_cast<const uint4*>(xs + c0 + kk);
-        wv = *reinterpret_cast<const uint4*>(row + kk * 2);
+      for (int i = 0; i < kCols / 256; ++i) {
+        const int kk = (warp + kWarps * i) * 32 + t * 8;
+        uint4 xv = make_uint4(0, 0, 0, 0), wv = xv;  // zeros past k (stale stage bytes may be NaN)
+        if (kk < cols) {
+          xv = *reinterpret_cast<const uint4*>(x + c0 + kk);
+          wv = *reinterpret_cast<const uint4*>(row + kk * 2);
+        }
+        mma_tile32<T>(acc, xv, wv);
       }
-      mma_tile32<T>(acc, xv, wv);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(smem_u32(&sh.empty[s]));
     }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(smem_u32(&sh.empty[s]));
+    // d[0], d[1] of lanes 0..3 (x row 0) are rows 2 t + {0, 1}: summed over the warps below.
+    if (lane < 4) {
+      sh.partial[par][si][warp][lane][0] = acc[0];
+      sh.partial[par][si][warp][lane][1] = acc[1];
+    }
   }
-  // d[0], d[1] of lanes 0..3 (x row 0) are rows 2 t + {0, 1}: summed over the warps.
-  sh.partial[par][warp][lane][0] = acc[0];
-  sh.partial[par][warp][lane][1] = acc[1];
   compute_sync();
   if (tid < 8) {
     const int64_t j = static_cast<int64_t>(tile) * kDecoderTileRows + tid;
     if (j < op.n) {
-      float v = 0.f;
-      for (int w = 0; w < kWarps; ++w) v += sh.partial[par][w][tid / 2][tid % 2];
-      const T r = from_compute<T>(v);
+      auto product = [&](int si) {
+        float v = 0.f;
+        for (int w = 0; w < kWarps; ++w) v += sh.partial[par][si][w][tid / 2][tid % 2];
+        return from_compute<T>(v);
+      };
+      T r;
+      if (op.routing == DecoderRouting::ExpertsSum) {
+        float sum = 0.f;
+        for (int si = 0; si < slots; ++si) sum += sh.route_w[si] * to_compute(product(si));
+        r = from_compute<T>(sum);
+      } else {
+        r = product(0);
+      }
       void* y = op.y ? op.y : p.out;
-      if (op.out_f32) static_cast<float*>(y)[j] = to_compute(r);
-      else static_cast<T*>(y)[j] = r;
+      const int64_t at = j + (op.routing == DecoderRouting::Experts ? static_cast<int64_t>(item / tiles) * op.n : 0);
+      if (op.out_f32) static_cast<float*>(y)[at] = to_compute(r);
+      else static_cast<T*>(y)[at] = r;
     }
   }
   par ^= 1;  // the next tile writes the other half, so no second barrier is needed
@@ -599,6 +682,11 @@ __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsi
         }
         stamp(cur, 1);
         compute_sync();
+        if (op.routing == DecoderRouting::ExpertsSum && sh.route_for != op.route_op) {  // its weights
+          if (tid < 32) route_warp<T>(op, nullptr, sh.route_w);
+          if (tid == 0) sh.route_for = op.route_op;
+          compute_sync();
+        }
         if (op.kind == DecoderOpKind::Gemv) prologue<T>(p, op, it.index == 0, reinterpret_cast<T*>(work), norm, sh);
         stamp(cur, 2);
       }
@@ -629,6 +717,7 @@ __global__ void __launch_bounds__(kThreads, 1) decoder_step_kernel(const __grid_
     mbar_init_fence();
   }
   if (threadIdx.x < 3) sh.in[threadIdx.x] = p.in[threadIdx.x];
+  if (threadIdx.x == 0) sh.route_for = -1;
   __syncthreads();
   const int begin = p.block_begin[blockIdx.x], end = p.block_begin[blockIdx.x + 1];
   if (threadIdx.x >= kComputeThreads) {
@@ -684,12 +773,14 @@ void with_kernel(const DecoderStepParams& p, int device, F&& f) {
 }  // namespace
 
 // Fused: compute capability 9.0 or later, 16-bit activations, head_dim 16, 64 or 128 (or no
-// attention), at most 16 q heads per kv head, Gemv rows a multiple of 8 columns, and room for
-// kMinStages ring stages; one block per SM.
+// attention), at most 16 q heads per kv head, Gemv rows a multiple of 8 columns, routed ops over
+// at most kDecoderMaxExperts experts and kDecoderMaxTopK per token, and room for kMinStages ring
+// stages; one block per SM.
 FusedPlan decoder_step_plan(const DecoderStepParams& p) {
   if (p.dtype != kBFloat16 && p.dtype != kFloat16) return FusedPlan::Composed;
   if (!(p.head_dim == 0 || p.head_dim == 16 || p.head_dim == 64 || p.head_dim == 128) || p.max_group > kMaxGroup || p.max_k % 8 != 0)
     return FusedPlan::Composed;
+  if (p.max_experts > kDecoderMaxExperts || p.max_top_k > kDecoderMaxTopK) return FusedPlan::Composed;
   const int device = p.device;
   if (compute_capability(device) < 90 || p.blocks < 1 || p.blocks > multiprocessor_count(device)) return FusedPlan::Composed;
   return ring_stages(p, device) >= kMinStages ? FusedPlan::Fused : FusedPlan::Composed;

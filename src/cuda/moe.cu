@@ -29,6 +29,7 @@
 #include "core/fp8_blocks.h"
 #include "cuda/device/convert.cuh"
 #include "cuda/device/mma.cuh"
+#include "cuda/device/moe_route.cuh"
 #include "cuda/device/pdl.cuh"
 #include "cuda/runtime.h"
 
@@ -186,58 +187,16 @@ __global__ void __launch_bounds__(kSortThreads) route_sort_kernel(const __grid_c
   sort_pairs(p, smem);
 }
 
-// One decode token (experts <= 32 P): a single warp, lane l owning experts [l P, l P + P) in
-// registers. The softmax is two warp reductions. Each probability becomes an int key whose order
-// is the routing order (a probability is >= 0, so its float bits order as ints; NaN is made the
-// largest; a taken expert and the padding are negative), so each of the top_k rounds is a lane
-// max, one warp max (redux) and one warp min over the lanes holding that key (the lowest expert
-// wins ties). A chosen expert's sorted row is the number of chosen experts below it: a prefix
-// over the lanes of their chosen counts, which also gives offs.
+// One decode token (experts <= 32 P): a single warp (warp_top_k, cuda/device/moe_route.cuh). A
+// chosen expert's sorted row is the number of chosen experts below it: a prefix over the lanes of
+// their chosen counts, which also gives offs.
 // One warp routes the token whose logits are `logits` (global or shared memory).
 template <typename T, int P>
 __device__ __forceinline__ void route_token(const MoeRouteParams& p, const T* logits) {
-  constexpr int kTaken = -1, kPad = INT_MIN;
   const int lane = threadIdx.x % 32, E = static_cast<int>(p.experts), K = static_cast<int>(p.top_k);
   float prob[P];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    const int e = lane * P + j;
-    prob[j] = e < E ? to_compute(logits[e]) : -INFINITY;
-    mx = fmaxf(mx, prob[j]);
-  }
-  for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-  float sum = 0.f;
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    prob[j] = lane * P + j < E ? expf(prob[j] - mx) : 0.f;
-    sum += prob[j];
-  }
-  for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-  const float inv = 1.f / sum;
-  int key[P], slot[P];
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    prob[j] *= inv;
-    key[j] = lane * P + j >= E ? kPad : isnan(prob[j]) ? 0x7fc00000 : __float_as_int(prob[j]);
-    slot[j] = -1;
-  }
-  float total = 0.f;  // the chosen probabilities in slot order, as the warp kernel
-  for (int s = 0; s < K; ++s) {
-    int best = kPad;
-#pragma unroll
-    for (int j = 0; j < P; ++j) best = max(best, key[j]);
-    best = __reduce_max_sync(0xffffffffu, best);
-    unsigned first = 0xffffffffu;
-#pragma unroll
-    for (int j = P - 1; j >= 0; --j) first = key[j] == best ? static_cast<unsigned>(lane * P + j) : first;
-    const unsigned winner = __reduce_min_sync(0xffffffffu, first);
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-      if (static_cast<unsigned>(lane * P + j) == winner) key[j] = kTaken, slot[j] = s;
-    }
-    total += __int_as_float(best);
-  }
+  int slot[P];
+  const float scale = cuda_device::warp_top_k<P>(E, K, [&](int e) { return to_compute(logits[e]); }, prob, slot);
   int chosen = 0;
 #pragma unroll
   for (int j = 0; j < P; ++j) chosen += slot[j] >= 0;
@@ -247,7 +206,6 @@ __device__ __forceinline__ void route_token(const MoeRouteParams& p, const T* lo
     if (lane >= d) below += o;
   }
   below -= chosen;
-  const float scale = 1.f / total;
 #pragma unroll
   for (int j = 0; j < P; ++j) {
     const int e = lane * P + j;

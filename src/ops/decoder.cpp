@@ -1,9 +1,11 @@
 // PersistentDecoder: validates the weights, builds the persistent step's schedule once (the ops,
 // a chain where each waits for the one before, and each block's items) and its buffers, and
 // launches the backend's decoder_step (core/kernels/decoder.h) per token.
-// Ops per layer l (5 l + ...): qkv (AddNorm prologue: the residual add and input norm), attention,
-// o (Copy), gate_up (AddNorm: the residual add and post-attention norm), down (SiluMul); then
-// the lm_head (AddNorm: the final norm), whose float32 output is the step's logits. Items are
+// Ops per layer: qkv (AddNorm prologue: the residual add and input norm), attention, o (Copy),
+// then a dense layer's gate_up (AddNorm: the residual add and post-attention norm) and down
+// (SiluMul), or an MoE layer's router (AddNorm, its output the logits), experts' gate_up (AddNorm
+// again, routed: Experts) and down (SiluMul per slot, routed: ExpertsSum, the weighted sum);
+// then the lm_head (AddNorm: the final norm), whose float32 output is the step's logits. Items are
 // dealt round robin over the blocks, continuing from op to op, so every block holds an equal
 // share of each weight stream and of the whole step.
 #include "anvil/decoder.h"
@@ -25,7 +27,9 @@ constexpr const char* kOp = "[persistent_decoder]";
 
 // The model's sizes, from validated weights.
 struct Dims {
-  int64_t H = 0, D = 0, I = 0, vocab = 0, logits = 0, layers = 0, nh = 0, nkv = 0, rows = 0;
+  int64_t H = 0, D = 0, vocab = 0, logits = 0, layers = 0, nh = 0, nkv = 0, rows = 0;
+  std::vector<int64_t> I, E;  // per layer: intermediate size, experts (0: dense)
+  int64_t max_gu = 0, max_e = 0, max_in = 0;  // the largest gate_up output row (all slots), E and Gemv input
 };
 
 void check_shape(const Tensor& t, const Shape& want, const std::string& name) {
@@ -49,9 +53,6 @@ Dims validate(const DecoderWeights& w) {
   ANVIL_CHECK(w.inv_freq.defined() && w.inv_freq.dim() == 1, ShapeError, kOp, " inv_freq must be [head_dim / 2]");
   d.D = 2 * w.inv_freq.size(0);
   const DecoderLayerWeights& l0 = w.layers[0];
-  ANVIL_CHECK(l0.gate_up.defined() && l0.gate_up.dim() == 2 && l0.gate_up.size(0) % 2 == 0, ShapeError, kOp,
-              " layer 0 gate_up must be [2 * intermediate, hidden], got ", l0.gate_up.defined() ? describe(l0.gate_up) : "undefined");
-  d.I = l0.gate_up.size(0) / 2;
   ANVIL_CHECK(l0.k_cache.defined() && l0.k_cache.dim() == 4, ShapeError, kOp,
               " layer 0 k_cache must be [1, n_kv_heads, rows, head_dim]");
   d.rows = l0.k_cache.size(2);
@@ -82,8 +83,28 @@ Dims validate(const DecoderWeights& w) {
     if (L.k_norm.defined()) weight(L.k_norm, {d.D}, p + "k_norm");
     weight(L.o, {d.H, d.nh * d.D}, p + "o");
     weight(L.post_norm, {d.H}, p + "post_norm");
-    weight(L.gate_up, {2 * d.I, d.H}, p + "gate_up");
-    weight(L.down, {d.H, d.I}, p + "down");
+    const int64_t E = L.router.defined() ? L.router.size(0) : 0;
+    if (E > 0) weight(L.router, {E, d.H}, p + "router");
+    const int64_t gd = E > 0 ? 3 : 2;
+    ANVIL_CHECK(L.gate_up.defined() && L.gate_up.dim() == gd && L.gate_up.size(gd - 2) % 2 == 0, ShapeError, kOp, " ", p,
+                "gate_up must be ", E > 0 ? "[experts, 2 * intermediate, hidden]" : "[2 * intermediate, hidden]",
+                ", got ", L.gate_up.defined() ? describe(L.gate_up) : "undefined");
+    const int64_t I = L.gate_up.size(gd - 2) / 2;
+    if (E > 0) {
+      ANVIL_CHECK(w.top_k >= 1 && w.top_k <= E, ShapeError, kOp, " top_k (", w.top_k, ") must be in [1, ", E,
+                  "] for ", p, "with ", E, " experts");
+      weight(L.gate_up, {E, 2 * I, d.H}, p + "gate_up");
+      weight(L.down, {E, d.H, I}, p + "down");
+    } else {
+      weight(L.gate_up, {2 * I, d.H}, p + "gate_up");
+      weight(L.down, {d.H, I}, p + "down");
+    }
+    d.I.push_back(I);
+    d.E.push_back(E);
+    const int64_t slots = E > 0 ? w.top_k : 1;
+    d.max_gu = std::max(d.max_gu, slots * 2 * I);
+    d.max_e = std::max(d.max_e, E);
+    d.max_in = std::max(d.max_in, slots * I);
     weight(L.k_cache, {1, d.nkv, d.rows, d.D}, p + "k_cache");
     weight(L.v_cache, {1, d.nkv, d.rows, d.D}, p + "v_cache");
   }
@@ -96,7 +117,7 @@ bool all_contiguous(const DecoderWeights& w) {
   bool c = ok(w.embed) && ok(w.final_norm) && ok(w.head) && ok(w.inv_freq);
   for (const DecoderLayerWeights& L : w.layers)
     c = c && ok(L.input_norm) && ok(L.qkv) && ok(L.q_norm) && ok(L.k_norm) && ok(L.o) && ok(L.post_norm) &&
-        ok(L.gate_up) && ok(L.down) && ok(L.k_cache) && ok(L.v_cache);
+        ok(L.gate_up) && ok(L.down) && ok(L.k_cache) && ok(L.v_cache) && ok(L.router);
   return c;
 }
 
@@ -108,15 +129,19 @@ DecoderStepParams plan_params(const Dims& d, const DecoderWeights& w) {
   p.dtype = w.embed.dtype();
   p.device = w.embed.device().index;
   p.blocks = sm_count(w.embed.device());
-  p.max_k = std::max({d.H, d.nh * d.D, d.I});
+  p.max_k = std::max({d.H, d.nh * d.D, d.max_in});
   p.max_group = static_cast<int32_t>(d.nh / d.nkv);
+  p.max_experts = static_cast<int32_t>(std::min<int64_t>(d.max_e, INT32_MAX));
+  p.max_top_k = d.max_e > 0 ? static_cast<int32_t>(std::min<int64_t>(w.top_k, INT32_MAX)) : 0;
   p.head_dim = static_cast<int32_t>(d.D);
   return p;
 }
 
 FusedPlan plan_of(const Dims& d, const DecoderWeights& w) {
   if (!w.embed.device().is_cuda() || !all_contiguous(w)) return FusedPlan::Composed;
-  if (d.H % 8 != 0 || d.I % 8 != 0 || (d.nh * d.D) % 8 != 0 || d.D % 8 != 0) return FusedPlan::Composed;
+  if (d.H % 8 != 0 || (d.nh * d.D) % 8 != 0 || d.D % 8 != 0) return FusedPlan::Composed;
+  for (const int64_t I : d.I)
+    if (I % 8 != 0) return FusedPlan::Composed;
   return ANVIL_PLAN(w.embed.device(), decoder_step, plan_params(d, w));
 }
 
@@ -137,7 +162,7 @@ struct PersistentDecoder::Impl {
   DecoderWeights w;
   Dims d;
   Device dev;
-  Tensor resid, qkv, attn, o, gu, down, part, tickets, counters, status, in;
+  Tensor resid, qkv, attn, o, gu, down, router, part, tickets, counters, status, in;
   Tensor ops_dev, items_dev, begin_dev;
   std::vector<DecoderOp> ops;
   std::vector<std::string> names;
@@ -190,7 +215,8 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
   m.qkv = empty({L, (nh + 2 * nkv) * D}, t);
   m.attn = empty({L, nh * D}, t);
   m.o = empty({L, H}, t);
-  m.gu = empty({L, 2 * d.I}, t);
+  m.gu = empty({L, d.max_gu}, t);
+  m.router = empty({L, std::max<int64_t>(d.max_e, 1)}, t);
   m.down = empty({L, H}, t);
   m.part = empty({L, nh * splits * (D + 2)}, TensorOptions(kFloat32).device(m.dev));
   m.tickets = zeros({L, nkv}, TensorOptions(kInt32).device(m.dev));
@@ -198,6 +224,7 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
   m.in = zeros({3}, TensorOptions(kInt32).device(m.dev));
 
   auto row = [](const Tensor& x, int64_t i) { return x.select(0, i).raw_data_ptr(); };
+  auto part_row = [](const Tensor& x, int64_t i, int64_t n) { return x.select(0, i).narrow(0, 0, n); };
   auto gemv = [&](const std::string& name, const Tensor& wt, DecoderPrologue pro, const void* a, const void* b,
                   const Tensor& norm, void* sum_out, const Tensor& out) {
     DecoderOp op;
@@ -213,6 +240,20 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
     op.y = out.defined() ? out.raw_data_ptr() : nullptr;
     op.eps = static_cast<float>(weights.eps);
     op.signals = static_cast<uint32_t>((op.n + kDecoderTileRows - 1) / kDecoderTileRows);
+    if (wt.dim() == 3) {  // an MoE layer's experts: gate_up (Experts) or down (ExpertsSum)
+      const DecoderOp& router = m.ops[m.ops.size() - (pro == DecoderPrologue::SiluMul ? 2 : 1)];
+      op.routing = pro == DecoderPrologue::SiluMul ? DecoderRouting::ExpertsSum : DecoderRouting::Experts;
+      op.n = wt.size(1);
+      op.k = wt.size(2);
+      op.route_op = static_cast<int32_t>(m.ops.size() - (pro == DecoderPrologue::SiluMul ? 2 : 1));
+      op.route_count = router.signals;
+      op.logits = router.y;
+      op.experts = static_cast<int32_t>(wt.size(0));
+      op.top_k = static_cast<int32_t>(weights.top_k);
+      op.norm_topk = weights.norm_topk_prob ? 1 : 0;
+      const int64_t tiles = (op.n + kDecoderTileRows - 1) / kDecoderTileRows;
+      op.signals = static_cast<uint32_t>(op.routing == DecoderRouting::Experts ? weights.top_k * tiles : tiles);
+    }
     m.ops.push_back(op);
     m.names.push_back(name);
     m.outputs.push_back(out);
@@ -251,9 +292,19 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
     m.names.push_back(p + "attention");
     m.outputs.push_back(m.attn.select(0, l));
     gemv(p + "o", W.o, DecoderPrologue::Copy, row(m.attn, l), nullptr, Tensor(), nullptr, m.o.select(0, l));
-    gemv(p + "gate_up", W.gate_up, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
-         row(m.resid, 2 * l + 1), m.gu.select(0, l));
-    gemv(p + "down", W.down, DecoderPrologue::SiluMul, row(m.gu, l), nullptr, Tensor(), nullptr, m.down.select(0, l));
+    const int64_t I = d.I[static_cast<size_t>(l)], E = d.E[static_cast<size_t>(l)];
+    if (E > 0) {  // router, then the routed experts (gate_up recomputes the router's input row)
+      gemv(p + "router", W.router, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
+           row(m.resid, 2 * l + 1), part_row(m.router, l, E));
+      gemv(p + "experts gate_up", W.gate_up, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
+           nullptr, part_row(m.gu, l, weights.top_k * 2 * I));
+      gemv(p + "experts down", W.down, DecoderPrologue::SiluMul, row(m.gu, l), nullptr, Tensor(), nullptr,
+           m.down.select(0, l));
+    } else {
+      gemv(p + "gate_up", W.gate_up, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
+           row(m.resid, 2 * l + 1), part_row(m.gu, l, 2 * I));
+      gemv(p + "down", W.down, DecoderPrologue::SiluMul, row(m.gu, l), nullptr, Tensor(), nullptr, m.down.select(0, l));
+    }
   }
   gemv("lm_head", weights.head, DecoderPrologue::AddNorm, row(m.down, L - 1), row(m.resid, 2 * L - 1), weights.final_norm,
        row(m.resid, 2 * L), Tensor());
@@ -269,7 +320,7 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
   int64_t cursor = 0;
   for (int32_t i = 0; i < n_ops; ++i) {
     const DecoderOp& op = m.ops[static_cast<size_t>(i)];
-    const int64_t n = op.kind == DecoderOpKind::Gemv ? op.signals : static_cast<int64_t>(nkv) * splits;
+    const int64_t n = op.kind == DecoderOpKind::Gemv ? op.signals : nkv * splits;
     for (int64_t j = 0; j < n; ++j, ++cursor) per_block[static_cast<size_t>(cursor % G)].push_back({i, static_cast<int32_t>(j)});
   }
   std::vector<DecoderItem> items;

@@ -21,11 +21,25 @@ enum class DecoderOpKind : int32_t { Gemv, Attention };
 // A Gemv op's input row x (k elements of the dtype):
 //  AddNorm: s = round(a + b) (a null: s = b; `gather`: b is row in[0] of a [rows, k] table),
 //           x = round(rms_norm(s) * norm_w); the block holding tile 0 writes s to sum_out.
-//  SiluMul: x = round(silu(a[c]) * a[k + c]) (a = gate and up, [2 k]).
+//  SiluMul: x = round(silu(a[c]) * a[k + c]) (a = gate and up, [2 k]); ExpertsSum: one such row
+//           per slot, from a's rows [top_k, 2 k], at x + slot * k.
 //  Copy:    x = a.
 enum class DecoderPrologue : int32_t { AddNorm, SiluMul, Copy };
 
+// A Gemv op over an MoE layer's experts (w: [experts, n, k], expert e's rows at w + e n k), the
+// experts chosen on the device from the logits of an earlier Gemv op (the router, y = logits
+// [experts]): softmax in float32, the top_k (ties: lower expert first), weights divided by their
+// sum iff norm_topk (moe_route's rule, cuda/device/moe_route.cuh on CUDA).
+//  None:       a plain Gemv.
+//  Experts:    item slot * tiles + tile: the tile of slot's expert, y + slot * n (gate_up).
+//  ExpertsSum: item tile: for every slot in order the tile's rows of slot's expert against the
+//              prologue's row `slot` (SiluMul of a's row slot), each product rounded, then
+//              y = round(sum over slots of weight * product) in float32 (down and the combine).
+enum class DecoderRouting : int32_t { None, Experts, ExpertsSum };
+
 constexpr int kDecoderTileRows = 8;
+constexpr int kDecoderMaxTopK = 8;      // experts per token of a routed op
+constexpr int kDecoderMaxExperts = 256;
 constexpr int kTraceSlots = 5;
 
 struct DecoderOp {
@@ -45,6 +59,12 @@ struct DecoderOp {
   void* sum_out = nullptr;       // [k]
   void* y = nullptr;             // [n]; null: the step's params.out
   float eps = 0.f;
+  // Routed Gemv (MoE)
+  DecoderRouting routing = DecoderRouting::None;
+  int32_t route_op = -1;         // the router op: the op whose y holds the logits
+  uint32_t route_count = 0;      // its signals
+  const void* logits = nullptr;  // its y, [experts]
+  int32_t experts = 0, top_k = 0, norm_topk = 0;
   // Attention (the qkv row is [n_heads + 2 n_kv] heads of head_dim; caches [n_kv, cache_rows,
   // head_dim] contiguous; partials [n_heads][splits][head_dim + 2])
   const void* qkv = nullptr;
@@ -61,7 +81,8 @@ struct DecoderOp {
   float scale = 0.f;  // softmax scale
 };
 
-// One unit of a block's work: a Gemv tile or an Attention (kv head * splits + split).
+// One unit of a block's work: a Gemv tile (routed: see DecoderRouting) or an Attention (kv head *
+// splits + split).
 struct DecoderItem {
   int32_t op = 0, index = 0;
 };
@@ -78,8 +99,9 @@ struct DecoderStepParams {
   void* out = nullptr;           // the output of the op whose y is null (the logits)
   int32_t device = 0;
   int32_t op_begin = 0, op_end = 0;  // run ops [op_begin, op_end) (the debug mode runs one per launch)
-  int64_t max_k = 0;                 // the largest Gemv k (the prologue row's shared memory)
+  int64_t max_k = 0;                 // the largest Gemv input (k, or top_k k of an ExpertsSum): the prologue's shared memory
   int32_t max_group = 0;             // the most q heads per kv head
+  int32_t max_experts = 0, max_top_k = 0;  // of the routed ops (0: none)
   int32_t head_dim = 0;              // of the attention ops
   DType dtype = kBFloat16;           // activations and weights (bfloat16 or float16)
   int64_t timeout_ns = 0;            // a wait longer than this sets status and ends the launch

@@ -217,10 +217,11 @@ class Qwen3 final : public Model {
     return project(h, head_).to(kFloat32);
   }
 
-  // The persistent step (anvil/decoder.h) for dense models with unscaled weights, where its
-  // plan says Fused; the eager step and its graph stay for prefill, and for everything else.
+  // The persistent step (anvil/decoder.h) for models with unscaled weights (dense and MoE
+  // layers; not when the router logits are kept), where its plan says Fused; the eager step and its graph stay for prefill, and for
+  // everything else.
   void make_persistent() {
-    if (c_.is_moe() || head_.scale.defined()) return;
+    if (head_.scale.defined() || (c_.is_moe() && o_.keep_router)) return;  // router logits come from the eager step
     DecoderWeights w;
     w.embed = embed_;
     w.final_norm = norm_;
@@ -229,11 +230,16 @@ class Qwen3 final : public Model {
     w.n_heads = c_.num_attention_heads;
     w.n_kv_heads = c_.num_key_value_heads;
     w.eps = c_.rms_norm_eps;
+    w.top_k = c_.num_experts_per_tok;
+    w.norm_topk_prob = c_.norm_topk_prob;
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& L = layers_[l];
-      if (L.qkv.scale.defined() || L.o.scale.defined() || L.gate_up.scale.defined() || L.down.scale.defined()) return;
-      w.layers.push_back({L.in_norm, L.qkv.w, L.q_norm, L.k_norm, L.o.w, L.post_norm, L.gate_up.w, L.down.w,
-                          k_cache_[l], v_cache_[l]});
+      const bool moe = L.router.defined();
+      const ProjWeight& gu = moe ? L.experts_gate_up : L.gate_up;
+      const ProjWeight& dn = moe ? L.experts_down : L.down;
+      if (L.qkv.scale.defined() || L.o.scale.defined() || gu.scale.defined() || dn.scale.defined()) return;
+      w.layers.push_back({L.in_norm, L.qkv.w, L.q_norm, L.k_norm, L.o.w, L.post_norm, gu.w, dn.w, k_cache_[l],
+                          v_cache_[l], L.router});
     }
     if (PersistentDecoder::plan(w) == FusedPlan::Fused) persistent_ = std::make_unique<PersistentDecoder>(w);
   }
