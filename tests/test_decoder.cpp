@@ -7,6 +7,8 @@
 // launch, repeated launches, and the plan's and the validation's errors (the latter on the CPU).
 // MoE layers (Qwen3-MoE's: router, routed experts, weighted sum) likewise, mixed with dense ones,
 // with and without the top_k renormalisation, and with routing ties (duplicated router rows).
+// Float8 e4m3fn projections (row scales and blocks; codes over their whole range, subnormals
+// included) against the eager step's scaled_linear / add_rms_norm_linear / moe_experts.
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -23,6 +25,9 @@ struct ModelShape {
   int64_t H, D, nh, nkv, I, vocab, layers, rows;
   int64_t E = 0, top_k = 0, dense_layers = 0;  // MoE: layers past dense_layers have E experts (I each)
   bool norm_topk = true, tied_router = false;  // tied_router: router rows 2 j and 2 j + 1 equal (routing ties)
+  bool fp8 = false;                            // float8 projections: row scales, or blocks of fp8_block
+  Shape fp8_block;
+  bool subnormal = false;                      // every float8 code subnormal (or zero)
 };
 
 Tensor rnd(const Shape& s, double scale, DType dt, Device dev) {
@@ -30,6 +35,26 @@ Tensor rnd(const Shape& s, double scale, DType dt, Device dev) {
 }
 Tensor norm_weight(int64_t n, DType dt, Device dev) {
   return add(mul(randn({n}, TensorOptions(kFloat32)), 0.1), 1.0).to(dt).to(dev);
+}
+
+// A float8 e4m3fn weight [..., n, k] whose dequantised values have about `std`: codes over the
+// whole range (a log-normal magnitude: subnormals and large codes), or subnormal ones only (at
+// most 7 * 2^-9), scales over a few binades.
+std::pair<Tensor, DecoderWeightScale> fp8_weight(const Shape& s, const Shape& block, double std, bool subnormal, Device dev) {
+  const Tensor x = randn(s, TensorOptions(kFloat32));
+  const Tensor codes = subnormal ? clamp(mul(x, std::ldexp(1.0, -8)), -7 * std::ldexp(1.0, -9), 7 * std::ldexp(1.0, -9))
+                                 : clamp(mul(mul(x, exp(randn(s, TensorOptions(kFloat32)))), 4.0), -448, 448);
+  const double rms = subnormal ? std::ldexp(1.0, -8) : 4.0 * std::exp(1.0);  // E[(4 x e^z)^2] = 16 e^2
+  Shape ss(s.begin(), s.end() - 2);
+  const int64_t n = s[s.size() - 2], k = s.back();
+  if (block.empty()) {
+    ss.push_back(n);
+  } else {
+    ss.push_back((n + block[0] - 1) / block[0]);
+    ss.push_back((k + block[1] - 1) / block[1]);
+  }
+  const Tensor scale = mul(exp(mul(randn(ss, TensorOptions(kFloat32)), 0.5)), std / rms);
+  return {codes.to(kFloat8_e4m3fn).to(dev), {scale.to(dev), block}};
 }
 
 DecoderWeights random_model(const ModelShape& s, DType dt, Device dev) {
@@ -51,6 +76,11 @@ DecoderWeights random_model(const ModelShape& s, DType dt, Device dev) {
     L.k_norm = norm_weight(s.D, dt, dev);
     L.o = rnd({s.H, s.nh * s.D}, 1.0 / std::sqrt(static_cast<double>(s.nh * s.D)), dt, dev);
     L.post_norm = norm_weight(s.H, dt, dev);
+    // Float8 projections replace the 16-bit ones after them (the random stream stays the same).
+    auto fp8 = [&](Tensor& w, DecoderWeightScale& sc) {
+      if (!s.fp8) return;
+      std::tie(w, sc) = fp8_weight(w.sizes(), s.fp8_block, 1.0 / std::sqrt(static_cast<double>(w.size(-1))), s.subnormal, dev);
+    };
     if (s.E > 0 && l >= s.dense_layers) {
       // Logits of a few units, so the top_k are apart by more than their roundings (unless tied).
       Tensor r = rnd({s.E, s.H}, 3.0 / std::sqrt(static_cast<double>(s.H)), dt, kCPU);
@@ -62,6 +92,10 @@ DecoderWeights random_model(const ModelShape& s, DType dt, Device dev) {
       L.gate_up = rnd({2 * s.I, s.H}, 1.0 / std::sqrt(static_cast<double>(s.H)), dt, dev);
       L.down = rnd({s.H, s.I}, 1.0 / std::sqrt(static_cast<double>(s.I)), dt, dev);
     }
+    fp8(L.qkv, L.qkv_scale);
+    fp8(L.o, L.o_scale);
+    fp8(L.gate_up, L.gate_up_scale);
+    fp8(L.down, L.down_scale);
     // Earlier positions' keys and values: random, so every key split has work.
     L.k_cache = rnd({1, s.nkv, s.rows, s.D}, 1.0, dt, dev);
     L.v_cache = rnd({1, s.nkv, s.rows, s.D}, 1.0, dt, dev);
@@ -82,6 +116,10 @@ DecoderWeights with_cache_copies(const DecoderWeights& w) {
 
 // The eager step (runtime/models/qwen3.cpp's composition for one token): float32 logits [1, V];
 // resid gets the residual rows in PersistentDecoder::residual's order.
+Tensor project(const Tensor& x, const Tensor& w, const DecoderWeightScale& sc) {
+  return sc.scale.defined() ? scaled_linear(x, w, sc.scale, {}, sc.block) : linear(x, w);
+}
+
 Tensor eager_step(DecoderWeights& w, int64_t token, int64_t pos, std::vector<Tensor>& resid) {
   const Device dev = w.embed.device();
   const int64_t H = w.embed.size(1), D = 2 * w.inv_freq.size(0), nh = w.n_heads;
@@ -94,28 +132,28 @@ Tensor eager_step(DecoderWeights& w, int64_t token, int64_t pos, std::vector<Ten
   for (DecoderLayerWeights& L : w.layers) {
     Tensor qkv;
     if (branch.defined()) {
-      std::tie(qkv, x) = add_rms_norm_linear(branch, x, L.input_norm, w.eps, L.qkv);
+      std::tie(qkv, x) = add_rms_norm_linear(branch, x, L.input_norm, w.eps, L.qkv, L.qkv_scale.scale, L.qkv_scale.block);
       resid.push_back(x);
     } else {
-      qkv = linear(rms_norm(x, {H}, L.input_norm, w.eps), L.qkv);
+      qkv = project(rms_norm(x, {H}, L.input_norm, w.eps), L.qkv, L.qkv_scale);
     }
     const Tensor q = qk_norm_rope_cache(qkv.unsqueeze(0), w.n_heads, w.n_kv_heads, L.q_norm, L.k_norm, w.eps, w.inv_freq,
                                         L.k_cache, L.v_cache, start);
     const Tensor a = decode_attention(q, L.k_cache, L.v_cache, lens);
-    const Tensor o = linear(a.squeeze(0).permute({1, 0, 2}).reshape({1, nh * D}), L.o);
+    const Tensor o = project(a.squeeze(0).permute({1, 0, 2}).reshape({1, nh * D}), L.o, L.o_scale);
     if (L.router.defined()) {
       Tensor h;
       std::tie(h, x) = add_rms_norm(o, x, {H}, L.post_norm, w.eps);
       resid.push_back(x);
       const auto [logits, routing] = moe_router(h, L.router, w.top_k, w.norm_topk_prob);
-      branch = moe_experts(h, routing, L.gate_up, L.down);
+      branch = moe_experts(h, routing, L.gate_up, L.down, L.gate_up_scale.scale, L.down_scale.scale, L.gate_up_scale.block);
       continue;
     }
     Tensor gu;
-    std::tie(gu, x) = add_rms_norm_linear(o, x, L.post_norm, w.eps, L.gate_up);
+    std::tie(gu, x) = add_rms_norm_linear(o, x, L.post_norm, w.eps, L.gate_up, L.gate_up_scale.scale, L.gate_up_scale.block);
     resid.push_back(x);
     const int64_t I = gu.size(1) / 2;
-    branch = linear(silu_mul(gu.narrow(1, 0, I), gu.narrow(1, I, I)), L.down);
+    branch = project(silu_mul(gu.narrow(1, 0, I), gu.narrow(1, I, I)), L.down, L.down_scale);
   }
   Tensor h;
   std::tie(h, x) = add_rms_norm(branch, x, {H}, w.final_norm, w.eps);
@@ -230,6 +268,30 @@ TEST(PersistentDecoder, MoeUnnormalisedFloat16) {
   ModelShape s{128, 16, 4, 2, 64, 512, 2, 40};
   s.E = 200, s.top_k = 2, s.norm_topk = false;
   compare_steps(s, kFloat16, {0, 1, 39});
+}
+
+TEST(PersistentDecoder, Fp8RowScales) {
+  ANVIL_REQUIRE_CUDA();
+  // Row-scaled float8 projections (anvil's fp8 loading), a dense layer and an MoE layer; k = 2048 +
+  // 512 in the dense down (a partial float8 stage).
+  ModelShape s{256, 128, 4, 2, 2560, 1000, 2, 100};
+  s.E = 8, s.top_k = 2, s.dense_layers = 1, s.fp8 = true;
+  compare_steps(s, kBFloat16, {0, 1, 70, 99});
+  // Only subnormal codes: the bfloat16 decode keeps them (a flush would zero every projection).
+  s.subnormal = true;
+  compare_steps(s, kBFloat16, {0, 5});
+}
+
+TEST(PersistentDecoder, Fp8BlockScales) {
+  ANVIL_REQUIRE_CUDA();
+  // Block scales of 16 rows x 64 columns (several blocks per tile's row and per stage), MoE with
+  // Qwen3-30B-A3B's routing; then the Hub's 128 x 128 blocks on a dense model, float16.
+  ModelShape s{512, 64, 16, 2, 96, 777, 2, 80};
+  s.E = 128, s.top_k = 8, s.fp8 = true, s.fp8_block = {16, 64};
+  compare_steps(s, kBFloat16, {0, 7, 79});
+  ModelShape d{384, 128, 4, 2, 640, 500, 2, 40};
+  d.fp8 = true, d.fp8_block = {128, 128};
+  compare_steps(d, kFloat16, {0, 39});
 }
 
 // The checked mode (one launch per op, each checked) computes what the one launch does, bit for

@@ -1,6 +1,6 @@
 #pragma once
 // The persistent decoder step: a whole one-token step of a pre-norm decoder with q / k norms
-// (Qwen3's dense layers) as one CUDA launch, one block per SM working through a schedule built
+// (Qwen3's dense and MoE layers) as one CUDA launch, one block per SM working through a schedule built
 // once here from the model's shapes. It is an implementation of this composition of public ops
 // (runtime/models/qwen3.cpp's eager step, which stays the oracle and the fallback):
 //   x = embed[token];  per layer:
@@ -14,8 +14,9 @@
 //     logits, routing = moe_router(h, router, top_k, norm_topk_prob)
 //     branch = moe_experts(h, routing, gate_up, down)
 //   h, x = add_rms_norm(branch, x, final_norm, eps);  logits = float(linear(h, head))
-// with the same roundings; products and attention sums run in another order, so logits agree to
-// float32 rounding of the sums (tests: cosine >= 0.9999 and the same greedy tokens).
+// (float8 weights: add_rms_norm_linear / scaled_linear / moe_experts with their scales) with the
+// same roundings; products and attention sums run in another order, so logits agree to float32
+// rounding of the sums (tests: cosine >= 0.9999 and the same greedy tokens).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,9 +27,18 @@
 
 namespace anvil {
 
+// The scales of a float8 weight, as scaled_linear's (and moe_experts' per expert): row-wise [n]
+// or [n, 1] (block empty), or block = {bn, bk}: [ceil(n / bn), ceil(k / bk)]; an MoE layer's
+// experts' with a leading [E]. Undefined: the weight has the activations' dtype.
+struct DecoderWeightScale {
+  Tensor scale;
+  Shape block;
+};
+
 // One layer's weights and KV cache, in the layout the eager step uses (H hidden, D head_dim,
 // I intermediate, E experts). All on one CUDA device, contiguous, in the activations' 16-bit
-// dtype. A layer with a router is an MoE layer: its gate_up and down are its experts'.
+// dtype, or float8 with scales (the four projections). A layer with a router is an MoE layer:
+// its gate_up and down are its experts'.
 struct DecoderLayerWeights {
   Tensor input_norm;        // [H]
   Tensor qkv;               // [(n_heads + 2 n_kv_heads) D, H]: q, k and v stacked
@@ -39,6 +49,7 @@ struct DecoderLayerWeights {
   Tensor down;              // [H, I] (MoE: [E, H, I])
   Tensor k_cache, v_cache;  // [1, n_kv_heads, rows, D]
   Tensor router;            // [E, H]: an MoE layer; undefined: a dense one
+  DecoderWeightScale qkv_scale, o_scale, gate_up_scale, down_scale;  // float8 weights' scales
 };
 
 // One op of a profiled step (PersistentDecoder::profile_step), microseconds from the launch's
@@ -66,7 +77,8 @@ class ANVIL_API PersistentDecoder {
  public:
   // Fused where the persistent kernel runs these weights: a CUDA device of compute capability
   // 9.0 or later, bfloat16 / float16, head_dim 16, 64 or 128, at most 16 q heads per kv head, rows
-  // of a multiple of 8 elements, MoE layers of at most 256 experts and top_k <= 8. Composed otherwise (the caller runs the eager step). Throws
+  // of a multiple of 8 elements, MoE layers of at most 256 experts and top_k <= 8, float8 weights
+  // e4m3fn with row scales or blocks of bn % 8 == 0 rows and bk % 32 == 0 columns. Composed otherwise (the caller runs the eager step). Throws
   // ShapeError / DTypeError / DeviceError when the weights do not describe one model.
   static FusedPlan plan(const DecoderWeights& weights);
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repo root (gpu-carry/ made as README.md says): the persistent
-# decoder step's CUDA tests, the Qwen3-0.6B and Qwen3-30B-A3B (MOE=0: not) benches with every
+# decoder step's CUDA tests, the Qwen3-0.6B and Qwen3-30B-A3B bf16 and fp8 (MOE=0: not) benches with every
 # decode path and --trace (time per op), then compute-sanitizer memcheck and racecheck on two small decoder tests.
 cd "$(dirname "$0")/.."
 tar -C /tmp -xJf gpu-carry/b.tar.xz
@@ -12,8 +12,10 @@ grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure|rror|Expected|Which is|Value o
 timeout 90 /tmp/b/run.sh anvil bench --shape qwen3-0.6b --device cuda -p 0 -n 128 -r 2 --trace > $OUT/bench.log 2>&1
 echo "bench rc $?"; tail -18 $OUT/bench.log
 if [[ "${MOE:-1}" == 1 ]]; then
-  timeout 240 /tmp/b/run.sh anvil bench --shape qwen3-30b-a3b --device cuda -p 0 -n 64 -r 2 --trace > $OUT/bench-moe.log 2>&1
-  echo "moe bench rc $?"; grep -vE "^ *layer ([1-9]|[1-3][0-9]|4[0-6]) " $OUT/bench-moe.log | tail -24
+  for dt in bfloat16 ${FP8:-fp8-block}; do
+    timeout 240 /tmp/b/run.sh anvil bench --shape qwen3-30b-a3b --dtype $dt --device cuda -p 0 -n 64 -r 2 --trace > $OUT/bench-moe-$dt.log 2>&1
+    echo "moe $dt bench rc $?"; grep -vE "^ *layer ([1-9]|[1-3][0-9]|4[0-6]) " $OUT/bench-moe-$dt.log | tail -24
+  done
 fi
 CS=$(ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || command -v compute-sanitizer)
 for tool in memcheck racecheck; do

@@ -57,8 +57,8 @@ using cuda_device::to_compute;
 constexpr int kWarps = 8;                          // compute warps
 constexpr int kComputeThreads = kWarps * 32;
 constexpr int kThreads = kComputeThreads + 32;     // + the loader warp
-constexpr int kCols = 1024;                        // weight columns per stage row
-constexpr int kPitch = kCols * 2 + 64;             // bytes; 64 mod 128 spreads a quarter warp's two rows over the banks
+constexpr int kRowBytes = 2048;                    // weight bytes per stage row: 1024 16-bit or 2048 float8 columns
+constexpr int kPitch = kRowBytes + 64;             // bytes; 64 mod 128 spreads a quarter warp's two rows over the banks
 constexpr int kStageBytes = kDecoderTileRows * kPitch;
 constexpr int kMaxStages = 12;
 constexpr int kMinStages = 4;
@@ -77,7 +77,8 @@ struct Shared {
   uint64_t full[kMaxStages], empty[kMaxStages];
   float partial[2][kDecoderMaxTopK][kWarps][4][2];  // a tile's sums per slot and warp (lanes 0-3)
   float red[kWarps];
-  float route_w[kDecoderMaxTopK];      // the compute warps' routing weights, of router op route_for
+  float route_w[kDecoderMaxTopK];      // the compute warps' routing weights and experts, of router op route_for
+  int32_t route_e[kDecoderMaxTopK];
   int32_t route_ids[kDecoderMaxTopK];  // the loader's experts, of router op load_route_for
   int route_for;
   DecoderOp op;                    // the compute warps' current op
@@ -183,7 +184,7 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
   for (int base = begin; base < end; base += 32) {
     const char* w = nullptr;  // this lane's item: a Gemv tile's first row (expert 0's when routed), its k and rows (0: no tile)
     int64_t k = 0, expert_bytes = 0;
-    int rows = 0, op_i = 0, slot = 0, slots = 1;
+    int rows = 0, op_i = 0, slot = 0, slots = 1, esize = static_cast<int>(sizeof(T));
     DecoderRouting routing = DecoderRouting::None;
     if (base + lane < end) {
       const DecoderItem it = p.items[base + lane];
@@ -196,10 +197,11 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
           const int64_t row0 = static_cast<int64_t>(tile) * kDecoderTileRows;
           k = op->k;
           rows = static_cast<int>(std::min<int64_t>(kDecoderTileRows, op->n - row0));
-          w = static_cast<const char*>(op->w) + row0 * k * static_cast<int64_t>(sizeof(T));
+          if (op->scaling != DecoderScale::None) esize = 1;
+          w = static_cast<const char*>(op->w) + row0 * k * esize;
           op_i = it.op;
           if (routing != DecoderRouting::None) {
-            expert_bytes = op->n * k * static_cast<int64_t>(sizeof(T));
+            expert_bytes = op->n * k * esize;
             slot = routing == DecoderRouting::Experts ? it.index / tiles : 0;
             slots = routing == DecoderRouting::ExpertsSum ? op->top_k : 1;
           }
@@ -215,6 +217,7 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
       const auto routing_j = static_cast<DecoderRouting>(__shfl_sync(0xffffffffu, static_cast<int>(routing), j));
       const int64_t expert_bytes_j = __shfl_sync(0xffffffffu, expert_bytes, j);
       const int slot_j = __shfl_sync(0xffffffffu, slot, j), slots_j = __shfl_sync(0xffffffffu, slots, j);
+      const int esize_j = __shfl_sync(0xffffffffu, esize, j), cols = kRowBytes / esize_j;
       if (routing_j != DecoderRouting::None) {
         const int oj = __shfl_sync(0xffffffffu, op_i, j);
         const DecoderOp& op = p.ops[oj];
@@ -229,17 +232,17 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
       for (int si = 0; si < slots_j; ++si) {
         const int64_t expert = routing_j == DecoderRouting::None ? 0 : sh.route_ids[routing_j == DecoderRouting::Experts ? slot_j : si];
         const char* ws = wj + expert * expert_bytes_j;
-        for (int64_t c0 = 0; c0 < kj; c0 += kCols, ++u) {
+        for (int64_t c0 = 0; c0 < kj; c0 += cols, ++u) {
           const int s = static_cast<int>(u % stages);
           int ok = 1;
           if (lane == 0 && u >= static_cast<uint32_t>(stages)) ok = wait_stage(p, smem_u32(&sh.empty[s]), (u / stages - 1) & 1);
           if (!__shfl_sync(0xffffffffu, ok, 0)) return;
           if (lane == 0) {
-            const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(kCols, kj - c0) * sizeof(T));
+            const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(cols, kj - c0) * esize_j);
             mbar_arrive_expect_tx(smem_u32(&sh.full[s]), bytes * rj);
             for (int r = 0; r < rj; ++r)
-              bulk_copy_g2s(smem_u32(ring + s * kStageBytes + r * kPitch),
-                            ws + (r * kj + c0) * static_cast<int64_t>(sizeof(T)), bytes, smem_u32(&sh.full[s]));
+              bulk_copy_g2s(smem_u32(ring + s * kStageBytes + r * kPitch), ws + (r * kj + c0) * esize_j, bytes,
+                            smem_u32(&sh.full[s]));
           }
         }
       }
@@ -283,6 +286,49 @@ __device__ void prologue(const DecoderStepParams& p, const DecoderOp& op, bool f
   compute_sync();
 }
 
+// One stage of a tile: its 8 weight rows (row: the lane's, g) against x over `cols` columns, a
+// warp per 32 columns at a time (lane t: 8 of them), accumulated into acc (mma.sync m16n8k16, x
+// as A row 0: acc[0], acc[1] of lanes 0..3 are rows 2 t, 2 t + 1). Zeros past cols (stale stage
+// bytes may be NaN).
+template <typename T>
+__device__ __forceinline__ void stage_dot16(float (&acc)[4], const T* x, const unsigned char* row, int cols, int warp, int t) {
+#pragma unroll
+  for (int i = 0; i < kRowBytes / 2 / 256; ++i) {
+    const int kk = (warp + kWarps * i) * 32 + t * 8;
+    uint4 xv = make_uint4(0, 0, 0, 0), wv = xv;
+    if (kk < cols) {
+      xv = *reinterpret_cast<const uint4*>(x + kk);
+      wv = *reinterpret_cast<const uint4*>(row + kk * 2);
+    }
+    mma_tile32<T>(acc, xv, wv);
+  }
+}
+// The same over float8 e4m3fn weights, decoded in registers; block: the tile's row of block
+// scales (null: row scales, applied after the sum), bk columns each, c0 the stage's first column.
+template <typename T>
+__device__ __forceinline__ void stage_dot8(float (&acc)[4], const T* x, const unsigned char* row, int cols, int warp, int t,
+                                           const float* block, int64_t c0, int64_t bk) {
+#pragma unroll
+  for (int i = 0; i < kRowBytes / 256; ++i) {
+    const int k0 = (warp + kWarps * i) * 32, kk = k0 + t * 8;
+    uint4 xv = make_uint4(0, 0, 0, 0), wv = xv;
+    float s = 0.f;
+    if (kk < cols) {
+      xv = *reinterpret_cast<const uint4*>(x + kk);
+      wv = cuda_device::e4m3x8_to<T>(*reinterpret_cast<const uint2*>(row + kk));
+      if (block) s = __ldg(block + (c0 + k0) / bk);  // bk % 32 == 0: one block per 32 columns
+    }
+    if (block) {
+      float d[4] = {};
+      mma_tile32<T>(d, xv, wv);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] = fmaf(s, d[e], acc[e]);
+    } else {
+      mma_tile32<T>(acc, xv, wv);
+    }
+  }
+}
+
 // One item: 8 weight rows against xs over the tile's stages (per slot of an ExpertsSum, against
 // its row of xs); u counts this block's stages. waited: ns thread 0 spent waiting for stages
 // (profiling).
@@ -294,27 +340,30 @@ __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int i
   const int tiles = static_cast<int>((op.n + kDecoderTileRows - 1) / kDecoderTileRows);
   const int tile = op.routing == DecoderRouting::Experts ? item % tiles : item;
   const int slots = op.routing == DecoderRouting::ExpertsSum ? op.top_k : 1;
+  const bool f8 = op.scaling != DecoderScale::None;
+  const int cols_per_stage = f8 ? kRowBytes : kRowBytes / 2;
+  // The expert of slot si (0 when not routed), for the scales.
+  auto expert = [&](int si) -> int64_t {
+    if (op.routing == DecoderRouting::None) return 0;
+    return sh.route_e[op.routing == DecoderRouting::Experts ? item / tiles : si];
+  };
   for (int si = 0; si < slots; ++si) {
     const T* x = xs + si * op.k;
+    const float* block = nullptr;
+    if (op.scaling == DecoderScale::Block)
+      block = op.w_scale + expert(si) * op.scale_expert +
+              (static_cast<int64_t>(tile) * kDecoderTileRows / op.scale_bn) * ((op.k + op.scale_bk - 1) / op.scale_bk);
     float acc[4] = {};
-    for (int64_t c0 = 0; c0 < op.k; c0 += kCols, ++u) {
+    for (int64_t c0 = 0; c0 < op.k; c0 += cols_per_stage, ++u) {
       const int s = static_cast<int>(u % stages);
       const uint64_t t0 = p.trace && tid == 0 ? now_ns() : 0;
       wait_stage(p, smem_u32(&sh.full[s]), (u / stages) & 1);
       if (p.trace && tid == 0) waited += now_ns() - t0;
       __syncwarp();  // mma.sync needs the whole warp
-      const int cols = static_cast<int>(std::min<int64_t>(kCols, op.k - c0));
+      const int cols = static_cast<int>(std::min<int64_t>(cols_per_stage, op.k - c0));
       const unsigned char* row = ring + s * kStageBytes + g * kPitch;
-#pragma unroll
-      for (int i = 0; i < kCols / 256; ++i) {
-        const int kk = (warp + kWarps * i) * 32 + t * 8;
-        uint4 xv = make_uint4(0, 0, 0, 0), wv = xv;  // zeros past k (stale stage bytes may be NaN)
-        if (kk < cols) {
-          xv = *reinterpret_cast<const uint4*>(x + c0 + kk);
-          wv = *reinterpret_cast<const uint4*>(row + kk * 2);
-        }
-        mma_tile32<T>(acc, xv, wv);
-      }
+      if (f8) stage_dot8<T>(acc, x + c0, row, cols, warp, t, block, c0, op.scale_bk);
+      else stage_dot16<T>(acc, x + c0, row, cols, warp, t);
       __syncwarp();
       if (lane == 0) mbar_arrive(smem_u32(&sh.empty[s]));
     }
@@ -331,6 +380,7 @@ __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int i
       auto product = [&](int si) {
         float v = 0.f;
         for (int w = 0; w < kWarps; ++w) v += sh.partial[par][si][w][tid / 2][tid % 2];
+        if (op.scaling == DecoderScale::Row) v *= __ldg(op.w_scale + expert(si) * op.scale_expert + j);
         return from_compute<T>(v);
       };
       T r;
@@ -682,8 +732,11 @@ __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsi
         }
         stamp(cur, 1);
         compute_sync();
-        if (op.routing == DecoderRouting::ExpertsSum && sh.route_for != op.route_op) {  // its weights
-          if (tid < 32) route_warp<T>(op, nullptr, sh.route_w);
+        // The routing's weights (the sum) and experts (their scales) where the op needs them.
+        const bool route = op.routing == DecoderRouting::ExpertsSum ||
+                           (op.routing == DecoderRouting::Experts && op.scaling != DecoderScale::None);
+        if (route && sh.route_for != op.route_op) {
+          if (tid < 32) route_warp<T>(op, sh.route_e, sh.route_w);
           if (tid == 0) sh.route_for = op.route_op;
           compute_sync();
         }

@@ -70,6 +70,31 @@ Dims validate(const DecoderWeights& w) {
     check_shape(t, want, name);
     same(t, name);
   };
+  // A projection: embed's dtype, or float8 with its scales (DecoderWeightScale's shapes).
+  auto proj = [&](const Tensor& t, const DecoderWeightScale& sc, const Shape& want, const std::string& name) {
+    if (!sc.scale.defined()) return weight(t, want, name);
+    check_shape(t, want, name);
+    ANVIL_CHECK(is_float8(t.dtype()), DTypeError, kOp, " ", name, " has scales, so it must be float8, got ", describe(t));
+    ANVIL_CHECK(t.device() == dev && sc.scale.device() == dev, DeviceError, kOp, " ", name, " and its scale must be on ",
+                dev.str(), ", got ", describe(t), " and ", describe(sc.scale));
+    ANVIL_CHECK(sc.scale.dtype() == kFloat32, DTypeError, kOp, " ", name, "'s scale must be float32, got ",
+                describe(sc.scale));
+    const int64_t n = want[want.size() - 2], k = want.back();
+    Shape s(want.begin(), want.end() - 2);
+    if (sc.block.empty()) {
+      s.push_back(n);
+      Shape s1 = s;
+      s1.push_back(1);
+      ANVIL_CHECK(sc.scale.sizes() == s || sc.scale.sizes() == s1, ShapeError, kOp, " ", name, "'s row scale must be ",
+                  shape_str(s), " or ", shape_str(s1), ", got ", describe(sc.scale));
+      return;
+    }
+    ANVIL_CHECK(sc.block.size() == 2 && sc.block[0] > 0 && sc.block[1] > 0, ShapeError, kOp, " ", name,
+                "'s block must be {bn, bk} > 0, got ", shape_str(sc.block));
+    s.push_back((n + sc.block[0] - 1) / sc.block[0]);
+    s.push_back((k + sc.block[1] - 1) / sc.block[1]);
+    check_shape(sc.scale, s, name + "'s block scale");
+  };
   weight(w.final_norm, {d.H}, "final_norm");
   weight(w.head, {d.logits, d.H}, "head");
   ANVIL_CHECK(w.inv_freq.dtype() == kFloat32 && w.inv_freq.device() == dev, DTypeError, kOp,
@@ -78,10 +103,10 @@ Dims validate(const DecoderWeights& w) {
     const DecoderLayerWeights& L = w.layers[static_cast<size_t>(l)];
     const std::string p = "layer " + std::to_string(l) + " ";
     weight(L.input_norm, {d.H}, p + "input_norm");
-    weight(L.qkv, {(d.nh + 2 * d.nkv) * d.D, d.H}, p + "qkv");
+    proj(L.qkv, L.qkv_scale, {(d.nh + 2 * d.nkv) * d.D, d.H}, p + "qkv");
     if (L.q_norm.defined()) weight(L.q_norm, {d.D}, p + "q_norm");
     if (L.k_norm.defined()) weight(L.k_norm, {d.D}, p + "k_norm");
-    weight(L.o, {d.H, d.nh * d.D}, p + "o");
+    proj(L.o, L.o_scale, {d.H, d.nh * d.D}, p + "o");
     weight(L.post_norm, {d.H}, p + "post_norm");
     const int64_t E = L.router.defined() ? L.router.size(0) : 0;
     if (E > 0) weight(L.router, {E, d.H}, p + "router");
@@ -93,11 +118,11 @@ Dims validate(const DecoderWeights& w) {
     if (E > 0) {
       ANVIL_CHECK(w.top_k >= 1 && w.top_k <= E, ShapeError, kOp, " top_k (", w.top_k, ") must be in [1, ", E,
                   "] for ", p, "with ", E, " experts");
-      weight(L.gate_up, {E, 2 * I, d.H}, p + "gate_up");
-      weight(L.down, {E, d.H, I}, p + "down");
+      proj(L.gate_up, L.gate_up_scale, {E, 2 * I, d.H}, p + "gate_up");
+      proj(L.down, L.down_scale, {E, d.H, I}, p + "down");
     } else {
-      weight(L.gate_up, {2 * I, d.H}, p + "gate_up");
-      weight(L.down, {d.H, I}, p + "down");
+      proj(L.gate_up, L.gate_up_scale, {2 * I, d.H}, p + "gate_up");
+      proj(L.down, L.down_scale, {d.H, I}, p + "down");
     }
     d.I.push_back(I);
     d.E.push_back(E);
@@ -117,8 +142,23 @@ bool all_contiguous(const DecoderWeights& w) {
   bool c = ok(w.embed) && ok(w.final_norm) && ok(w.head) && ok(w.inv_freq);
   for (const DecoderLayerWeights& L : w.layers)
     c = c && ok(L.input_norm) && ok(L.qkv) && ok(L.q_norm) && ok(L.k_norm) && ok(L.o) && ok(L.post_norm) &&
-        ok(L.gate_up) && ok(L.down) && ok(L.k_cache) && ok(L.v_cache) && ok(L.router);
+        ok(L.gate_up) && ok(L.down) && ok(L.k_cache) && ok(L.v_cache) && ok(L.router) && ok(L.qkv_scale.scale) &&
+        ok(L.o_scale.scale) && ok(L.gate_up_scale.scale) && ok(L.down_scale.scale);
   return c;
+}
+
+// Float8 weights the kernel decodes: e4m3fn, rows of whole 16-byte copies (k % 16), row scales or
+// blocks of whole tiles (bn % 8) and of whole 32-column chunks (bk % 32).
+bool kernel_scales(const DecoderWeights& w) {
+  auto ok = [](const Tensor& t, const DecoderWeightScale& s) {
+    if (!s.scale.defined()) return true;
+    return t.dtype() == kFloat8_e4m3fn && t.size(-1) % 16 == 0 &&
+           (s.block.empty() || (s.block[0] % 8 == 0 && s.block[1] % 32 == 0));
+  };
+  for (const DecoderLayerWeights& L : w.layers)
+    if (!ok(L.qkv, L.qkv_scale) || !ok(L.o, L.o_scale) || !ok(L.gate_up, L.gate_up_scale) || !ok(L.down, L.down_scale))
+      return false;
+  return true;
 }
 
 int sm_count(Device dev) { return cuda::get_device_properties(dev.index).multiprocessor_count; }
@@ -138,7 +178,7 @@ DecoderStepParams plan_params(const Dims& d, const DecoderWeights& w) {
 }
 
 FusedPlan plan_of(const Dims& d, const DecoderWeights& w) {
-  if (!w.embed.device().is_cuda() || !all_contiguous(w)) return FusedPlan::Composed;
+  if (!w.embed.device().is_cuda() || !all_contiguous(w) || !kernel_scales(w)) return FusedPlan::Composed;
   if (d.H % 8 != 0 || (d.nh * d.D) % 8 != 0 || d.D % 8 != 0) return FusedPlan::Composed;
   for (const int64_t I : d.I)
     if (I % 8 != 0) return FusedPlan::Composed;
@@ -225,8 +265,8 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
 
   auto row = [](const Tensor& x, int64_t i) { return x.select(0, i).raw_data_ptr(); };
   auto part_row = [](const Tensor& x, int64_t i, int64_t n) { return x.select(0, i).narrow(0, 0, n); };
-  auto gemv = [&](const std::string& name, const Tensor& wt, DecoderPrologue pro, const void* a, const void* b,
-                  const Tensor& norm, void* sum_out, const Tensor& out) {
+  auto gemv = [&](const std::string& name, const Tensor& wt, const DecoderWeightScale& sc, DecoderPrologue pro,
+                  const void* a, const void* b, const Tensor& norm, void* sum_out, const Tensor& out) {
     DecoderOp op;
     op.kind = DecoderOpKind::Gemv;
     op.prologue = pro;
@@ -254,6 +294,15 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
       const int64_t tiles = (op.n + kDecoderTileRows - 1) / kDecoderTileRows;
       op.signals = static_cast<uint32_t>(op.routing == DecoderRouting::Experts ? weights.top_k * tiles : tiles);
     }
+    if (sc.scale.defined()) {
+      op.scaling = sc.block.empty() ? DecoderScale::Row : DecoderScale::Block;
+      op.w_scale = static_cast<const float*>(sc.scale.raw_data_ptr());
+      if (op.scaling == DecoderScale::Block) {
+        op.scale_bn = sc.block[0];
+        op.scale_bk = sc.block[1];
+      }
+      op.scale_expert = wt.dim() == 3 ? sc.scale.numel() / wt.size(0) : 0;
+    }
     m.ops.push_back(op);
     m.names.push_back(name);
     m.outputs.push_back(out);
@@ -262,11 +311,11 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
     const DecoderLayerWeights& W = weights.layers[static_cast<size_t>(l)];
     const std::string p = "layer " + std::to_string(l) + " ";
     if (l == 0) {
-      gemv(p + "qkv", W.qkv, DecoderPrologue::AddNorm, nullptr, weights.embed.raw_data_ptr(), W.input_norm, row(m.resid, 0),
+      gemv(p + "qkv", W.qkv, W.qkv_scale, DecoderPrologue::AddNorm, nullptr, weights.embed.raw_data_ptr(), W.input_norm, row(m.resid, 0),
            m.qkv.select(0, l));
       m.ops.back().gather = 1;
     } else {
-      gemv(p + "qkv", W.qkv, DecoderPrologue::AddNorm, row(m.down, l - 1), row(m.resid, 2 * l - 1), W.input_norm,
+      gemv(p + "qkv", W.qkv, W.qkv_scale, DecoderPrologue::AddNorm, row(m.down, l - 1), row(m.resid, 2 * l - 1), W.input_norm,
            row(m.resid, 2 * l), m.qkv.select(0, l));
     }
     DecoderOp at;
@@ -291,22 +340,22 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
     m.ops.push_back(at);
     m.names.push_back(p + "attention");
     m.outputs.push_back(m.attn.select(0, l));
-    gemv(p + "o", W.o, DecoderPrologue::Copy, row(m.attn, l), nullptr, Tensor(), nullptr, m.o.select(0, l));
+    gemv(p + "o", W.o, W.o_scale, DecoderPrologue::Copy, row(m.attn, l), nullptr, Tensor(), nullptr, m.o.select(0, l));
     const int64_t I = d.I[static_cast<size_t>(l)], E = d.E[static_cast<size_t>(l)];
     if (E > 0) {  // router, then the routed experts (gate_up recomputes the router's input row)
-      gemv(p + "router", W.router, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
+      gemv(p + "router", W.router, {}, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
            row(m.resid, 2 * l + 1), part_row(m.router, l, E));
-      gemv(p + "experts gate_up", W.gate_up, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
+      gemv(p + "experts gate_up", W.gate_up, W.gate_up_scale, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
            nullptr, part_row(m.gu, l, weights.top_k * 2 * I));
-      gemv(p + "experts down", W.down, DecoderPrologue::SiluMul, row(m.gu, l), nullptr, Tensor(), nullptr,
+      gemv(p + "experts down", W.down, W.down_scale, DecoderPrologue::SiluMul, row(m.gu, l), nullptr, Tensor(), nullptr,
            m.down.select(0, l));
     } else {
-      gemv(p + "gate_up", W.gate_up, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
+      gemv(p + "gate_up", W.gate_up, W.gate_up_scale, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
            row(m.resid, 2 * l + 1), part_row(m.gu, l, 2 * I));
-      gemv(p + "down", W.down, DecoderPrologue::SiluMul, row(m.gu, l), nullptr, Tensor(), nullptr, m.down.select(0, l));
+      gemv(p + "down", W.down, W.down_scale, DecoderPrologue::SiluMul, row(m.gu, l), nullptr, Tensor(), nullptr, m.down.select(0, l));
     }
   }
-  gemv("lm_head", weights.head, DecoderPrologue::AddNorm, row(m.down, L - 1), row(m.resid, 2 * L - 1), weights.final_norm,
+  gemv("lm_head", weights.head, {}, DecoderPrologue::AddNorm, row(m.down, L - 1), row(m.resid, 2 * L - 1), weights.final_norm,
        row(m.resid, 2 * L), Tensor());
   m.ops.back().out_f32 = 1;
   const int32_t n_ops = static_cast<int32_t>(m.ops.size());

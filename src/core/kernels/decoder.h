@@ -37,6 +37,13 @@ enum class DecoderPrologue : int32_t { AddNorm, SiluMul, Copy };
 //              y = round(sum over slots of weight * product) in float32 (down and the combine).
 enum class DecoderRouting : int32_t { None, Experts, ExpertsSum };
 
+// A Gemv op's weights: the activations' dtype, or float8 e4m3fn with float32 scales as
+// scaled_linear's (per expert, scale_expert floats apart):
+//  Row:   scale [n]: y_j = round(dot_j * scale[j]);
+//  Block: scale [ceil(n / bn), ceil(k / bk)] (bn % 8 == 0, bk % 32 == 0): each block's part of
+//         the dot times its scale, summed in float32, one rounding.
+enum class DecoderScale : int32_t { None, Row, Block };
+
 constexpr int kDecoderTileRows = 8;
 constexpr int kDecoderMaxTopK = 8;      // experts per token of a routed op
 constexpr int kDecoderMaxExperts = 256;
@@ -59,6 +66,9 @@ struct DecoderOp {
   void* sum_out = nullptr;       // [k]
   void* y = nullptr;             // [n]; null: the step's params.out
   float eps = 0.f;
+  DecoderScale scaling = DecoderScale::None;  // None: w has the activations' dtype; else float8 e4m3fn
+  const float* w_scale = nullptr;
+  int64_t scale_bn = 0, scale_bk = 0, scale_expert = 0;
   // Routed Gemv (MoE)
   DecoderRouting routing = DecoderRouting::None;
   int32_t route_op = -1;         // the router op: the op whose y holds the logits

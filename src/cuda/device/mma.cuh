@@ -137,6 +137,32 @@ __device__ __forceinline__ void fp8x4_to(uint32_t w, uint32_t& p0, uint32_t& p1)
   }
 }
 
+// Eight e4m3fn values (8 bytes, byte 0 first) -> eight T (bfloat16 / float16) as mma operand
+// words, exact. float16: the conversion instruction. bfloat16: each byte's sign and its 7 magnitude
+// bits move into a bfloat16 (exponent field = e4m3's, mantissa m << 4: the value times 2^-120, a
+// subnormal when e = 0), then one multiply by 2^120 in bfloat16 (exact; subnormals are kept): no
+// float32 round trip (f16x2_to_bf16x2 costs three conversions per pair).
+template <typename T>
+__device__ __forceinline__ uint4 e4m3x8_to(uint2 w) {
+  uint32_t r[4];
+  const uint32_t in[2] = {w.x, w.y};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (std::is_same_v<T, BFloat16>) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t a = __byte_perm(in[i], 0u, h == 0 ? 0x1404u : 0x3424u);  // bytes 2h, 2h + 1 at bits 8.., 24..
+        const uint32_t b = (a & 0x80008000u) | ((a & 0x7F007F00u) >> 4);
+        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r[2 * i + h]) : "r"(b), "r"(0x7B807B80u));  // 2^120 twice
+      }
+    } else {
+      r[2 * i] = fp8x2_to_f16x2<Float8_e4m3fn>(static_cast<uint16_t>(in[i] & 0xFFFFu));
+      r[2 * i + 1] = fp8x2_to_f16x2<Float8_e4m3fn>(static_cast<uint16_t>(in[i] >> 16));
+    }
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
 template <typename T>
 inline constexpr bool is_fp8_v = std::is_same_v<T, Float8_e4m3fn> || std::is_same_v<T, Float8_e5m2>;
 

@@ -217,8 +217,8 @@ class Qwen3 final : public Model {
     return project(h, head_).to(kFloat32);
   }
 
-  // The persistent step (anvil/decoder.h) for models with unscaled weights (dense and MoE
-  // layers; not when the router logits are kept), where its plan says Fused; the eager step and its graph stay for prefill, and for
+  // The persistent step (anvil/decoder.h) for dense and MoE models, 16-bit or float8 (the head
+  // 16-bit; not when the router logits are kept), where its plan says Fused; the eager step and its graph stay for prefill, and for
   // everything else.
   void make_persistent() {
     if (head_.scale.defined() || (c_.is_moe() && o_.keep_router)) return;  // router logits come from the eager step
@@ -237,9 +237,9 @@ class Qwen3 final : public Model {
       const bool moe = L.router.defined();
       const ProjWeight& gu = moe ? L.experts_gate_up : L.gate_up;
       const ProjWeight& dn = moe ? L.experts_down : L.down;
-      if (L.qkv.scale.defined() || L.o.scale.defined() || gu.scale.defined() || dn.scale.defined()) return;
       w.layers.push_back({L.in_norm, L.qkv.w, L.q_norm, L.k_norm, L.o.w, L.post_norm, gu.w, dn.w, k_cache_[l],
-                          v_cache_[l], L.router});
+                          v_cache_[l], L.router, {L.qkv.scale, L.qkv.block}, {L.o.scale, L.o.block},
+                          {gu.scale, gu.block}, {dn.scale, dn.block}});
     }
     if (PersistentDecoder::plan(w) == FusedPlan::Fused) persistent_ = std::make_unique<PersistentDecoder>(w);
   }
