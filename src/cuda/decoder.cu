@@ -222,7 +222,7 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
         const int oj = __shfl_sync(0xffffffffu, op_i, j);
         const DecoderOp& op = p.ops[oj];
         if (op.route_op != routed_by) {
-          if (lane == 0) wait_count(p, oj, op.route_op, op.route_count);
+          if (lane == 0 && op.route_op >= p.op_begin) wait_count(p, oj, op.route_op, op.route_count);  // else an earlier launch ran it
           __syncwarp();
           if (aborted(p)) return;
           route_warp<T>(op, sh.route_ids, nullptr);
