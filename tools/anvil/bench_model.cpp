@@ -68,11 +68,11 @@ void print_trace(PersistentDecoder& dec, int steps) {
               steps, mean.empty() ? 0.0 : mean.back().end_us);
   std::printf("(sums over the layers; busy: first block ready to last block done; gap: the op before's last block\n"
               "done to this op's first block ready; per-block means: waiting for inputs, prologue, waiting for weights)\n");
-  std::printf("| %-10s | %5s | %9s | %8s | %9s | %11s | %12s |\n", "op", "count", "busy us", "gap us", "wait us",
+  std::printf("| %-15s | %5s | %9s | %8s | %9s | %11s | %12s |\n", "op", "count", "busy us", "gap us", "wait us",
               "prologue us", "weights us");
-  std::printf("| ---------- | ----- | --------- | -------- | --------- | ----------- | ------------ |\n");
+  std::printf("| --------------- | ----- | --------- | -------- | --------- | ----------- | ------------ |\n");
   for (const Kind& k : kinds)
-    std::printf("| %-10s | %5d | %9.1f | %8.1f | %9.1f | %11.1f | %12.1f |\n", k.name.c_str(), k.count, k.busy, k.gap,
+    std::printf("| %-15s | %5d | %9.1f | %8.1f | %9.1f | %11.1f | %12.1f |\n", k.name.c_str(), k.count, k.busy, k.gap,
                 k.wait, k.prologue, k.stages);
 }
 
@@ -191,8 +191,8 @@ int cmd_bench(const BenchOptions& o) {
   if (o.trace) {
     PersistentDecoder* dec = model->persistent_decoder();
     ANVIL_CHECK(dec != nullptr, Error, op,
-                " --trace needs the persistent decode path (a dense bfloat16 / float16 model on a CUDA GPU of compute "
-                "capability 9.0)");
+                " --trace needs the persistent decode path (a Qwen3 / Qwen3-MoE model with 16-bit or float8 "
+                "e4m3 weights on a CUDA GPU of compute capability 9.0)");
     ANVIL_CHECK(lo.max_context > 8, Error, op, " --trace profiles positions 1..8: give -p or -n of at least 8");
     print_trace(*dec, 8);
   }
