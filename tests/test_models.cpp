@@ -306,46 +306,51 @@ TEST(ModelsCuda, DecodeGraphMatchesEager) {
   }
 }
 
-// CUDA: the dense model's one-token steps run as the persistent kernel when asked
-// (LoadOptions::persistent_decode; the MoE model has no persistent path yet); its logits match the
-// eager step's to float32 rounding of the sums (cosine >= 0.9999, the same greedy token) at every
-// position, and each path can be chosen.
+// CUDA: the one-token steps of the dense and the MoE model run as the persistent kernel when
+// asked (LoadOptions::persistent_decode); its logits match the eager step's to float32 rounding of
+// the sums (cosine >= 0.9999, the same greedy token) at every position, and each path can be chosen.
 TEST(ModelsCuda, PersistentDecodeMatchesEager) {
   ANVIL_REQUIRE_CUDA();
-  const Golden& g = golden("qwen3-dense-tiny");
-  LoadOptions o = opts(Device(kCUDA, 0), kBFloat16, 64);
-  o.persistent_decode = true;
-  auto fast = load_model(model_dir("qwen3-dense-tiny"), o);
-  ASSERT_EQ(fast->decode_paths(), (std::vector<std::string>{"persistent", "graph", "eager"}));
-  EXPECT_EQ(fast->decode_path(), "persistent");
-  o.persistent_decode = false;  // the graph first, the persistent step still there
-  auto eager = load_model(model_dir("qwen3-dense-tiny"), o);
-  EXPECT_EQ(eager->decode_paths(), (std::vector<std::string>{"graph", "persistent", "eager"}));
-  EXPECT_EQ(eager->decode_path(), "graph");
-  eager->set_decode_path("eager");
-  EXPECT_THROWS_OP(Error, "decode_path", eager->set_decode_path("warp"));
-  EXPECT_EQ(load_model(model_dir("qwen3-moe-tiny"), o)->decode_paths(), (std::vector<std::string>{"graph", "eager"}));
-  (void)fast->forward(ids_tensor(g.ids, 0, 4), 0);
-  (void)eager->forward(ids_tensor(g.ids, 0, 4), 0);
-  for (size_t i = 4; i < g.ids.size(); ++i) {
-    const Tensor a = fast->forward(ids_tensor(g.ids, i, i + 1), static_cast<int64_t>(i)).to(kCPU, kFloat64);
-    const Tensor b = eager->forward(ids_tensor(g.ids, i, i + 1), static_cast<int64_t>(i)).to(kCPU, kFloat64);
-    const double* pa = a.data_ptr<double>();
-    const double* pb = b.data_ptr<double>();
-    double ab = 0, aa = 0, bb = 0;
-    int64_t ia = 0, ib = 0;
-    for (int64_t j = 0; j < a.numel(); ++j) {
-      ab += pa[j] * pb[j];
-      aa += pa[j] * pa[j];
-      bb += pb[j] * pb[j];
-      if (pa[j] > pa[ia]) ia = j;
-      if (pb[j] > pb[ib]) ib = j;
-    }
-    EXPECT_GE(ab / std::sqrt(aa * bb), 0.9999) << "position " << i;
-    if (g.margin[i] > 0.05) {
-      EXPECT_EQ(ia, ib) << "position " << i;
+  for (const char* name : {"qwen3-dense-tiny", "qwen3-moe-tiny"}) {
+    SCOPED_TRACE(name);
+    const Golden& g = golden(name);
+    LoadOptions o = opts(Device(kCUDA, 0), kBFloat16, 64);
+    o.persistent_decode = true;
+    auto fast = load_model(model_dir(name), o);
+    ASSERT_EQ(fast->decode_paths(), (std::vector<std::string>{"persistent", "graph", "eager"}));
+    EXPECT_EQ(fast->decode_path(), "persistent");
+    o.persistent_decode = false;  // the graph first, the persistent step still there
+    auto eager = load_model(model_dir(name), o);
+    EXPECT_EQ(eager->decode_paths(), (std::vector<std::string>{"graph", "persistent", "eager"}));
+    EXPECT_EQ(eager->decode_path(), "graph");
+    eager->set_decode_path("eager");
+    EXPECT_THROWS_OP(Error, "decode_path", eager->set_decode_path("warp"));
+    (void)fast->forward(ids_tensor(g.ids, 0, 4), 0);
+    (void)eager->forward(ids_tensor(g.ids, 0, 4), 0);
+    for (size_t i = 4; i < g.ids.size(); ++i) {
+      const Tensor a = fast->forward(ids_tensor(g.ids, i, i + 1), static_cast<int64_t>(i)).to(kCPU, kFloat64);
+      const Tensor b = eager->forward(ids_tensor(g.ids, i, i + 1), static_cast<int64_t>(i)).to(kCPU, kFloat64);
+      const double* pa = a.data_ptr<double>();
+      const double* pb = b.data_ptr<double>();
+      double ab = 0, aa = 0, bb = 0;
+      int64_t ia = 0, ib = 0;
+      for (int64_t j = 0; j < a.numel(); ++j) {
+        ab += pa[j] * pb[j];
+        aa += pa[j] * pa[j];
+        bb += pb[j] * pb[j];
+        if (pa[j] > pa[ia]) ia = j;
+        if (pb[j] > pb[ib]) ib = j;
+      }
+      EXPECT_GE(ab / std::sqrt(aa * bb), 0.9999) << "position " << i;
+      if (g.margin[i] > 0.05) {
+        EXPECT_EQ(ia, ib) << "position " << i;
+      }
     }
   }
+  // Kept router logits come from the eager step: no persistent path then.
+  LoadOptions k = opts(Device(kCUDA, 0), kBFloat16, 64);
+  k.keep_router = true;
+  EXPECT_EQ(load_model(model_dir("qwen3-moe-tiny"), k)->decode_paths(), (std::vector<std::string>{"eager"}));
 }
 
 // config.json: both field spellings, clear errors for what is missing or unsupported.
