@@ -400,29 +400,28 @@ __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int i
   par ^= 1;  // the next tile writes the other half, so no second barrier is needed
 }
 
-// N (2, 4, 8 or 16) elements at p (aligned to their size) through L2 only, as float.
-template <typename T, int N>
-__device__ __forceinline__ void load_cg(const T* p, float (&out)[N]) {
+// N (2, 4, 8 or 16) 16-bit elements at p (aligned to their size) through L2 only, as raw words:
+// the loads of the next key tile are issued before this tile's math and converted only when used.
+template <int N>
+__device__ __forceinline__ void load_raw(const void* p, uint32_t (&w)[N / 2]) {
   if constexpr (N >= 8) {
 #pragma unroll
     for (int q = 0; q < N / 8; ++q) {
-      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p) + q);
-      const Pack<T, 8> pk = *reinterpret_cast<const Pack<T, 8>*>(&v);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) out[q * 8 + e] = to_compute(pk.v[e]);
+      const uint4 v = __ldcg(static_cast<const uint4*>(p) + q);
+      w[4 * q] = v.x, w[4 * q + 1] = v.y, w[4 * q + 2] = v.z, w[4 * q + 3] = v.w;
     }
   } else if constexpr (N == 4) {
-    const uint2 v = __ldcg(reinterpret_cast<const uint2*>(p));
-    const Pack<T, 4> pk = *reinterpret_cast<const Pack<T, 4>*>(&v);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) out[e] = to_compute(pk.v[e]);
+    const uint2 v = __ldcg(static_cast<const uint2*>(p));
+    w[0] = v.x, w[1] = v.y;
   } else {
     static_assert(N == 2);
-    const unsigned v = __ldcg(reinterpret_cast<const unsigned*>(p));
-    const Pack<T, 2> pk = *reinterpret_cast<const Pack<T, 2>*>(&v);
-    out[0] = to_compute(pk.v[0]);
-    out[1] = to_compute(pk.v[1]);
+    w[0] = __ldcg(static_cast<const unsigned*>(p));
   }
+}
+template <typename T, int N>
+__device__ __forceinline__ void raw_to_float(const uint32_t (&w)[N / 2], float (&out)[N]) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) out[e] = to_compute(T::from_bits(static_cast<unsigned short>(w[e / 2] >> (16 * (e % 2)))));
 }
 
 // Keys [k0, k1) of split s of a kv head at cache length len: splits of at least kMinChunk keys
@@ -498,17 +497,27 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
   const int j = tid / kSub, sub = tid % kSub;  // scores: key j of the tile, dims sub * kDims ..
   const int d = tid % D, kg = tid / D;         // p v: column d over keys kg, kg + kGroups, ..
   float acc[kMaxGroup] = {};
-  for (int64_t kt = k0; kt < k1; kt += kKeys) {
-    // This thread's loads of the tile, all issued before the first use: its K slice and its V column.
-    const int64_t key = kt + j;
-    float kf[kDims];
-    load_cg<T>(kc + std::min(key, k1 - 1) * D + sub * kDims, kf);
-    float vv[kVals];
+  // This thread's loads of a tile: its K slice (key kt + j) and its V column (keys kt + kg + q
+  // kGroups), raw; the next tile's are in flight during this one's math.
+  uint32_t kraw[kDims / 2];
+  unsigned short vraw[kVals];
+  auto load_tile = [&](int64_t kt) {
+    load_raw<kDims>(kc + std::min(kt + j, k1 - 1) * D + sub * kDims, kraw);
 #pragma unroll
     for (int q = 0; q < kVals; ++q) {
-      const int64_t kk = kt + kg + q * kGroups;
-      vv[q] = kk < k1 ? to_compute(T::from_bits(__ldcg(reinterpret_cast<const unsigned short*>(vc + kk * D + d)))) : 0.f;
+      const int64_t kk = std::min(kt + kg + q * kGroups, k1 - 1);
+      vraw[q] = __ldcg(reinterpret_cast<const unsigned short*>(vc + kk * D + d));
     }
+  };
+  if (k0 < k1) load_tile(k0);
+  for (int64_t kt = k0; kt < k1; kt += kKeys) {
+    const int64_t key = kt + j;
+    float kf[kDims];
+    raw_to_float<T, kDims>(kraw, kf);
+    float vv[kVals];
+#pragma unroll
+    for (int q = 0; q < kVals; ++q) vv[q] = kt + kg + q * kGroups < k1 ? to_compute(T::from_bits(vraw[q])) : 0.f;
+    if (kt + kKeys < k1) load_tile(kt + kKeys);
 #pragma unroll
     for (int r = 0; r < kMaxGroup; ++r) {
       if (r >= group) break;
