@@ -294,6 +294,25 @@ TEST(PersistentDecoder, Fp8BlockScales) {
   compare_steps(d, kFloat16, {0, 39});
 }
 
+// Real models' widths (Qwen3-0.6B; Qwen3-30B-A3B, bfloat16 and the Hub's 128 x 128 float8
+// blocks) with a few layers, over 128 greedy steps (64 for float8): every residual row, the logits
+// and the tokens as the eager step's.
+std::vector<int64_t> first_positions(int64_t n) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
+  return p;
+}
+
+TEST(PersistentDecoder, RealWidths128Steps) {
+  ANVIL_REQUIRE_CUDA();
+  compare_steps({1024, 128, 16, 8, 3072, 151936, 3, 160}, kBFloat16, first_positions(128));
+  ModelShape moe{2048, 128, 32, 4, 768, 151936, 2, 160};
+  moe.E = 128, moe.top_k = 8;
+  compare_steps(moe, kBFloat16, first_positions(128));
+  moe.fp8 = true, moe.fp8_block = {128, 128};
+  compare_steps(moe, kBFloat16, first_positions(64));
+}
+
 // The checked mode (one launch per op, each checked) computes what the one launch does, bit for
 // bit; repeated launches at one position give the same logits (the counters reset).
 void expect_checked_and_repeated(const ModelShape& s, const std::string& ops) {
