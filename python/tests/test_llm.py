@@ -88,12 +88,13 @@ def test_logits_and_greedy_continuation_match_transformers(device, name):
     assert list(gen) == []  # exhausted
 
 
+@pytest.mark.parametrize("name", ["qwen3-dense-tiny", "qwen3-moe-tiny"])
 @pytest.mark.parametrize("device", devices())
-def test_decode_paths_agree(device):
-    """Every decode path of the bfloat16 dense model gives the eager step's logits (the persistent
-    kernel and the graph to float32 rounding of their sums); an unknown path is an error."""
-    g = golden("qwen3-dense-tiny")
-    m = anvil.llm.load(os.path.join(DATA, "qwen3-dense-tiny"), device, anvil.bfloat16, max_context=64, progress=False)
+def test_decode_paths_agree(device, name):
+    """Every decode path of the bfloat16 dense and MoE models gives the eager step's logits (the
+    persistent kernel and the graph to float32 rounding of their sums); an unknown path is an error."""
+    g = golden(name)
+    m = anvil.llm.load(os.path.join(DATA, name), device, anvil.bfloat16, max_context=64, progress=False)
     if device == "cpu":
         assert m.decode_paths == ["eager"] and m.decode_path == "eager"
     else:
