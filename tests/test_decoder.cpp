@@ -26,24 +26,26 @@ struct ModelShape {
   int64_t E = 0, top_k = 0, dense_layers = 0;  // MoE: layers past dense_layers have E experts (I each)
   bool norm_topk = true, tied_router = false;  // tied_router: router rows 2 j and 2 j + 1 equal (routing ties)
   bool fp8 = false;                            // float8 projections: row scales, or blocks of fp8_block
-  Shape fp8_block;
+  Shape fp8_block = {};
   bool subnormal = false;                      // every float8 code subnormal (or zero)
 };
 
+// Drawn on the device itself (the real widths' experts are 400M elements).
 Tensor rnd(const Shape& s, double scale, DType dt, Device dev) {
-  return mul(randn(s, TensorOptions(kFloat32)), scale).to(dt).to(dev);
+  return mul(randn(s, TensorOptions(kFloat32).device(dev)), scale).to(dt);
 }
 Tensor norm_weight(int64_t n, DType dt, Device dev) {
-  return add(mul(randn({n}, TensorOptions(kFloat32)), 0.1), 1.0).to(dt).to(dev);
+  return add(mul(randn({n}, TensorOptions(kFloat32).device(dev)), 0.1), 1.0).to(dt);
 }
 
 // A float8 e4m3fn weight [..., n, k] whose dequantised values have about `std`: codes over the
 // whole range (a log-normal magnitude: subnormals and large codes), or subnormal ones only (at
 // most 7 * 2^-9), scales over a few binades.
 std::pair<Tensor, DecoderWeightScale> fp8_weight(const Shape& s, const Shape& block, double std, bool subnormal, Device dev) {
-  const Tensor x = randn(s, TensorOptions(kFloat32));
+  const TensorOptions f32 = TensorOptions(kFloat32).device(dev);
+  const Tensor x = randn(s, f32);
   const Tensor codes = subnormal ? clamp(mul(x, std::ldexp(1.0, -8)), -7 * std::ldexp(1.0, -9), 7 * std::ldexp(1.0, -9))
-                                 : clamp(mul(mul(x, exp(randn(s, TensorOptions(kFloat32)))), 4.0), -448, 448);
+                                 : clamp(mul(mul(x, exp(randn(s, f32))), 4.0), -448, 448);
   const double rms = subnormal ? std::ldexp(1.0, -8) : 4.0 * std::exp(1.0);  // E[(4 x e^z)^2] = 16 e^2
   Shape ss(s.begin(), s.end() - 2);
   const int64_t n = s[s.size() - 2], k = s.back();
@@ -53,8 +55,8 @@ std::pair<Tensor, DecoderWeightScale> fp8_weight(const Shape& s, const Shape& bl
     ss.push_back((n + block[0] - 1) / block[0]);
     ss.push_back((k + block[1] - 1) / block[1]);
   }
-  const Tensor scale = mul(exp(mul(randn(ss, TensorOptions(kFloat32)), 0.5)), std / rms);
-  return {codes.to(kFloat8_e4m3fn).to(dev), {scale.to(dev), block}};
+  const Tensor scale = mul(exp(mul(randn(ss, f32), 0.5)), std / rms);
+  return {codes.to(kFloat8_e4m3fn), {scale, block}};
 }
 
 DecoderWeights random_model(const ModelShape& s, DType dt, Device dev) {
@@ -120,13 +122,31 @@ Tensor project(const Tensor& x, const Tensor& w, const DecoderWeightScale& sc) {
   return sc.scale.defined() ? scaled_linear(x, w, sc.scale, {}, sc.block) : linear(x, w);
 }
 
-Tensor eager_step(DecoderWeights& w, int64_t token, int64_t pos, std::vector<Tensor>& resid) {
+std::vector<double> host(const Tensor& t) {
+  const Tensor c = t.to(kCPU, kFloat64).contiguous().reshape({-1});
+  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+// Whether an MoE layer's top_k cut is a near tie: the top_k-th and the next logit differ, by at
+// most two roundings of the dtype (then a persistent logit one rounding off may route otherwise).
+bool near_tie(const Tensor& logits, int64_t top_k) {
+  std::vector<double> v = host(logits);
+  if (static_cast<int64_t>(v.size()) <= top_k) return false;
+  std::sort(v.begin(), v.end(), std::greater<>());
+  const double a = v[static_cast<size_t>(top_k - 1)], b = v[static_cast<size_t>(top_k)];
+  const double ulp = std::ldexp(1.0, logits.dtype() == kFloat16 ? -10 : -7);
+  return a != b && a - b <= 2 * ulp * std::max(std::abs(a), std::abs(b));
+}
+
+// tie_layer: the first MoE layer whose routing cut is a near tie (-1: none).
+Tensor eager_step(DecoderWeights& w, int64_t token, int64_t pos, std::vector<Tensor>& resid, int64_t& tie_layer) {
   const Device dev = w.embed.device();
   const int64_t H = w.embed.size(1), D = 2 * w.inv_freq.size(0), nh = w.n_heads;
   const Tensor ids = tensor<int32_t>({static_cast<int32_t>(token)}).to(dev);
   const Tensor where = tensor<int32_t>({static_cast<int32_t>(pos), static_cast<int32_t>(pos + 1)}).to(dev);
   const Tensor start = where.narrow(0, 0, 1), lens = where.narrow(0, 1, 1);
   resid.clear();
+  tie_layer = -1;
   Tensor x = embedding(w.embed, ids), branch;
   resid.push_back(x);
   for (DecoderLayerWeights& L : w.layers) {
@@ -146,6 +166,7 @@ Tensor eager_step(DecoderWeights& w, int64_t token, int64_t pos, std::vector<Ten
       std::tie(h, x) = add_rms_norm(o, x, {H}, L.post_norm, w.eps);
       resid.push_back(x);
       const auto [logits, routing] = moe_router(h, L.router, w.top_k, w.norm_topk_prob);
+      if (tie_layer < 0 && near_tie(logits, w.top_k)) tie_layer = &L - w.layers.data();
       branch = moe_experts(h, routing, L.gate_up, L.down, L.gate_up_scale.scale, L.down_scale.scale, L.gate_up_scale.block);
       continue;
     }
@@ -159,11 +180,6 @@ Tensor eager_step(DecoderWeights& w, int64_t token, int64_t pos, std::vector<Ten
   std::tie(h, x) = add_rms_norm(branch, x, {H}, w.final_norm, w.eps);
   resid.push_back(x);
   return linear(h, w.head).to(kFloat32);
-}
-
-std::vector<double> host(const Tensor& t) {
-  const Tensor c = t.to(kCPU, kFloat64).contiguous().reshape({-1});
-  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
 }
 
 double cosine(const std::vector<double>& a, const std::vector<double>& b) {
@@ -194,31 +210,47 @@ void compare_steps(const ModelShape& s, DType dt, const std::vector<int64_t>& po
   ASSERT_EQ(PersistentDecoder::plan(w), FusedPlan::Fused);
   DecoderWeights oracle = with_cache_copies(w);
   PersistentDecoder dec(w);
-  int64_t token = 3;
+  int64_t token = 3, ties = 0;
   std::vector<Tensor> resid;
   for (int64_t pos : positions) {
     SCOPED_TRACE("position " + std::to_string(pos));
-    const Tensor want = eager_step(oracle, token, pos, resid);
+    int64_t tie = -1;
+    const Tensor want = eager_step(oracle, token, pos, resid, tie);
     const Tensor got = dec.step(token, pos);
     dec.check();
     ASSERT_EQ(got.sizes(), want.sizes());
-    for (size_t i = 0; i < resid.size(); ++i) {
+    // A near tie at an MoE layer's routing cut: only what comes before that layer's experts is
+    // compared, and the caches' new rows are made the oracle's so later steps start equal.
+    const size_t rows = tie < 0 ? resid.size() : static_cast<size_t>(2 * tie + 2);
+    ties += tie >= 0;
+    for (size_t i = 0; i < rows; ++i) {
       const double c = cosine(host(dec.residual(static_cast<int64_t>(i))), host(resid[i]));
       EXPECT_GE(c, 0.9999) << "residual row " << i;
     }
     const std::vector<double> a = host(got), b = host(want);
-    EXPECT_GE(cosine(a, b), 0.9999) << "logits";
     const auto [want_top, margin] = top1(b);
-    if (margin > 1e-3) {
-      EXPECT_EQ(top1(a).first, want_top) << "greedy token (margin " << margin << ")";
+    if (tie < 0) {
+      EXPECT_GE(cosine(a, b), 0.9999) << "logits";
+      if (margin > 1e-3) {
+        EXPECT_EQ(top1(a).first, want_top) << "greedy token (margin " << margin << ")";
+      }
     }
     // The k and v rows written at pos: the eager step's, to the roundings of the q / k / v sums.
     for (size_t l = 0; l < w.layers.size(); ++l) {
-      EXPECT_GE(cosine(host(w.layers[l].k_cache.select(2, pos)), host(oracle.layers[l].k_cache.select(2, pos))), 0.9999);
-      EXPECT_GE(cosine(host(w.layers[l].v_cache.select(2, pos)), host(oracle.layers[l].v_cache.select(2, pos))), 0.9999);
+      DecoderLayerWeights &L = w.layers[l], &O = oracle.layers[l];
+      if (tie < 0 || static_cast<int64_t>(l) <= tie) {
+        EXPECT_GE(cosine(host(L.k_cache.select(2, pos)), host(O.k_cache.select(2, pos))), 0.9999) << "layer " << l;
+        EXPECT_GE(cosine(host(L.v_cache.select(2, pos)), host(O.v_cache.select(2, pos))), 0.9999) << "layer " << l;
+      }
+      if (tie >= 0) {
+        L.k_cache.select(2, pos).copy_(O.k_cache.select(2, pos));
+        L.v_cache.select(2, pos).copy_(O.v_cache.select(2, pos));
+      }
     }
     token = static_cast<int64_t>(want_top);
   }
+  // Near ties are rare (a few per hundred layer steps); many would mean the test compares little.
+  EXPECT_LE(ties * 8, static_cast<int64_t>(positions.size())) << ties << " steps with a near tie";
 }
 
 TEST(PersistentDecoder, MatchesEagerHeadDim128) {
@@ -255,10 +287,11 @@ TEST(PersistentDecoder, MoeMatchesEager) {
 
 TEST(PersistentDecoder, MoeQwen3MoeLikeWithTies) {
   ANVIL_REQUIRE_CUDA();
-  // Qwen3-30B-A3B's routing (128 experts, top 8 renormalised; 8 q heads per kv head) at a small
-  // hidden size, router rows tied in pairs: the lower expert of a tie comes first.
+  // Qwen3-30B-A3B's 128 experts (top 7, renormalised: an odd top_k cuts through a tied pair; 8 q
+  // heads per kv head) at a small hidden size, router rows tied in pairs: the lower expert of a
+  // tie is chosen.
   ModelShape s{512, 64, 16, 2, 96, 777, 2, 80};
-  s.E = 128, s.top_k = 8, s.tied_router = true;
+  s.E = 128, s.top_k = 7, s.tied_router = true;
   compare_steps(s, kBFloat16, {0, 7, 79});
 }
 
@@ -292,6 +325,10 @@ TEST(PersistentDecoder, Fp8BlockScales) {
   ModelShape d{384, 128, 4, 2, 640, 500, 2, 40};
   d.fp8 = true, d.fp8_block = {128, 128};
   compare_steps(d, kFloat16, {0, 39});
+  // k = 272 and 48 (= 32 + 16: a partial 32-column chunk) in blocks of 16 x 32.
+  ModelShape p{272, 16, 4, 2, 48, 300, 2, 40};
+  p.fp8 = true, p.fp8_block = {16, 32};
+  compare_steps(p, kBFloat16, {0, 1, 39});
 }
 
 // Real models' widths (Qwen3-0.6B; Qwen3-30B-A3B, bfloat16 and the Hub's 128 x 128 float8

@@ -28,8 +28,10 @@
 namespace anvil {
 
 // The scales of a float8 weight, as scaled_linear's (and moe_experts' per expert): row-wise [n]
-// or [n, 1] (block empty), or block = {bn, bk}: [ceil(n / bn), ceil(k / bk)]; an MoE layer's
-// experts' with a leading [E]. Undefined: the weight has the activations' dtype.
+// or [n, 1] (block empty; a dense weight's one-element scale is valid but composes), or block =
+// {bn, bk}: [ceil(n / bn), ceil(k / bk)]; an MoE layer's experts' with a leading [E]. Undefined:
+// the weight has the activations' dtype. The kernel decodes e4m3fn codes exactly, except the NaN
+// codes 0x7F / 0xFF, which bfloat16 activations read as +-480 (the eager GEMV: NaN).
 struct DecoderWeightScale {
   Tensor scale;
   Shape block;
@@ -78,7 +80,8 @@ class ANVIL_API PersistentDecoder {
   // Fused where the persistent kernel runs these weights: a CUDA device of compute capability
   // 9.0 or later, bfloat16 / float16, head_dim 16, 64 or 128, at most 16 q heads per kv head, rows
   // of a multiple of 8 elements, MoE layers of at most 256 experts and top_k <= 8, float8 weights
-  // e4m3fn with row scales or blocks of bn % 8 == 0 rows and bk % 32 == 0 columns. Composed otherwise (the caller runs the eager step). Throws
+  // e4m3fn with k % 16 == 0 and a scale per row or blocks of bn % 8 == 0 rows and bk % 32 == 0
+  // columns (MoE experts: bk = 64 x 2^i). Composed otherwise (the caller runs the eager step). Throws
   // ShapeError / DTypeError / DeviceError when the weights do not describe one model.
   static FusedPlan plan(const DecoderWeights& weights);
 

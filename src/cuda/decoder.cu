@@ -79,7 +79,7 @@ struct Shared {
   float red[kWarps];
   float route_w[kDecoderMaxTopK];      // the compute warps' routing weights and experts, of router op route_for
   int32_t route_e[kDecoderMaxTopK];
-  int32_t route_ids[kDecoderMaxTopK];  // the loader's experts, of router op load_route_for
+  int32_t route_ids[kDecoderMaxTopK];  // the loader's experts (of its router op `routed_by`)
   int route_for;
   DecoderOp op;                    // the compute warps' current op
   DecoderItem items[kItemBatch];   // their current batch of items
@@ -222,9 +222,9 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
         const int oj = __shfl_sync(0xffffffffu, op_i, j);
         const DecoderOp& op = p.ops[oj];
         if (op.route_op != routed_by) {
-          if (lane == 0 && op.route_op >= p.op_begin) wait_count(p, oj, op.route_op, op.route_count);  // else an earlier launch ran it
-          __syncwarp();
-          if (aborted(p)) return;
+          // (else an earlier launch ran the router). A timeout names the op after the router.
+          if (lane == 0 && op.route_op >= p.op_begin) wait_count(p, op.route_op + 1, op.route_op, op.route_count);
+          if (__shfl_sync(0xffffffffu, aborted(p) ? 1 : 0, 0)) return;
           route_warp<T>(op, sh.route_ids, nullptr);
           routed_by = op.route_op;
         }
@@ -316,8 +316,10 @@ __device__ __forceinline__ void stage_dot8(float (&acc)[4], const T* x, const un
     if (kk < cols) {
       xv = *reinterpret_cast<const uint4*>(x + kk);
       wv = cuda_device::e4m3x8_to<T>(*reinterpret_cast<const uint2*>(row + kk));
-      if (block) s = __ldg(block + (c0 + k0) / bk);  // bk % 32 == 0: one block per 32 columns
     }
+    // The chunk's scale (bk % 32 == 0: one block per 32 columns) in every lane whose rows' dots
+    // include it: the mma sums all four lanes' columns, so a partial chunk needs it in all four.
+    if (block && k0 < cols) s = __ldg(block + (c0 + k0) / bk);
     if (block) {
       float d[4] = {};
       mma_tile32<T>(d, xv, wv);
@@ -744,10 +746,10 @@ __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsi
         // The routing's weights (the sum) and experts (their scales) where the op needs them.
         const bool route = op.routing == DecoderRouting::ExpertsSum ||
                            (op.routing == DecoderRouting::Experts && op.scaling != DecoderScale::None);
-        if (route && sh.route_for != op.route_op) {
+        if (route && sh.route_for != op.route_op) {  // every thread decides before anyone writes route_for
           if (tid < 32) route_warp<T>(op, sh.route_e, sh.route_w);
-          if (tid == 0) sh.route_for = op.route_op;
           compute_sync();
+          if (tid == 0) sh.route_for = op.route_op;  // read again only after the op's next barrier
         }
         if (op.kind == DecoderOpKind::Gemv) prologue<T>(p, op, it.index == 0, reinterpret_cast<T*>(work), norm, sh);
         stamp(cur, 2);

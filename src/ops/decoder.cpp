@@ -85,8 +85,9 @@ Dims validate(const DecoderWeights& w) {
       s.push_back(n);
       Shape s1 = s;
       s1.push_back(1);
-      ANVIL_CHECK(sc.scale.sizes() == s || sc.scale.sizes() == s1, ShapeError, kOp, " ", name, "'s row scale must be ",
-                  shape_str(s), " or ", shape_str(s1), ", got ", describe(sc.scale));
+      const bool one = want.size() == 2 && sc.scale.numel() == 1;  // scaled_linear's one scale (plan: Composed)
+      ANVIL_CHECK(one || sc.scale.sizes() == s || sc.scale.sizes() == s1, ShapeError, kOp, " ", name,
+                  "'s row scale must be ", shape_str(s), " or ", shape_str(s1), ", got ", describe(sc.scale));
       return;
     }
     ANVIL_CHECK(sc.block.size() == 2 && sc.block[0] > 0 && sc.block[1] > 0, ShapeError, kOp, " ", name,
@@ -147,13 +148,19 @@ bool all_contiguous(const DecoderWeights& w) {
   return c;
 }
 
-// Float8 weights the kernel decodes: e4m3fn, rows of whole 16-byte copies (k % 16), row scales or
-// blocks of whole tiles (bn % 8) and of whole 32-column chunks (bk % 32).
+// Float8 weights the kernel decodes: e4m3fn, rows of whole 16-byte copies (k % 16), a scale per
+// row or blocks of whole tiles (bn % 8) and of whole 32-column chunks (bk % 32); an MoE layer's
+// experts only with bk = 64 x 2^i, where moe_experts also scales inside the dots (for other
+// blocks it dequantises first: another rounding).
 bool kernel_scales(const DecoderWeights& w) {
   auto ok = [](const Tensor& t, const DecoderWeightScale& s) {
     if (!s.scale.defined()) return true;
-    return t.dtype() == kFloat8_e4m3fn && t.size(-1) % 16 == 0 &&
-           (s.block.empty() || (s.block[0] % 8 == 0 && s.block[1] % 32 == 0));
+    if (t.dtype() != kFloat8_e4m3fn || t.size(-1) % 16 != 0) return false;
+    const int64_t rows = t.numel() / t.size(-1);
+    if (s.block.empty()) return s.scale.numel() == rows;  // not one scale for the whole tensor
+    const int64_t bn = s.block[0], bk = s.block[1];
+    const bool pow2 = bk % 64 == 0 && ((bk / 64) & (bk / 64 - 1)) == 0;
+    return bn % 8 == 0 && bk % 32 == 0 && (t.dim() == 2 || pow2);
   };
   for (const DecoderLayerWeights& L : w.layers)
     if (!ok(L.qkv, L.qkv_scale) || !ok(L.o, L.o_scale) || !ok(L.gate_up, L.gate_up_scale) || !ok(L.down, L.down_scale))

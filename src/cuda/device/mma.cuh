@@ -141,7 +141,8 @@ __device__ __forceinline__ void fp8x4_to(uint32_t w, uint32_t& p0, uint32_t& p1)
 // words, exact. float16: the conversion instruction. bfloat16: each byte's sign and its 7 magnitude
 // bits move into a bfloat16 (exponent field = e4m3's, mantissa m << 4: the value times 2^-120, a
 // subnormal when e = 0), then one multiply by 2^120 in bfloat16 (exact; subnormals are kept): no
-// float32 round trip (f16x2_to_bf16x2 costs three conversions per pair).
+// float32 round trip (f16x2_to_bf16x2 costs three conversions per pair). The NaN codes 0x7F / 0xFF
+// come out as +-480 on the bfloat16 path (a NaN on the float16 one).
 template <typename T>
 __device__ __forceinline__ uint4 e4m3x8_to(uint2 w) {
   uint32_t r[4];
