@@ -143,6 +143,16 @@ __device__ __forceinline__ bool wait_stage(const DecoderStepParams& p, uint32_t 
 
 __device__ __forceinline__ bool runs(const DecoderStepParams& p, int op) { return op >= p.op_begin && op < p.op_end; }
 
+// A Gemv item's tile of 8 weight rows and its slot (an Experts item: slot * tiles + tile).
+struct ItemTile {
+  int tile, slot;
+};
+__device__ __forceinline__ ItemTile item_tile(const DecoderOp& op, int item) {
+  if (op.routing != DecoderRouting::Experts) return {item, 0};
+  const int tiles = static_cast<int>((op.n + kDecoderTileRows - 1) / kDecoderTileRows);
+  return {item % tiles, item / tiles};
+}
+
 // A warp: the routing of routed op `op` from its router's logits (written in this launch: read
 // through L2) into ids and / or weights by slot; then __syncwarp.
 template <typename T, int P>
@@ -192,9 +202,8 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
         const DecoderOp* op = p.ops + it.op;
         if (op->kind == DecoderOpKind::Gemv) {
           routing = op->routing;
-          const int tiles = static_cast<int>((op->n + kDecoderTileRows - 1) / kDecoderTileRows);
-          const int tile = routing == DecoderRouting::Experts ? it.index % tiles : it.index;
-          const int64_t row0 = static_cast<int64_t>(tile) * kDecoderTileRows;
+          const ItemTile at = item_tile(*op, it.index);
+          const int64_t row0 = static_cast<int64_t>(at.tile) * kDecoderTileRows;
           k = op->k;
           rows = static_cast<int>(std::min<int64_t>(kDecoderTileRows, op->n - row0));
           if (op->scaling != DecoderScale::None) esize = 1;
@@ -202,7 +211,7 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
           op_i = it.op;
           if (routing != DecoderRouting::None) {
             expert_bytes = op->n * k * esize;
-            slot = routing == DecoderRouting::Experts ? it.index / tiles : 0;
+            slot = at.slot;
             slots = routing == DecoderRouting::ExpertsSum ? op->top_k : 1;
           }
         }
@@ -339,15 +348,15 @@ __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int i
                           int stages, uint32_t& u, int& par, Shared& sh, uint64_t& waited) {
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int tiles = static_cast<int>((op.n + kDecoderTileRows - 1) / kDecoderTileRows);
-  const int tile = op.routing == DecoderRouting::Experts ? item % tiles : item;
+  const ItemTile at = item_tile(op, item);
+  const int tile = at.tile;
   const int slots = op.routing == DecoderRouting::ExpertsSum ? op.top_k : 1;
   const bool f8 = op.scaling != DecoderScale::None;
   const int cols_per_stage = f8 ? kRowBytes : kRowBytes / 2;
   // The expert of slot si (0 when not routed), for the scales.
   auto expert = [&](int si) -> int64_t {
     if (op.routing == DecoderRouting::None) return 0;
-    return sh.route_e[op.routing == DecoderRouting::Experts ? item / tiles : si];
+    return sh.route_e[op.routing == DecoderRouting::Experts ? at.slot : si];
   };
   for (int si = 0; si < slots; ++si) {
     const T* x = xs + si * op.k;
@@ -394,9 +403,9 @@ __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int i
         r = product(0);
       }
       void* y = op.y ? op.y : p.out;
-      const int64_t at = j + (op.routing == DecoderRouting::Experts ? static_cast<int64_t>(item / tiles) * op.n : 0);
-      if (op.out_f32) static_cast<float*>(y)[at] = to_compute(r);
-      else static_cast<T*>(y)[at] = r;
+      const int64_t o = j + static_cast<int64_t>(at.slot) * op.n;  // Experts: slot's row of y
+      if (op.out_f32) static_cast<float*>(y)[o] = to_compute(r);
+      else static_cast<T*>(y)[o] = r;
     }
   }
   par ^= 1;  // the next tile writes the other half, so no second barrier is needed

@@ -278,8 +278,8 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
     op.kind = DecoderOpKind::Gemv;
     op.prologue = pro;
     op.w = wt.raw_data_ptr();
-    op.n = wt.size(0);
-    op.k = wt.size(1);
+    op.n = wt.size(-2);  // an MoE layer's experts [E, n, k]: one expert's rows
+    op.k = wt.size(-1);
     op.a = a;
     op.b = b;
     op.norm_w = ptr(norm);
@@ -287,20 +287,6 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
     op.y = out.defined() ? out.raw_data_ptr() : nullptr;
     op.eps = static_cast<float>(weights.eps);
     op.signals = static_cast<uint32_t>((op.n + kDecoderTileRows - 1) / kDecoderTileRows);
-    if (wt.dim() == 3) {  // an MoE layer's experts: gate_up (Experts) or down (ExpertsSum)
-      const DecoderOp& router = m.ops[m.ops.size() - (pro == DecoderPrologue::SiluMul ? 2 : 1)];
-      op.routing = pro == DecoderPrologue::SiluMul ? DecoderRouting::ExpertsSum : DecoderRouting::Experts;
-      op.n = wt.size(1);
-      op.k = wt.size(2);
-      op.route_op = static_cast<int32_t>(m.ops.size() - (pro == DecoderPrologue::SiluMul ? 2 : 1));
-      op.route_count = router.signals;
-      op.logits = router.y;
-      op.experts = static_cast<int32_t>(wt.size(0));
-      op.top_k = static_cast<int32_t>(weights.top_k);
-      op.norm_topk = weights.norm_topk_prob ? 1 : 0;
-      const int64_t tiles = (op.n + kDecoderTileRows - 1) / kDecoderTileRows;
-      op.signals = static_cast<uint32_t>(op.routing == DecoderRouting::Experts ? weights.top_k * tiles : tiles);
-    }
     if (sc.scale.defined()) {
       op.scaling = sc.block.empty() ? DecoderScale::Row : DecoderScale::Block;
       op.w_scale = static_cast<const float*>(sc.scale.raw_data_ptr());
@@ -313,6 +299,19 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
     m.ops.push_back(op);
     m.names.push_back(name);
     m.outputs.push_back(out);
+  };
+  // The op just added runs over the experts op `router` chooses (its y: the logits).
+  auto routed = [&](int32_t router, DecoderRouting routing) {
+    DecoderOp& op = m.ops.back();
+    const DecoderOp& r = m.ops[static_cast<size_t>(router)];
+    op.routing = routing;
+    op.route_op = router;
+    op.route_count = r.signals;
+    op.logits = r.y;
+    op.experts = static_cast<int32_t>(r.n);
+    op.top_k = static_cast<int32_t>(weights.top_k);
+    op.norm_topk = weights.norm_topk_prob ? 1 : 0;
+    if (routing == DecoderRouting::Experts) op.signals *= static_cast<uint32_t>(weights.top_k);  // a tile per slot
   };
   for (int64_t l = 0; l < L; ++l) {
     const DecoderLayerWeights& W = weights.layers[static_cast<size_t>(l)];
@@ -350,12 +349,15 @@ PersistentDecoder::PersistentDecoder(const DecoderWeights& weights) : impl_(std:
     gemv(p + "o", W.o, W.o_scale, DecoderPrologue::Copy, row(m.attn, l), nullptr, Tensor(), nullptr, m.o.select(0, l));
     const int64_t I = d.I[static_cast<size_t>(l)], E = d.E[static_cast<size_t>(l)];
     if (E > 0) {  // router, then the routed experts (gate_up recomputes the router's input row)
+      const auto router = static_cast<int32_t>(m.ops.size());
       gemv(p + "router", W.router, {}, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
            row(m.resid, 2 * l + 1), part_row(m.router, l, E));
       gemv(p + "experts gate_up", W.gate_up, W.gate_up_scale, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
            nullptr, part_row(m.gu, l, weights.top_k * 2 * I));
+      routed(router, DecoderRouting::Experts);
       gemv(p + "experts down", W.down, W.down_scale, DecoderPrologue::SiluMul, row(m.gu, l), nullptr, Tensor(), nullptr,
            m.down.select(0, l));
+      routed(router, DecoderRouting::ExpertsSum);
     } else {
       gemv(p + "gate_up", W.gate_up, W.gate_up_scale, DecoderPrologue::AddNorm, row(m.o, l), row(m.resid, 2 * l), W.post_norm,
            row(m.resid, 2 * l + 1), part_row(m.gu, l, 2 * I));
