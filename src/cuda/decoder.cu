@@ -823,12 +823,17 @@ int ring_stages(const DecoderStepParams& p, int device) {
 }
 
 // The kernel for (T, D), its dynamic shared memory limit raised once per instance to the most any
-// launch may ask (the device's opt-in limit; ring_stages fits under it).
+// launch may ask: the device's opt-in limit less the kernel's static shared memory (a larger value
+// is an invalid argument; ring_stages fits under it).
 template <typename T, int D>
 auto configured_kernel(int device) {
-  static const cudaError_t set = cudaFuncSetAttribute(decoder_step_kernel<T, D>,
-                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      max_shared_memory_optin(device));
+  static const cudaError_t set = [device] {
+    cudaFuncAttributes attr{};
+    const cudaError_t got = cudaFuncGetAttributes(&attr, decoder_step_kernel<T, D>);
+    if (got != cudaSuccess) return got;
+    const int dynamic = max_shared_memory_optin(device) - static_cast<int>(attr.sharedSizeBytes);
+    return cudaFuncSetAttribute(decoder_step_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic);
+  }();
   ANVIL_CUDA_CHECK("[decoder_step]", set);
   return decoder_step_kernel<T, D>;
 }

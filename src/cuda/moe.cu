@@ -234,7 +234,8 @@ __global__ void __launch_bounds__(32) route_single_kernel(const __grid_constant_
 // its row; the first kRouterPre of its first row are loaded before pdl_wait (the router weight is
 // a constant, not an earlier kernel's output), so the weight fetch overlaps the previous kernel.
 // Each logit is rounded to T, stored, and written into block 0's shared memory (distributed
-// shared memory); after the cluster barrier block 0's first warp routes them.
+// shared memory, once the cluster's blocks have all started); after the cluster barrier block 0's
+// first warp routes them.
 constexpr int kRouterBlocks = 8, kRouterWarps = 16, kRouterPre = 8;
 
 template <typename T>
@@ -253,6 +254,9 @@ __global__ void __cluster_dims__(kRouterBlocks, 1, 1) __launch_bounds__(kRouterW
   __shared__ T logits_sh[32 * P];
   pdl_launch_dependents();
   cg::cluster_group cl = cg::this_cluster();
+  // Block 0's shared memory may be written only once block 0 runs: every block arrives now and
+  // waits just before its first write, so the weight prefetch is not held up.
+  cg::cluster_group::arrival_token started = cl.barrier_arrive();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t E = p.route.experts, packs = p.hidden_size / 8;
   const int64_t first = static_cast<int64_t>(cl.block_rank()) * kRouterWarps + warp,
@@ -267,6 +271,7 @@ __global__ void __cluster_dims__(kRouterBlocks, 1, 1) __launch_bounds__(kRouterW
   pdl_wait();
   const uint4* x = static_cast<const uint4*>(p.hidden);
   T* shared0 = cl.map_shared_rank(logits_sh, 0);
+  cl.barrier_wait(std::move(started));
   for (int64_t row = first; row < E; row += step) {
     const uint4* w = static_cast<const uint4*>(p.weight) + row * (p.stride_w_row / 8);
     float acc = 0.f;
