@@ -389,6 +389,13 @@ TEST(PersistentDecoder, BadInputs) {
   EXPECT_THROWS_SAYING(Error, "persistent_decoder", "plan is composed", PersistentDecoder(f32));
   DecoderWeights d80 = random_model({160, 80, 2, 1, 128, 64, 1, 16}, kBFloat16, dev);
   EXPECT_EQ(PersistentDecoder::plan(d80), FusedPlan::Composed);
+  // Composed: a dense view that starts 2 bytes past 16 (the kernel's bulk copies need 16).
+  DecoderWeights shifted = w;
+  const Tensor& down = w.layers[0].down;
+  const Tensor flat = empty({down.numel() + 1}, TensorOptions(down.dtype()).device(dev));
+  shifted.layers[0].down = flat.narrow(0, 1, down.numel()).view(down.sizes());
+  shifted.layers[0].down.copy_(down);
+  EXPECT_EQ(PersistentDecoder::plan(shifted), FusedPlan::Composed);
   // Composed: 300 experts (the kernel routes over at most 256), top 9 of 64 (at most 8).
   ModelShape many{64, 16, 4, 2, 32, 64, 1, 16};
   many.E = 300, many.top_k = 2;

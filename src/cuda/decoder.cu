@@ -232,7 +232,11 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
         const DecoderOp& op = p.ops[oj];
         if (op.route_op != routed_by) {
           // (else an earlier launch ran the router). A timeout names the op after the router.
-          if (lane == 0 && op.route_op >= p.op_begin) wait_count(p, op.route_op + 1, op.route_op, op.route_count);
+          if (lane == 0 && op.route_op >= p.op_begin) {
+            wait_count(p, op.route_op + 1, op.route_op, op.route_count);
+            __threadfence();  // with the __syncwarp, orders the other lanes' logit reads after the wait
+          }
+          __syncwarp();
           if (__shfl_sync(0xffffffffu, aborted(p) ? 1 : 0, 0)) return;
           route_warp<T>(op, sh.route_ids, nullptr);
           routed_by = op.route_op;

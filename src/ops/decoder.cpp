@@ -137,9 +137,12 @@ Dims validate(const DecoderWeights& w) {
   return d;
 }
 
-// Every tensor the kernel reads through a plain pointer must be dense.
-bool all_contiguous(const DecoderWeights& w) {
-  auto ok = [](const Tensor& t) { return !t.defined() || t.is_contiguous(); };
+// Every tensor the kernel reads through a plain pointer must be dense and start on 16 bytes (its
+// bulk copies and 16-byte loads; a view at an odd offset would fault).
+bool all_dense_aligned(const DecoderWeights& w) {
+  auto ok = [](const Tensor& t) {
+    return !t.defined() || (t.is_contiguous() && reinterpret_cast<std::uintptr_t>(t.raw_data_ptr()) % 16 == 0);
+  };
   bool c = ok(w.embed) && ok(w.final_norm) && ok(w.head) && ok(w.inv_freq);
   for (const DecoderLayerWeights& L : w.layers)
     c = c && ok(L.input_norm) && ok(L.qkv) && ok(L.q_norm) && ok(L.k_norm) && ok(L.o) && ok(L.post_norm) &&
@@ -185,7 +188,7 @@ DecoderStepParams plan_params(const Dims& d, const DecoderWeights& w) {
 }
 
 FusedPlan plan_of(const Dims& d, const DecoderWeights& w) {
-  if (!w.embed.device().is_cuda() || !all_contiguous(w) || !kernel_scales(w)) return FusedPlan::Composed;
+  if (!w.embed.device().is_cuda() || !all_dense_aligned(w) || !kernel_scales(w)) return FusedPlan::Composed;
   if (d.H % 8 != 0 || (d.nh * d.D) % 8 != 0 || d.D % 8 != 0) return FusedPlan::Composed;
   for (const int64_t I : d.I)
     if (I % 8 != 0) return FusedPlan::Composed;
