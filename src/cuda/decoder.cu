@@ -49,6 +49,7 @@ using cuda_device::mbar_arrive_expect_tx;
 using cuda_device::mbar_init;
 using cuda_device::mbar_init_fence;
 using cuda_device::mbar_try_wait;
+using cuda_device::mbar_wait;
 using cuda_device::mma_tile32;
 using cuda_device::Pack;
 using cuda_device::smem_u32;
@@ -186,10 +187,11 @@ __device__ void route_warp(const DecoderOp& op, int32_t* ids, float* weights) {
 // item list costs one pair of dependent loads per 32 items; lane 0 issues the copies. A routed
 // op's weights wait for its router: at its router's first routed item the warp waits for the
 // router's count and routes (the experts are the same for every routed op of one router).
+// Returns early on an abort; u counts the units issued.
 template <typename T>
-__device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char* ring, int stages, int begin, int end) {
+__device__ void issue_tiles(const DecoderStepParams& p, Shared& sh, unsigned char* ring, int stages, int begin, int end,
+                            uint32_t& u) {
   const int lane = static_cast<int>(threadIdx.x % 32);
-  uint32_t u = 0;
   int routed_by = -1;  // the router op whose experts sh.route_ids holds
   for (int base = begin; base < end; base += 32) {
     const char* w = nullptr;  // this lane's item: a Gemv tile's first row (expert 0's when routed), its k and rows (0: no tile)
@@ -248,7 +250,12 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
         for (int64_t c0 = 0; c0 < kj; c0 += cols, ++u) {
           const int s = static_cast<int>(u % stages);
           int ok = 1;
-          if (lane == 0 && u >= static_cast<uint32_t>(stages)) ok = wait_stage(p, smem_u32(&sh.empty[s]), (u / stages - 1) & 1);
+          if (lane == 0 && u >= static_cast<uint32_t>(stages)) {
+            ok = wait_stage(p, smem_u32(&sh.empty[s]), (u / stages - 1) & 1);
+            // The stage's last copies have landed (the compute warps waited for them, unless an
+            // abort let them go on): a stage is never armed again while its copies are in flight.
+            mbar_wait(smem_u32(&sh.full[s]), (u / stages - 1) & 1);
+          }
           if (!__shfl_sync(0xffffffffu, ok, 0)) return;
           if (lane == 0) {
             const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(cols, kj - c0) * esize_j);
@@ -261,6 +268,17 @@ __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char
       }
     }
   }
+}
+
+// The loader; before it leaves, every copy it issued has landed (after an abort the compute warps
+// stop waiting for them, and a block must not exit with bulk copies into its shared memory).
+template <typename T>
+__device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char* ring, int stages, int begin, int end) {
+  uint32_t u = 0;
+  issue_tiles<T>(p, sh, ring, stages, begin, end, u);
+  if (threadIdx.x % 32 == 0)
+    for (uint32_t v = u > static_cast<uint32_t>(stages) ? u - stages : 0; v < u; ++v)
+      mbar_wait(smem_u32(&sh.full[v % stages]), (v / stages) & 1);
 }
 
 // ---- Gemv
