@@ -102,9 +102,9 @@ int64_t work_bytes(const DecoderStepParams& p) {
 
 __device__ __forceinline__ void compute_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kComputeThreads) : "memory"); }
 
-__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
+__device__ __forceinline__ uint32_t load_relaxed(const uint32_t* p) {
   uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 __device__ __forceinline__ uint64_t now_ns() {
@@ -116,14 +116,15 @@ __device__ __forceinline__ bool aborted(const DecoderStepParams& p) {
   return *reinterpret_cast<const volatile int32_t*>(p.status + 1) != 0;
 }
 
-// Thread 0 of the compute warps, for op `waiter`: until op `dep`'s counter reaches `target`, or
-// the launch is aborted (by this wait timing out or another's).
+// One thread, for op `waiter`: until op `dep`'s counter reaches `target` (then an acquire fence:
+// the producers' writes are visible to this thread), or the launch is aborted (by this wait timing
+// out or another's). A poll is one L2 round trip: the abort flag and the clock are read every 32nd.
 __device__ void wait_count(const DecoderStepParams& p, int waiter, int dep, uint32_t target) {
   const uint32_t* c = p.counters + dep;
-  if (load_acquire(c) >= target) return;
   const uint64_t t0 = now_ns();
-  while (load_acquire(c) < target && !aborted(p)) {
-    __nanosleep(64);
+  for (uint32_t i = 1; load_relaxed(c) < target; ++i) {
+    if (i % 32 != 0) continue;
+    if (aborted(p)) return;
     if (now_ns() - t0 > static_cast<uint64_t>(p.timeout_ns)) {
       atomicCAS(p.status, 0, waiter + 1);
       atomicExch(p.status + 1, 1);
@@ -131,6 +132,7 @@ __device__ void wait_count(const DecoderStepParams& p, int waiter, int dep, uint
       return;
     }
   }
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
 // A stage's phase, or the abort flag (then the stage holds garbage, which the aborted launch
@@ -234,10 +236,8 @@ __device__ void issue_tiles(const DecoderStepParams& p, Shared& sh, unsigned cha
         const DecoderOp& op = p.ops[oj];
         if (op.route_op != routed_by) {
           // (else an earlier launch ran the router). A timeout names the op after the router.
-          if (lane == 0 && op.route_op >= p.op_begin) {
-            wait_count(p, op.route_op + 1, op.route_op, op.route_count);
-            __threadfence();  // with the __syncwarp, orders the other lanes' logit reads after the wait
-          }
+          // With the __syncwarp, lane 0's acquire orders the other lanes' logit reads after the count.
+          if (lane == 0 && op.route_op >= p.op_begin) wait_count(p, op.route_op + 1, op.route_op, op.route_count);
           __syncwarp();
           if (__shfl_sync(0xffffffffu, aborted(p) ? 1 : 0, 0)) return;
           route_warp<T>(op, sh.route_ids, nullptr);
@@ -769,8 +769,7 @@ __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsi
             reinterpret_cast<P*>(norm)[q] = reinterpret_cast<const P*>(op.norm_w)[q];
         }
         if (op.dep >= p.op_begin && tid == 0) {  // earlier launches ran the ops before op_begin
-          wait_count(p, it.op, op.dep, op.dep_count);
-          __threadfence();
+          wait_count(p, it.op, op.dep, op.dep_count);  // its acquire + the barrier below order every thread
         }
         stamp(cur, 1);
         compute_sync();
