@@ -294,8 +294,10 @@ TEST(ModelsCuda, DecodeGraphMatchesEager) {
     LoadOptions o = opts(Device(kCUDA, 0), kBFloat16, 64);
     o.cuda_graph = false;
     auto eager = load_model(model_dir(name), o);
+    eager->set_decode_path("eager");  // without the graph the persistent kernel would come first
     o.cuda_graph = true;
     auto graphed = load_model(model_dir(name), o);
+    ASSERT_EQ(graphed->decode_path(), "graph");
     (void)eager->forward(ids_tensor(g.ids, 0, 4), 0);
     (void)graphed->forward(ids_tensor(g.ids, 0, 4), 0);
     for (size_t i = 4; i < g.ids.size(); ++i) {

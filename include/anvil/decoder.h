@@ -107,6 +107,9 @@ class ANVIL_API PersistentDecoder {
   // The residual stream of the last step, [H] rows: 0 the embedding row, 2 l + 1 after layer l's
   // attention, 2 l + 2 after its MLP (2 L: the final norm's input).
   Tensor residual(int64_t i) const;
+  // MoE layer `layer`'s router logits of the last step, [E] (the routing's input, rounded as
+  // moe_router's). IndexError past the layers; Error for a dense layer.
+  Tensor router_logits(int64_t layer) const;
   // "ops, items, blocks and ring stages" of the schedule, for logs.
   std::string describe() const;
 

@@ -502,6 +502,14 @@ Tensor PersistentDecoder::residual(int64_t i) const {
   return impl_->resid.select(0, i);
 }
 
+Tensor PersistentDecoder::router_logits(int64_t layer) const {
+  const Impl& m = *impl_;
+  ANVIL_CHECK(layer >= 0 && layer < m.d.layers, IndexError, kOp, " layer ", layer, " is outside [0, ", m.d.layers, ")");
+  const int64_t E = m.d.E[static_cast<size_t>(layer)];
+  ANVIL_CHECK(E > 0, Error, kOp, " layer ", layer, " is dense: it has no router logits");
+  return m.router.select(0, layer).narrow(0, 0, E);
+}
+
 std::string PersistentDecoder::describe() const {
   const Impl& m = *impl_;
   return detail::cat_message(m.p.n_ops, " ops, ", m.items, " items on ", m.p.blocks, " blocks (", m.d.layers,
