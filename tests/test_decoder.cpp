@@ -350,7 +350,7 @@ TEST(PersistentDecoder, Fp8BlockScales) {
 // and the tokens as the eager step's.
 std::vector<int64_t> first_positions(int64_t n) {
   std::vector<int64_t> p(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
+  std::iota(p.begin(), p.end(), int64_t{0});
   return p;
 }
 
