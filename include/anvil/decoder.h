@@ -60,7 +60,7 @@ struct DecoderLayerWeights {
 // having its inputs, `prologue` making the input row (GEMVs), `stage_wait` waiting for weights.
 struct DecoderOpTime {
   std::string name;  // "layer 3 qkv", ..., "lm_head"
-  double start_us = 0, end_us = 0, wait_us = 0, prologue_us = 0, stage_wait_us = 0;
+  double start_us = 0, end_us = 0, wait_us = 0, prologue_us = 0, work_us = 0, stage_wait_us = 0;
 };
 
 struct DecoderWeights {

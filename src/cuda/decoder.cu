@@ -50,7 +50,6 @@ using cuda_device::mbar_init;
 using cuda_device::mbar_init_fence;
 using cuda_device::mbar_try_wait;
 using cuda_device::mbar_wait;
-using cuda_device::mma_tile32;
 using cuda_device::Pack;
 using cuda_device::smem_u32;
 using cuda_device::to_compute;
@@ -76,7 +75,7 @@ static_assert(sizeof(DecoderOp) % 4 == 0 && kOpWords <= kComputeThreads && kItem
 // series (the first version lost ~1 us per item to them).
 struct Shared {
   uint64_t full[kMaxStages], empty[kMaxStages];
-  float partial[2][kDecoderMaxTopK][kWarps][4][2];  // a tile's sums per slot and warp (lanes 0-3)
+  float partial[2][kDecoderMaxTopK][kWarps][kDecoderTileRows];  // a tile's sums per slot, warp and row
   float red[kWarps];
   float route_w[kDecoderMaxTopK];      // the compute warps' routing weights and experts, of router op route_for
   int32_t route_e[kDecoderMaxTopK];
@@ -317,64 +316,99 @@ __device__ void prologue(const DecoderStepParams& p, const DecoderOp& op, bool f
   compute_sync();
 }
 
-// One stage of a tile: its 8 weight rows (row: the lane's, g) against x over `cols` columns, a
-// warp per 32 columns at a time (lane t: 8 of them), accumulated into acc (mma.sync m16n8k16, x
-// as A row 0: acc[0], acc[1] of lanes 0..3 are rows 2 t, 2 t + 1). Zeros past cols (stale stage
-// bytes may be NaN).
+// One 32-column chunk of a tile's 8 weight rows against x as one mma.sync m16n8k16 (fragments
+// as mma.cuh lays them out): lane (g, t) holds elements 8 t .. 8 t + 7 of weight row g, the first
+// four as A row g (a0, a2) and the last four as A row g + 8 (a1, a3); x is B, its column 0 elements
+// 8 t .. 8 t + 3 (from the lanes of even g), column 1 elements 8 t + 4 .. 8 t + 7 (odd g), the
+// other columns copies of those. D[g][0] + D[g + 8][1], d[0] + d[3] of lane (g, 0), is row g's
+// dot over the chunk: every A and B element is a weight or x value (no zero operands).
 template <typename T>
-__device__ __forceinline__ void stage_dot16(float (&acc)[4], const T* x, const unsigned char* row, int cols, int warp, int t) {
+__device__ __forceinline__ void mma_chunk32(float (&d)[4], uint2 x, uint4 w) {
+  cuda_device::mma_m16n8k16<T>(d, w.x, w.z, w.y, w.w, x.x, x.y);
+}
+
+// A stage's chunks: warp w takes chunks w, w + kWarps, ... (kChunks of them); lane (g, t) reads
+// weight elements from column kk = chunk * 32 + 8 t and x from kk + xo (xo = 4 (g & 1)).
+constexpr int kChunks8 = kRowBytes / 32 / kWarps;  // float8 stages: 2048 columns
+constexpr int kChunks16 = kChunks8 / 2;             // 16-bit stages: 1024 columns
+
+// A column's block of scales: col >> shift when the block width is a power of two (shift >= 0),
+// else col / bk; 32-bit (a 64-bit division is a ~70-instruction call, and this runs per chunk).
+struct BlockCols {
+  int shift;
+  uint32_t bk;
+  __device__ __forceinline__ uint32_t of(uint32_t col) const { return shift >= 0 ? col >> shift : col / bk; }
+};
+__device__ __forceinline__ BlockCols block_cols(int64_t bk) {
+  const auto b = static_cast<uint32_t>(bk);
+  return {b != 0 && (b & (b - 1)) == 0 ? __ffs(static_cast<int>(b)) - 1 : -1, b};
+}
+// The block scales of this warp's chunks of the stage at column c0 (bk % 32 == 0: one block per
+// chunk), loaded before the stage is waited for.
+__device__ __forceinline__ void load_chunk_scales(float (&sc)[kChunks8], const float* block, uint32_t c0, int cols, int warp,
+                                                  BlockCols bc) {
+  // Chunks past cols read the last column's scale (their products are zeros); no branch per chunk.
+  auto col = [&](int i) { return c0 + static_cast<uint32_t>(std::min((warp + kWarps * i) * 32, cols - 1)); };
+  if (bc.shift >= 0) {
 #pragma unroll
-  for (int i = 0; i < kRowBytes / 2 / 256; ++i) {
-    const int kk = (warp + kWarps * i) * 32 + t * 8;
-    uint4 xv = make_uint4(0, 0, 0, 0), wv = xv;
-    if (kk < cols) {
-      xv = *reinterpret_cast<const uint4*>(x + kk);
-      wv = *reinterpret_cast<const uint4*>(row + kk * 2);
-    }
-    mma_tile32<T>(acc, xv, wv);
+    for (int i = 0; i < kChunks8; ++i) sc[i] = __ldg(block + (col(i) >> bc.shift));
+  } else {
+#pragma unroll
+    for (int i = 0; i < kChunks8; ++i) sc[i] = __ldg(block + col(i) / bc.bk);
   }
 }
-// The same over float8 e4m3fn weights, decoded in registers; block: the tile's row of block
-// scales (null: row scales, applied after the sum), bk columns each, c0 the stage's first column.
-template <typename T>
-__device__ __forceinline__ void stage_dot8(float (&acc)[4], const T* x, const unsigned char* row, int cols, int warp, int t,
-                                           const float* block, int64_t c0, int64_t bk) {
+
+// One stage of a tile: its 8 weight rows (row: the lane's, g; 16-bit, or float8 e4m3fn decoded
+// in registers) against x over `cols` columns, accumulated into acc (lane (g, 0): acc[0] + acc[3]
+// is row g's dot). Full: cols is the whole stage; else zeros past cols (stale stage bytes may be
+// NaN). Block: each chunk's product times its scale sc[i] (row scales: applied after
+// the sum).
+template <typename T, bool kF8, bool kFull, bool kBlock>
+__device__ __forceinline__ void stage_dot(float (&acc)[4], const T* x, const unsigned char* row, int cols, int warp,
+                                          int t, int xo, const float (&sc)[kChunks8]) {
 #pragma unroll
-  for (int i = 0; i < kRowBytes / 256; ++i) {
-    const int k0 = (warp + kWarps * i) * 32, kk = k0 + t * 8;
-    uint4 xv = make_uint4(0, 0, 0, 0), wv = xv;
-    float s = 0.f;
-    if (kk < cols) {
-      xv = *reinterpret_cast<const uint4*>(x + kk);
-      wv = cuda_device::e4m3x8_to<T>(*reinterpret_cast<const uint2*>(row + kk));
+  for (int i = 0; i < (kF8 ? kChunks8 : kChunks16); ++i) {
+    const int kk = (warp + kWarps * i) * 32 + t * 8;
+    uint2 xv = make_uint2(0, 0);
+    uint4 wv = make_uint4(0, 0, 0, 0);
+    if (kFull || kk < cols) {
+      xv = *reinterpret_cast<const uint2*>(x + kk + xo);
+      if constexpr (kF8) wv = cuda_device::e4m3x8_to<T>(*reinterpret_cast<const uint2*>(row + kk));
+      else wv = *reinterpret_cast<const uint4*>(row + kk * 2);
     }
-    // The chunk's scale (bk % 32 == 0: one block per 32 columns) in every lane whose rows' dots
-    // include it: the mma sums all four lanes' columns, so a partial chunk needs it in all four.
-    if (block && k0 < cols) s = __ldg(block + (c0 + k0) / bk);
-    if (block) {
+    if constexpr (kBlock) {
       float d[4] = {};
-      mma_tile32<T>(d, xv, wv);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[e] = fmaf(s, d[e], acc[e]);
+      mma_chunk32<T>(d, xv, wv);
+      acc[0] = fmaf(sc[i], d[0], acc[0]);
+      acc[3] = fmaf(sc[i], d[3], acc[3]);
     } else {
-      mma_tile32<T>(acc, xv, wv);
+      mma_chunk32<T>(acc, xv, wv);
     }
   }
 }
 
+// The compute warps' place in the ring: stage s, in its phase of this parity.
+struct RingPos {
+  int s = 0;
+  uint32_t parity = 0;
+  __device__ __forceinline__ void next(int stages) {
+    if (++s == stages) s = 0, parity ^= 1;
+  }
+};
+
 // One item: 8 weight rows against xs over the tile's stages (per slot of an ExpertsSum, against
-// its row of xs); u counts this block's stages. waited: ns thread 0 spent waiting for stages
-// (profiling).
+// its row of xs); rp walks the ring. waited: ns thread 0 spent waiting for stages (profiling).
 template <typename T>
 __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int item, const T* xs, const unsigned char* ring,
-                          int stages, uint32_t& u, int& par, Shared& sh, uint64_t& waited) {
+                          int stages, RingPos& rp, int& par, Shared& sh, uint64_t& waited) {
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;
+  const int g = lane / 4, t = lane % 4, xo = 4 * (g & 1);
   const ItemTile at = item_tile(op, item);
   const int tile = at.tile;
   const int slots = op.routing == DecoderRouting::ExpertsSum ? op.top_k : 1;
-  const bool f8 = op.scaling != DecoderScale::None;
+  const bool f8 = op.scaling != DecoderScale::None, blocks = op.scaling == DecoderScale::Block;
   const int cols_per_stage = f8 ? kRowBytes : kRowBytes / 2;
+  const BlockCols bc = block_cols(op.scale_bk);
   // The expert of slot si (0 when not routed), for the scales.
   auto expert = [&](int si) -> int64_t {
     if (op.routing == DecoderRouting::None) return 0;
@@ -383,28 +417,38 @@ __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int i
   for (int si = 0; si < slots; ++si) {
     const T* x = xs + si * op.k;
     const float* block = nullptr;
-    if (op.scaling == DecoderScale::Block)
-      block = op.w_scale + expert(si) * op.scale_expert +
-              (static_cast<int64_t>(tile) * kDecoderTileRows / op.scale_bn) * ((op.k + op.scale_bk - 1) / op.scale_bk);
+    if (blocks) {
+      const auto row_block = static_cast<uint32_t>(tile * kDecoderTileRows) / static_cast<uint32_t>(op.scale_bn);
+      block = op.w_scale + expert(si) * op.scale_expert + static_cast<int64_t>(row_block) * (bc.of(static_cast<uint32_t>(op.k) - 1) + 1);
+    }
     float acc[4] = {};
-    for (int64_t c0 = 0; c0 < op.k; c0 += cols_per_stage, ++u) {
-      const int s = static_cast<int>(u % stages);
+    for (int64_t c0 = 0; c0 < op.k; c0 += cols_per_stage) {
+      const int cols = static_cast<int>(std::min<int64_t>(cols_per_stage, op.k - c0));
+      float sc[kChunks8];
+      if (blocks) load_chunk_scales(sc, block, static_cast<uint32_t>(c0), cols, warp, bc);
       const uint64_t t0 = p.trace && tid == 0 ? now_ns() : 0;
-      wait_stage(p, smem_u32(&sh.full[s]), (u / stages) & 1);
+      wait_stage(p, smem_u32(&sh.full[rp.s]), rp.parity);
       if (p.trace && tid == 0) waited += now_ns() - t0;
       __syncwarp();  // mma.sync needs the whole warp
-      const int cols = static_cast<int>(std::min<int64_t>(cols_per_stage, op.k - c0));
-      const unsigned char* row = ring + s * kStageBytes + g * kPitch;
-      if (f8) stage_dot8<T>(acc, x + c0, row, cols, warp, t, block, c0, op.scale_bk);
-      else stage_dot16<T>(acc, x + c0, row, cols, warp, t);
+      const unsigned char* row = ring + rp.s * kStageBytes + g * kPitch;
+      const bool full = cols == cols_per_stage;
+      const T* xc = x + c0;
+      if (!f8) {
+        if (full) stage_dot<T, false, true, false>(acc, xc, row, cols, warp, t, xo, sc);
+        else stage_dot<T, false, false, false>(acc, xc, row, cols, warp, t, xo, sc);
+      } else if (blocks) {
+        if (full) stage_dot<T, true, true, true>(acc, xc, row, cols, warp, t, xo, sc);
+        else stage_dot<T, true, false, true>(acc, xc, row, cols, warp, t, xo, sc);
+      } else {
+        if (full) stage_dot<T, true, true, false>(acc, xc, row, cols, warp, t, xo, sc);
+        else stage_dot<T, true, false, false>(acc, xc, row, cols, warp, t, xo, sc);
+      }
       __syncwarp();
-      if (lane == 0) mbar_arrive(smem_u32(&sh.empty[s]));
+      if (lane == 0) mbar_arrive(smem_u32(&sh.empty[rp.s]));
+      rp.next(stages);
     }
-    // d[0], d[1] of lanes 0..3 (x row 0) are rows 2 t + {0, 1}: summed over the warps below.
-    if (lane < 4) {
-      sh.partial[par][si][warp][lane][0] = acc[0];
-      sh.partial[par][si][warp][lane][1] = acc[1];
-    }
+    // Lane (g, 0) holds row g's sum over this warp's chunks: summed over the warps below.
+    if (t == 0) sh.partial[par][si][warp][g] = acc[0] + acc[3];
   }
   compute_sync();
   if (tid < 8) {
@@ -412,7 +456,7 @@ __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int i
     if (j < op.n) {
       auto product = [&](int si) {
         float v = 0.f;
-        for (int w = 0; w < kWarps; ++w) v += sh.partial[par][si][w][tid / 2][tid % 2];
+        for (int w = 0; w < kWarps; ++w) v += sh.partial[par][si][w][tid];
         if (op.scaling == DecoderScale::Row) v *= __ldg(op.w_scale + expert(si) * op.scale_expert + j);
         return from_compute<T>(v);
       };
@@ -711,7 +755,8 @@ template <typename T, int D>
 __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsigned char* ring, unsigned char* work,
                               int stages, int begin, int end) {
   const int tid = static_cast<int>(threadIdx.x);
-  uint32_t u = 0, done = 0;
+  RingPos rp;
+  uint32_t done = 0;
   int par = 0, cur = -1;
   uint64_t waited = 0;  // profiling: this op's stage waits
   auto stamp = [&](int op, int which) {
@@ -786,7 +831,7 @@ __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsi
       }
       const DecoderOp& op = sh.op;
       if (op.kind == DecoderOpKind::Gemv) {
-        gemv_tile<T>(p, op, it.index, reinterpret_cast<const T*>(work), ring, stages, u, par, sh, waited);
+        gemv_tile<T>(p, op, it.index, reinterpret_cast<const T*>(work), ring, stages, rp, par, sh, waited);
         ++done;
       } else {
         attention_item<T, D>(p, op, it.op, it.index, reinterpret_cast<float*>(work), sh);

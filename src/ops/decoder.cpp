@@ -469,7 +469,7 @@ std::vector<DecoderOpTime> PersistentDecoder::profile_step(int64_t token, int64_
     DecoderOpTime& r = out[static_cast<size_t>(o)];
     r.name = m.names[static_cast<size_t>(o)];
     int64_t start = INT64_MAX, end = 0, blocks = 0;
-    double wait = 0, prologue = 0, stages = 0;
+    double wait = 0, prologue = 0, work = 0, stages = 0;
     for (int64_t b = 0; b < m.p.blocks; ++b) {
       const int64_t* e = t + (b * n + o) * kTraceSlots;
       if (e[0] == 0) continue;  // no items of this op in block b
@@ -477,6 +477,7 @@ std::vector<DecoderOpTime> PersistentDecoder::profile_step(int64_t token, int64_
       end = std::max(end, e[3]);
       wait += static_cast<double>(e[1] - e[0]);
       prologue += static_cast<double>(e[2] - e[1]);
+      work += static_cast<double>(e[3] - e[2]);
       stages += static_cast<double>(e[4]);
       ++blocks;
     }
@@ -486,6 +487,7 @@ std::vector<DecoderOpTime> PersistentDecoder::profile_step(int64_t token, int64_
     r.end_us = static_cast<double>(end - t0) * 1e-3;
     r.wait_us = wait * per;
     r.prologue_us = prologue * per;
+    r.work_us = work * per;
     r.stage_wait_us = stages * per;
   }
   return out;

@@ -43,13 +43,14 @@ void print_trace(PersistentDecoder& dec, int steps) {
       mean[i].end_us += t[i].end_us / steps;
       mean[i].wait_us += t[i].wait_us / steps;
       mean[i].prologue_us += t[i].prologue_us / steps;
+      mean[i].work_us += t[i].work_us / steps;
       mean[i].stage_wait_us += t[i].stage_wait_us / steps;
     }
   }
   struct Kind {
     std::string name;
     int count = 0;
-    double busy = 0, gap = 0, wait = 0, prologue = 0, stages = 0;
+    double busy = 0, gap = 0, wait = 0, prologue = 0, work = 0, stages = 0;
   };
   std::vector<Kind> kinds;
   for (size_t i = 0; i < mean.size(); ++i) {
@@ -62,18 +63,20 @@ void print_trace(PersistentDecoder& dec, int steps) {
     it->gap += mean[i].start_us - (i > 0 ? mean[i - 1].end_us : 0.0);
     it->wait += mean[i].wait_us;
     it->prologue += mean[i].prologue_us;
+    it->work += mean[i].work_us;
     it->stages += mean[i].stage_wait_us;
   }
   std::printf("persistent step, %d profiled steps (mean): %.1f us from the first block's start to the last block's end\n",
               steps, mean.empty() ? 0.0 : mean.back().end_us);
   std::printf("(sums over the layers; busy: first block ready to last block done; gap: the op before's last block\n"
-              "done to this op's first block ready; per-block means: waiting for inputs, prologue, waiting for weights)\n");
-  std::printf("| %-15s | %5s | %9s | %8s | %9s | %11s | %12s |\n", "op", "count", "busy us", "gap us", "wait us",
-              "prologue us", "weights us");
-  std::printf("| --------------- | ----- | --------- | -------- | --------- | ----------- | ------------ |\n");
+              "done to this op's first block ready; per-block means: waiting for inputs, prologue, its items (waiting\n"
+              "for weights included), waiting for weights)\n");
+  std::printf("| %-15s | %5s | %9s | %8s | %9s | %11s | %9s | %12s |\n", "op", "count", "busy us", "gap us", "wait us",
+              "prologue us", "items us", "weights us");
+  std::printf("| --------------- | ----- | --------- | -------- | --------- | ----------- | --------- | ------------ |\n");
   for (const Kind& k : kinds)
-    std::printf("| %-15s | %5d | %9.1f | %8.1f | %9.1f | %11.1f | %12.1f |\n", k.name.c_str(), k.count, k.busy, k.gap,
-                k.wait, k.prologue, k.stages);
+    std::printf("| %-15s | %5d | %9.1f | %8.1f | %9.1f | %11.1f | %9.1f | %12.1f |\n", k.name.c_str(), k.count, k.busy,
+                k.gap, k.wait, k.prologue, k.work, k.stages);
 }
 
 }  // namespace
