@@ -1,14 +1,14 @@
 // The persistent decoder step on CUDA (compute capability 9.0: the bulk copy engine): one block
 // per SM, each working through its list of items (core/kernels/decoder.h) in op order.
 //  - A loader warp walks the block's Gemv tiles ahead of the compute warps and streams their
-//    weights into a ring of shared-memory stages (8 rows x 1024 columns each) with cp.async.bulk,
-//    across op boundaries: weights depend on nothing, so the next op's stream is in flight while
-//    the compute warps wait for this op's inputs.
+//    weights into a ring of shared-memory slots with cp.async.bulk, a unit (8 rows of up to 4096
+//    bytes, one copy a row) in one slot or two, across op boundaries: weights depend on nothing,
+//    so the next op's stream is in flight while the compute warps wait for this op's inputs.
 //  - Eight compute warps run the items. An op's first item in a block waits until the counter of
 //    the op it depends on reaches that op's total (thread 0 spins on an acquire load, then a
 //    barrier of the compute warps), then its prologue makes the op's input row in shared memory
-//    once per block; each tile is mma.sync m16n8k16 over its stages (as the bulk GEMV kernel of
-//    linear.cu) and its 8 outputs are stored. When a block is done with an op's tiles it adds
+//    once per block; each tile is mma.sync m16n8k16 over its units (one mma per 32 columns: the
+//    weights as A, x as B) and its 8 outputs are stored. When a block is done with an op's tiles it adds
 //    their number to the op's counter (release: barrier, fence, atomic add).
 //  - Attention items: (kv head, key split). Each split normalises and rotates its q heads (the
 //    split holding the new position also k, and writes k and v into the cache), runs over its
@@ -57,10 +57,17 @@ using cuda_device::to_compute;
 constexpr int kWarps = 8;                          // compute warps
 constexpr int kComputeThreads = kWarps * 32;
 constexpr int kThreads = kComputeThreads + 32;     // + the loader warp
-constexpr int kRowBytes = 2048;                    // weight bytes per stage row: 1024 16-bit or 2048 float8 columns
-constexpr int kPitch = kRowBytes + 64;             // bytes; 64 mod 128 spreads a quarter warp's two rows over the banks
-constexpr int kStageBytes = kDecoderTileRows * kPitch;
-constexpr int kMaxStages = 12;
+// The ring: slots of 8 rows x kSlotRowBytes; a unit (a tile's weights over one run of columns)
+// is 8 rows of up to kUnitRowBytes, in one slot (rows of at most kSlotRowBytes) or two adjacent
+// ones. Rows are at a pitch of their bytes + 64 (64 mod 128 spreads a quarter warp's two rows
+// over the banks). Measured on an H100 (Qwen3-30B-A3B's lm_head, persistent step): 2048-byte
+// rows, 8 bulk copies a unit, streamed 13.6 GB/s per SM; 4096-byte rows 24 GB/s.
+constexpr int kSlotRowBytes = 2048;
+constexpr int kUnitRowBytes = 2 * kSlotRowBytes;
+constexpr int kPitch1 = kSlotRowBytes + 64, kPitch2 = kUnitRowBytes + 64;
+constexpr int kSlotBytes = kDecoderTileRows * kPitch1;
+static_assert(kDecoderTileRows * kPitch2 <= 2 * kSlotBytes);
+constexpr int kMaxStages = 12;  // slots
 constexpr int kMinStages = 4;
 constexpr int kKeys = 32;                          // attention keys per tile
 constexpr int kMaxGroup = 16;                      // q heads per kv head
@@ -179,6 +186,39 @@ __device__ void route_warp(const DecoderOp& op, int32_t* ids, float* weights) {
   else route_warp_p<T, kDecoderMaxExperts / 32>(op, ids, weights);
 }
 
+// A unit of a row of k columns from column c0 (esize bytes each): its columns and its slots.
+struct Unit {
+  int cols, slots;
+};
+__device__ __forceinline__ Unit unit_at(int64_t k, int64_t c0, int esize) {
+  const int cols = static_cast<int>(std::min<int64_t>(kUnitRowBytes / esize, k - c0));
+  return {cols, cols * esize > kSlotRowBytes ? 2 : 1};
+}
+
+// The ring as the loader and the compute warps both walk it: a unit takes the next 1 or 2 slots,
+// a 2-slot unit that would wrap skips the last slot first (the loader completes that slot's
+// phase with a plain arrival, the compute warps wait for it and release it). Each slot's full and
+// empty barriers advance one phase per taking or skip.
+struct RingWalk {
+  int h = 0;
+  uint32_t parity = 0;  // bit j: the parity of slot j's next phase
+  uint32_t used = 0;    // bit j: slot j has been taken or skipped before
+  __device__ __forceinline__ uint32_t phase(int j) const { return (parity >> j) & 1; }
+  __device__ __forceinline__ void advance(int j) { parity ^= 1u << j, used |= 1u << j; }
+  // The unit's first slot; skip(j) first for a slot passed over at the ring's end.
+  template <typename Skip>
+  __device__ __forceinline__ int take(int slots, int stages, Skip skip) {
+    if (h + slots > stages) {
+      for (int j = h; j < stages; ++j) skip(j);
+      h = 0;
+    }
+    const int first = h;
+    h += slots;
+    if (h == stages) h = 0;
+    return first;
+  }
+};
+
 // ---- the loader: one lane streams the block's Gemv tiles, stage u % stages for the
 // (u / stages)-th time, as the compute warps consume them in the same order. (Asking L2 for the
 // units past the ring as well was measured slower: H100, Qwen3-0.6B, 12 units ahead 646 tok/s,
@@ -191,7 +231,7 @@ __device__ void route_warp(const DecoderOp& op, int32_t* ids, float* weights) {
 // Returns early on an abort; u counts the units issued.
 template <typename T>
 __device__ void issue_tiles(const DecoderStepParams& p, Shared& sh, unsigned char* ring, int stages, int begin, int end,
-                            uint32_t& u) {
+                            RingWalk& walk) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   int routed_by = -1;  // the router op whose experts sh.route_ids holds
   for (int base = begin; base < end; base += 32) {
@@ -229,7 +269,7 @@ __device__ void issue_tiles(const DecoderStepParams& p, Shared& sh, unsigned cha
       const auto routing_j = static_cast<DecoderRouting>(__shfl_sync(0xffffffffu, static_cast<int>(routing), j));
       const int64_t expert_bytes_j = __shfl_sync(0xffffffffu, expert_bytes, j);
       const int slot_j = __shfl_sync(0xffffffffu, slot, j), slots_j = __shfl_sync(0xffffffffu, slots, j);
-      const int esize_j = __shfl_sync(0xffffffffu, esize, j), cols = kRowBytes / esize_j;
+      const int esize_j = __shfl_sync(0xffffffffu, esize, j);
       if (routing_j != DecoderRouting::None) {
         const int oj = __shfl_sync(0xffffffffu, op_i, j);
         const DecoderOp& op = p.ops[oj];
@@ -246,22 +286,35 @@ __device__ void issue_tiles(const DecoderStepParams& p, Shared& sh, unsigned cha
       for (int si = 0; si < slots_j; ++si) {
         const int64_t expert = routing_j == DecoderRouting::None ? 0 : sh.route_ids[routing_j == DecoderRouting::Experts ? slot_j : si];
         const char* ws = wj + expert * expert_bytes_j;
-        for (int64_t c0 = 0; c0 < kj; c0 += cols, ++u) {
-          const int s = static_cast<int>(u % stages);
-          int ok = 1;
-          if (lane == 0 && u >= static_cast<uint32_t>(stages)) {
-            ok = wait_stage(p, smem_u32(&sh.empty[s]), (u / stages - 1) & 1);
-            // The stage's last copies have landed (the compute warps waited for them, unless an
-            // abort let them go on): a stage is never armed again while its copies are in flight.
-            mbar_wait(smem_u32(&sh.full[s]), (u / stages - 1) & 1);
+        for (int64_t c0 = 0; c0 < kj; c0 += kUnitRowBytes / esize_j) {
+          const Unit un = unit_at(kj, c0, esize_j);
+          // Lane 0: a slot is taken again once its last phase is released and its copies have
+          // landed (the compute warps waited for them, unless an abort let them go on).
+          int ok = 1, first = 0;
+          if (lane == 0) {
+            auto free = [&](int slot) {
+              if (ok && ((walk.used >> slot) & 1)) {
+                ok = wait_stage(p, smem_u32(&sh.empty[slot]), walk.phase(slot) ^ 1);
+                mbar_wait(smem_u32(&sh.full[slot]), walk.phase(slot) ^ 1);
+              }
+            };
+            first = walk.take(un.slots, stages, [&](int slot) {
+              free(slot);
+              if (ok) mbar_arrive(smem_u32(&sh.full[slot]));
+              walk.advance(slot);
+            });
+            for (int q = 0; q < un.slots; ++q) free(first + q);
           }
           if (!__shfl_sync(0xffffffffu, ok, 0)) return;
           if (lane == 0) {
-            const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(cols, kj - c0) * esize_j);
-            mbar_arrive_expect_tx(smem_u32(&sh.full[s]), bytes * rj);
+            const uint32_t bytes = static_cast<uint32_t>(un.cols * esize_j);
+            const int pitch = un.slots == 2 ? kPitch2 : kPitch1;
+            mbar_arrive_expect_tx(smem_u32(&sh.full[first]), bytes * rj);
             for (int r = 0; r < rj; ++r)
-              bulk_copy_g2s(smem_u32(ring + s * kStageBytes + r * kPitch), ws + (r * kj + c0) * esize_j, bytes,
-                            smem_u32(&sh.full[s]));
+              bulk_copy_g2s(smem_u32(ring + first * kSlotBytes + r * pitch), ws + (r * kj + c0) * esize_j, bytes,
+                            smem_u32(&sh.full[first]));
+            if (un.slots == 2) mbar_arrive(smem_u32(&sh.full[first + 1]));
+            for (int q = 0; q < un.slots; ++q) walk.advance(first + q);
           }
         }
       }
@@ -273,11 +326,11 @@ __device__ void issue_tiles(const DecoderStepParams& p, Shared& sh, unsigned cha
 // stop waiting for them, and a block must not exit with bulk copies into its shared memory).
 template <typename T>
 __device__ void load_tiles(const DecoderStepParams& p, Shared& sh, unsigned char* ring, int stages, int begin, int end) {
-  uint32_t u = 0;
-  issue_tiles<T>(p, sh, ring, stages, begin, end, u);
+  RingWalk walk;
+  issue_tiles<T>(p, sh, ring, stages, begin, end, walk);
   if (threadIdx.x % 32 == 0)
-    for (uint32_t v = u > static_cast<uint32_t>(stages) ? u - stages : 0; v < u; ++v)
-      mbar_wait(smem_u32(&sh.full[v % stages]), (v / stages) & 1);
+    for (int j = 0; j < stages; ++j)
+      if ((walk.used >> j) & 1) mbar_wait(smem_u32(&sh.full[j]), walk.phase(j) ^ 1);
 }
 
 // ---- Gemv
@@ -327,10 +380,8 @@ __device__ __forceinline__ void mma_chunk32(float (&d)[4], uint2 x, uint4 w) {
   cuda_device::mma_m16n8k16<T>(d, w.x, w.z, w.y, w.w, x.x, x.y);
 }
 
-// A stage's chunks: warp w takes chunks w, w + kWarps, ... (kChunks of them); lane (g, t) reads
-// weight elements from column kk = chunk * 32 + 8 t and x from kk + xo (xo = 4 (g & 1)).
-constexpr int kChunks8 = kRowBytes / 32 / kWarps;  // float8 stages: 2048 columns
-constexpr int kChunks16 = kChunks8 / 2;             // 16-bit stages: 1024 columns
+// A unit's chunks: warp w takes chunks w, w + kWarps, ...; lane (g, t) reads weight elements
+// from column kk = chunk * 32 + 8 t and x from kk + xo (xo = 4 (g & 1)).
 
 // A column's block of scales: col >> shift when the block width is a power of two (shift >= 0),
 // else col / bk; 32-bit (a 64-bit division is a ~70-instruction call, and this runs per chunk).
@@ -343,31 +394,37 @@ __device__ __forceinline__ BlockCols block_cols(int64_t bk) {
   const auto b = static_cast<uint32_t>(bk);
   return {b != 0 && (b & (b - 1)) == 0 ? __ffs(static_cast<int>(b)) - 1 : -1, b};
 }
-// The block scales of this warp's chunks of the stage at column c0 (bk % 32 == 0: one block per
-// chunk), loaded before the stage is waited for.
-__device__ __forceinline__ void load_chunk_scales(float (&sc)[kChunks8], const float* block, uint32_t c0, int cols, int warp,
-                                                  BlockCols bc) {
-  // Chunks past cols read the last column's scale (their products are zeros); no branch per chunk.
-  auto col = [&](int i) { return c0 + static_cast<uint32_t>(std::min((warp + kWarps * i) * 32, cols - 1)); };
+// The block scales of this warp's chunks i0 .. i0 + kN - 1 of the unit at column c0 (bk % 32 ==
+// 0: one block per chunk); chunks past cols read the last column's scale (their products are zeros), so there
+// is no branch per chunk.
+template <int kN>
+__device__ __forceinline__ void load_chunk_scales(float (&sc)[kN], const float* block, uint32_t c0, int cols, int warp,
+                                                  BlockCols bc, int i0) {
+  auto col = [&](int i) { return c0 + static_cast<uint32_t>(std::min((warp + kWarps * (i0 + i)) * 32, cols - 1)); };
   if (bc.shift >= 0) {
 #pragma unroll
-    for (int i = 0; i < kChunks8; ++i) sc[i] = __ldg(block + (col(i) >> bc.shift));
+    for (int i = 0; i < kN; ++i) sc[i] = __ldg(block + (col(i) >> bc.shift));
   } else {
 #pragma unroll
-    for (int i = 0; i < kChunks8; ++i) sc[i] = __ldg(block + col(i) / bc.bk);
+    for (int i = 0; i < kN; ++i) sc[i] = __ldg(block + col(i) / bc.bk);
   }
 }
 
-// One stage of a tile: its 8 weight rows (row: the lane's, g; 16-bit, or float8 e4m3fn decoded
-// in registers) against x over `cols` columns, accumulated into acc (lane (g, 0): acc[0] + acc[3]
-// is row g's dot). Full: cols is the whole stage; else zeros past cols (stale stage bytes may be
-// NaN). Block: each chunk's product times its scale sc[i] (row scales: applied after
-// the sum).
-template <typename T, bool kF8, bool kFull, bool kBlock>
+// One unit of a tile: its 8 weight rows (row: the lane's, g; 16-bit, or float8 e4m3fn decoded in
+// registers) against x over `cols` columns, kN chunks a warp, accumulated into acc (lane (g, 0):
+// acc[0] + acc[3] is row g's dot). Full: cols is the whole unit (kN * 256); else zeros past cols
+// (stale slot bytes may be NaN). Block: each chunk's product times its scale (the tile's row of
+// block scales from column c0; row scales: applied after the sum).
+template <typename T, int kN, bool kF8, bool kFull, bool kBlock>
 __device__ __forceinline__ void stage_dot(float (&acc)[4], const T* x, const unsigned char* row, int cols, int warp,
-                                          int t, int xo, const float (&sc)[kChunks8]) {
+                                          int t, int xo, const float* block, uint32_t c0, BlockCols bc) {
+  constexpr int kG = kN < 8 ? kN : 8;  // chunks per group of scales loaded at once (registers)
+  float sc[kBlock ? kG : 1];
 #pragma unroll
-  for (int i = 0; i < (kF8 ? kChunks8 : kChunks16); ++i) {
+  for (int i = 0; i < kN; ++i) {
+    if constexpr (kBlock) {
+      if (i % kG == 0) load_chunk_scales<kG>(sc, block, c0, cols, warp, bc, i);
+    }
     const int kk = (warp + kWarps * i) * 32 + t * 8;
     uint2 xv = make_uint2(0, 0);
     uint4 wv = make_uint4(0, 0, 0, 0);
@@ -379,35 +436,38 @@ __device__ __forceinline__ void stage_dot(float (&acc)[4], const T* x, const uns
     if constexpr (kBlock) {
       float d[4] = {};
       mma_chunk32<T>(d, xv, wv);
-      acc[0] = fmaf(sc[i], d[0], acc[0]);
-      acc[3] = fmaf(sc[i], d[3], acc[3]);
+      acc[0] = fmaf(sc[i % kG], d[0], acc[0]);
+      acc[3] = fmaf(sc[i % kG], d[3], acc[3]);
     } else {
       mma_chunk32<T>(acc, xv, wv);
     }
   }
 }
-
-// The compute warps' place in the ring: stage s, in its phase of this parity.
-struct RingPos {
-  int s = 0;
-  uint32_t parity = 0;
-  __device__ __forceinline__ void next(int stages) {
-    if (++s == stages) s = 0, parity ^= 1;
+// The same for a unit of either size (wide: 2 slots, 2 kN chunks) and either fullness.
+template <typename T, int kN, bool kF8, bool kBlock>
+__device__ __forceinline__ void unit_dot(bool wide, float (&acc)[4], const T* x, const unsigned char* row, int cols, int warp,
+                                         int t, int xo, const float* block, uint32_t c0, BlockCols bc) {
+  if (wide) {
+    if (cols == 2 * kN * 256) stage_dot<T, 2 * kN, kF8, true, kBlock>(acc, x, row, cols, warp, t, xo, block, c0, bc);
+    else stage_dot<T, 2 * kN, kF8, false, kBlock>(acc, x, row, cols, warp, t, xo, block, c0, bc);
+  } else {
+    if (cols == kN * 256) stage_dot<T, kN, kF8, true, kBlock>(acc, x, row, cols, warp, t, xo, block, c0, bc);
+    else stage_dot<T, kN, kF8, false, kBlock>(acc, x, row, cols, warp, t, xo, block, c0, bc);
   }
-};
+}
 
 // One item: 8 weight rows against xs over the tile's stages (per slot of an ExpertsSum, against
-// its row of xs); rp walks the ring. waited: ns thread 0 spent waiting for stages (profiling).
+// its row of xs); walk: the compute warps' place in the ring. waited: ns thread 0 spent waiting for stages (profiling).
 template <typename T>
 __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int item, const T* xs, const unsigned char* ring,
-                          int stages, RingPos& rp, int& par, Shared& sh, uint64_t& waited) {
+                          int stages, RingWalk& walk, int& par, Shared& sh, uint64_t& waited) {
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4, xo = 4 * (g & 1);
   const ItemTile at = item_tile(op, item);
   const int tile = at.tile;
   const int slots = op.routing == DecoderRouting::ExpertsSum ? op.top_k : 1;
   const bool f8 = op.scaling != DecoderScale::None, blocks = op.scaling == DecoderScale::Block;
-  const int cols_per_stage = f8 ? kRowBytes : kRowBytes / 2;
+  const int esize = f8 ? 1 : static_cast<int>(sizeof(T));
   const BlockCols bc = block_cols(op.scale_bk);
   // The expert of slot si (0 when not routed), for the scales.
   auto expert = [&](int si) -> int64_t {
@@ -422,30 +482,30 @@ __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int i
       block = op.w_scale + expert(si) * op.scale_expert + static_cast<int64_t>(row_block) * (bc.of(static_cast<uint32_t>(op.k) - 1) + 1);
     }
     float acc[4] = {};
-    for (int64_t c0 = 0; c0 < op.k; c0 += cols_per_stage) {
-      const int cols = static_cast<int>(std::min<int64_t>(cols_per_stage, op.k - c0));
-      float sc[kChunks8];
-      if (blocks) load_chunk_scales(sc, block, static_cast<uint32_t>(c0), cols, warp, bc);
+    for (int64_t c0 = 0; c0 < op.k; c0 += kUnitRowBytes / esize) {
+      const Unit un = unit_at(op.k, c0, esize);
+      const int first = walk.take(un.slots, stages, [&](int slot) {  // a skipped slot: released once filled
+        wait_stage(p, smem_u32(&sh.full[slot]), walk.phase(slot));
+        __syncwarp();
+        if (lane == 0) mbar_arrive(smem_u32(&sh.empty[slot]));
+        walk.advance(slot);
+      });
       const uint64_t t0 = p.trace && tid == 0 ? now_ns() : 0;
-      wait_stage(p, smem_u32(&sh.full[rp.s]), rp.parity);
+      wait_stage(p, smem_u32(&sh.full[first]), walk.phase(first));
       if (p.trace && tid == 0) waited += now_ns() - t0;
       __syncwarp();  // mma.sync needs the whole warp
-      const unsigned char* row = ring + rp.s * kStageBytes + g * kPitch;
-      const bool full = cols == cols_per_stage;
+      const bool wide = un.slots == 2;
+      const unsigned char* row = ring + first * kSlotBytes + g * (wide ? kPitch2 : kPitch1);
       const T* xc = x + c0;
-      if (!f8) {
-        if (full) stage_dot<T, false, true, false>(acc, xc, row, cols, warp, t, xo, sc);
-        else stage_dot<T, false, false, false>(acc, xc, row, cols, warp, t, xo, sc);
-      } else if (blocks) {
-        if (full) stage_dot<T, true, true, true>(acc, xc, row, cols, warp, t, xo, sc);
-        else stage_dot<T, true, false, true>(acc, xc, row, cols, warp, t, xo, sc);
-      } else {
-        if (full) stage_dot<T, true, true, false>(acc, xc, row, cols, warp, t, xo, sc);
-        else stage_dot<T, true, false, false>(acc, xc, row, cols, warp, t, xo, sc);
-      }
+      const auto c = static_cast<uint32_t>(c0);
+      if (!f8) unit_dot<T, 4, false, false>(wide, acc, xc, row, un.cols, warp, t, xo, block, c, bc);
+      else if (blocks) unit_dot<T, 8, true, true>(wide, acc, xc, row, un.cols, warp, t, xo, block, c, bc);
+      else unit_dot<T, 8, true, false>(wide, acc, xc, row, un.cols, warp, t, xo, block, c, bc);
       __syncwarp();
-      if (lane == 0) mbar_arrive(smem_u32(&sh.empty[rp.s]));
-      rp.next(stages);
+      for (int q = 0; q < un.slots; ++q) {
+        if (lane == 0) mbar_arrive(smem_u32(&sh.empty[first + q]));
+        walk.advance(first + q);
+      }
     }
     // Lane (g, 0) holds row g's sum over this warp's chunks: summed over the warps below.
     if (t == 0) sh.partial[par][si][warp][g] = acc[0] + acc[3];
@@ -577,13 +637,14 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
   // This thread's loads of a tile: its K slice (key kt + j) and its V column (keys kt + kg + q
   // kGroups), raw; the next tile's are in flight during this one's math.
   uint32_t kraw[kDims / 2];
-  unsigned short vraw[kVals];
+  uint32_t vraw[kVals / 2];  // two raw values a register
   auto load_tile = [&](int64_t kt) {
     load_raw<kDims>(kc + std::min(kt + j, k1 - 1) * D + sub * kDims, kraw);
 #pragma unroll
     for (int q = 0; q < kVals; ++q) {
       const int64_t kk = std::min(kt + kg + q * kGroups, k1 - 1);
-      vraw[q] = __ldcg(reinterpret_cast<const unsigned short*>(vc + kk * D + d));
+      const uint32_t v = __ldcg(reinterpret_cast<const unsigned short*>(vc + kk * D + d));
+      vraw[q / 2] = q % 2 == 0 ? v : vraw[q / 2] | (v << 16);
     }
   };
   if (k0 < k1) load_tile(k0);
@@ -591,9 +652,9 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
     const int64_t key = kt + j;
     float kf[kDims];
     raw_to_float<T, kDims>(kraw, kf);
-    float vv[kVals];
+    uint32_t vcur[kVals / 2];  // this tile's values, raw (converted where used: fewer registers)
 #pragma unroll
-    for (int q = 0; q < kVals; ++q) vv[q] = kt + kg + q * kGroups < k1 ? to_compute(T::from_bits(vraw[q])) : 0.f;
+    for (int q = 0; q < kVals / 2; ++q) vcur[q] = vraw[q];
     if (kt + kKeys < k1) load_tile(kt + kKeys);
 #pragma unroll
     for (int r = 0; r < kMaxGroup; ++r) {
@@ -641,7 +702,8 @@ __device__ void attention_item(const DecoderStepParams& p, const DecoderOp& op, 
       float a = acc[r] * al[r];
 #pragma unroll
       for (int q = 0; q < kVals; ++q) {
-        if (kt + kg + q * kGroups < k1) a += sc[r * kKeys + kg + q * kGroups] * vv[q];
+        if (kt + kg + q * kGroups < k1)
+          a += sc[r * kKeys + kg + q * kGroups] * to_compute(T::from_bits(static_cast<unsigned short>(vcur[q / 2] >> (16 * (q % 2)))));
       }
       acc[r] = a;
     }
@@ -755,7 +817,7 @@ template <typename T, int D>
 __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsigned char* ring, unsigned char* work,
                               int stages, int begin, int end) {
   const int tid = static_cast<int>(threadIdx.x);
-  RingPos rp;
+  RingWalk walk;  // each compute thread's copy
   uint32_t done = 0;
   int par = 0, cur = -1;
   uint64_t waited = 0;  // profiling: this op's stage waits
@@ -831,7 +893,7 @@ __device__ void compute_items(const DecoderStepParams& p, Shared& sh, const unsi
       }
       const DecoderOp& op = sh.op;
       if (op.kind == DecoderOpKind::Gemv) {
-        gemv_tile<T>(p, op, it.index, reinterpret_cast<const T*>(work), ring, stages, rp, par, sh, waited);
+        gemv_tile<T>(p, op, it.index, reinterpret_cast<const T*>(work), ring, stages, walk, par, sh, waited);
         ++done;
       } else {
         attention_item<T, D>(p, op, it.op, it.index, reinterpret_cast<float*>(work), sh);
@@ -885,7 +947,7 @@ __global__ void __launch_bounds__(kThreads, 1) decoder_step_kernel(const __grid_
 // Ring stages that fit beside the work area and the static shared memory.
 int ring_stages(const DecoderStepParams& p, int device) {
   const int64_t room = max_shared_memory_optin(device) - static_cast<int64_t>(sizeof(Shared)) - work_bytes(p) - 1024;
-  return static_cast<int>(std::min<int64_t>(kMaxStages, std::max<int64_t>(0, room / kStageBytes)));
+  return static_cast<int>(std::min<int64_t>(kMaxStages, std::max<int64_t>(0, room / kSlotBytes)));
 }
 
 // The kernel for (T, D), its dynamic shared memory limit raised once per instance to the most any
@@ -935,7 +997,7 @@ void decoder_step(const DecoderStepParams& p) {
   ANVIL_CHECK(decoder_step_plan(p) == FusedPlan::Fused, Error, op, " the params are outside the persistent kernel's plan");
   KernelLaunch launch(p.counters);
   const int stages = ring_stages(p, launch.device());
-  const int64_t ring = static_cast<int64_t>(stages) * kStageBytes;
+  const int64_t ring = static_cast<int64_t>(stages) * kSlotBytes;
   const size_t smem = static_cast<size_t>(ring + work_bytes(p));
   with_kernel(p, launch.device(),
               [&](auto kernel) { kernel<<<p.blocks, kThreads, smem, launch.stream()>>>(p, stages, ring); });
