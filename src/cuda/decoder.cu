@@ -300,7 +300,8 @@ __device__ void issue_tiles(const DecoderStepParams& p, Shared& sh, unsigned cha
             };
             first = walk.take(un.slots, stages, [&](int slot) {
               free(slot);
-              if (ok) mbar_arrive(smem_u32(&sh.full[slot]));
+              if (!ok) return;  // aborted: the slot's phase stays as it was (the drain waits for armed phases only)
+              mbar_arrive(smem_u32(&sh.full[slot]));
               walk.advance(slot);
             });
             for (int q = 0; q < un.slots; ++q) free(first + q);
