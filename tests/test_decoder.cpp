@@ -146,6 +146,11 @@ std::vector<size_t> chosen(const std::vector<double>& logits, int64_t top_k) {
   return idx;
 }
 
+// An MoE layer's experts block of h for `routing` (moe_router's).
+Tensor experts(const DecoderLayerWeights& L, const Tensor& h, const MoeRouting& routing) {
+  return moe_experts(h, routing, L.gate_up, L.down, L.gate_up_scale.scale, L.down_scale.scale, L.gate_up_scale.block);
+}
+
 // router: each layer's router logits (undefined for a dense layer).
 Tensor eager_step(DecoderWeights& w, int64_t token, int64_t pos, std::vector<Tensor>& resid, std::vector<Tensor>& router) {
   const Device dev = w.embed.device();
@@ -175,7 +180,7 @@ Tensor eager_step(DecoderWeights& w, int64_t token, int64_t pos, std::vector<Ten
       resid.push_back(x);
       const auto [logits, routing] = moe_router(h, L.router, w.top_k, w.norm_topk_prob);
       router[static_cast<size_t>(&L - w.layers.data())] = logits;
-      branch = moe_experts(h, routing, L.gate_up, L.down, L.gate_up_scale.scale, L.down_scale.scale, L.gate_up_scale.block);
+      branch = experts(L, h, routing);
       continue;
     }
     Tensor gu;
@@ -239,7 +244,7 @@ void local_checks(const DecoderWeights& c, PersistentDecoder& dec, size_t rows, 
     if (L.router.defined()) {
       const auto [lg, routing] = moe_router(h, L.router, c.top_k, c.norm_topk_prob);
       if (chosen(host(lg), c.top_k) != chosen(host(dec.router_logits(static_cast<int64_t>(l))), c.top_k)) return;
-      branch = moe_experts(h, routing, L.gate_up, L.down, L.gate_up_scale.scale, L.down_scale.scale, L.gate_up_scale.block);
+      branch = experts(L, h, routing);
     } else {
       const Tensor gu = project(h, L.gate_up, L.gate_up_scale);
       const int64_t I = gu.size(1) / 2;
@@ -273,7 +278,7 @@ void compare_steps(const ModelShape& s, DType dt, const std::vector<int64_t>& po
   DecoderWeights oracle = with_cache_copies(w);
   PersistentDecoder dec(w);
   int64_t token = 3, splits = 0;
-  int64_t thirds = 0;  // positions decided by the local checks
+  int64_t local_steps = 0;  // positions decided by the local checks
   DecoderWeights cpu;  // the weights on the CPU, for the local checks (copied at the first)
   auto cpu_weights = [&]() -> const DecoderWeights& {
     if (!cpu.embed.defined()) cpu = on_device(w, Device(kCPU));
@@ -324,7 +329,7 @@ void compare_steps(const ModelShape& s, DType dt, const std::vector<int64_t>& po
       // log-normal float8 model, whose sums of a few large products nearly cancel; an op that is
       // wrong for its input fails here whatever came before it.
       local_checks(cpu_weights(), dec, rows, a, split < 0);
-      ++thirds;
+      ++local_steps;
     }
     // The k and v rows written at pos: the eager step's, to the roundings of the q / k / v sums.
     for (size_t l = 0; l < w.layers.size(); ++l) {
@@ -342,7 +347,7 @@ void compare_steps(const ModelShape& s, DType dt, const std::vector<int64_t>& po
   }
   EXPECT_LE(splits * 2, static_cast<int64_t>(positions.size())) << splits << " steps routed apart";
   // The ill-conditioned steps are rare: the CUDA eager step decides almost all of them.
-  EXPECT_LE(thirds * 10, static_cast<int64_t>(positions.size())) << thirds << " steps needed the local checks";
+  EXPECT_LE(local_steps * 10, static_cast<int64_t>(positions.size())) << local_steps << " steps needed the local checks";
 }
 
 TEST(PersistentDecoder, MatchesEagerHeadDim128) {

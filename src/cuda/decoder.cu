@@ -8,8 +8,8 @@
 //    the op it depends on reaches that op's total (thread 0 spins on an acquire load, then a
 //    barrier of the compute warps), then its prologue makes the op's input row in shared memory
 //    once per block; each tile is mma.sync m16n8k16 over its units (one mma per 32 columns: the
-//    weights as A, x as B) and its 8 outputs are stored. When a block is done with an op's tiles it adds
-//    their number to the op's counter (release: barrier, fence, atomic add).
+//    weights as A, x as B) and its 8 outputs are stored. When a block is done with an op's tiles
+//    it adds their number to the op's counter (release: barrier, fence, atomic add).
 //  - Attention items: (kv head, key split). Each split normalises and rotates its q heads (the
 //    split holding the new position also k, and writes k and v into the cache), runs over its
 //    keys 32 at a time (scores on 8 threads per key, online softmax per head, p v on a thread per
@@ -219,8 +219,8 @@ struct RingWalk {
   }
 };
 
-// ---- the loader: one lane streams the block's Gemv tiles, stage u % stages for the
-// (u / stages)-th time, as the compute warps consume them in the same order. (Asking L2 for the
+// ---- the loader: one lane streams the block's Gemv tiles into the ring, unit by unit along the
+// RingWalk, as the compute warps consume them in the same order. (Asking L2 for the
 // units past the ring as well was measured slower: H100, Qwen3-0.6B, 12 units ahead 646 tok/s,
 // 24 ahead 633, none 791; the prefetches compete with the ring's own reads for DRAM and L2.)
 
@@ -228,7 +228,7 @@ struct RingWalk {
 // item list costs one pair of dependent loads per 32 items; lane 0 issues the copies. A routed
 // op's weights wait for its router: at its router's first routed item the warp waits for the
 // router's count and routes (the experts are the same for every routed op of one router).
-// Returns early on an abort; u counts the units issued.
+// Returns early on an abort; walk: lane 0's place in the ring (the slots it has armed).
 template <typename T>
 __device__ void issue_tiles(const DecoderStepParams& p, Shared& sh, unsigned char* ring, int stages, int begin, int end,
                             RingWalk& walk) {
@@ -300,7 +300,7 @@ __device__ void issue_tiles(const DecoderStepParams& p, Shared& sh, unsigned cha
             };
             first = walk.take(un.slots, stages, [&](int slot) {
               free(slot);
-              if (!ok) return;  // aborted: the slot's phase stays as it was (the drain waits for armed phases only)
+              if (!ok) return;  // aborted: the slot's phase stays (the drain waits for armed phases only)
               mbar_arrive(smem_u32(&sh.full[slot]));
               walk.advance(slot);
             });
@@ -396,8 +396,8 @@ __device__ __forceinline__ BlockCols block_cols(int64_t bk) {
   return {b != 0 && (b & (b - 1)) == 0 ? __ffs(static_cast<int>(b)) - 1 : -1, b};
 }
 // The block scales of this warp's chunks i0 .. i0 + kN - 1 of the unit at column c0 (bk % 32 ==
-// 0: one block per chunk); chunks past cols read the last column's scale (their products are zeros), so there
-// is no branch per chunk.
+// 0: one block per chunk); chunks past cols read the last column's scale (their products are
+// zeros), so there is no branch per chunk.
 template <int kN>
 __device__ __forceinline__ void load_chunk_scales(float (&sc)[kN], const float* block, uint32_t c0, int cols, int warp,
                                                   BlockCols bc, int i0) {
@@ -458,7 +458,8 @@ __device__ __forceinline__ void unit_dot(bool wide, float (&acc)[4], const T* x,
 }
 
 // One item: 8 weight rows against xs over the tile's stages (per slot of an ExpertsSum, against
-// its row of xs); walk: the compute warps' place in the ring. waited: ns thread 0 spent waiting for stages (profiling).
+// its row of xs); walk: the compute warps' place in the ring. waited: ns thread 0 spent waiting
+// for units (profiling).
 template <typename T>
 __device__ void gemv_tile(const DecoderStepParams& p, const DecoderOp& op, int item, const T* xs, const unsigned char* ring,
                           int stages, RingWalk& walk, int& par, Shared& sh, uint64_t& waited) {
